@@ -1,0 +1,51 @@
+"""The one tolerance table every check compares with, and the comparison.
+
+Tolerances are keyed by the dtype of the *input*: a student's float32 code is
+held to float32 accuracy against a float64 reference computed from the same
+input.
+"""
+
+import numpy as np
+
+TOLERANCES = {  # dtype name -> (rtol, atol)
+    "float64": (1e-6, 1e-8),
+    "float32": (1e-4, 1e-5),
+    "bfloat16": (2e-2, 2e-2),
+    "float16": (5e-3, 5e-3),
+}
+
+
+def tolerance_for(dtype):
+    return TOLERANCES.get(np.dtype(dtype).name if not isinstance(dtype, str) else dtype,
+                          TOLERANCES["float64"])
+
+
+def _show(array, limit=8):
+    flat = np.asarray(array, dtype=np.float64).ravel()
+    text = np.array2string(flat[:limit], precision=4, separator=", ", suppress_small=True)
+    return text[:-1] + ", ...]" if flat.size > limit else text
+
+
+def mismatch(actual, expected, *, dtype, what="your result"):
+    """None when `actual` matches `expected` within the table's tolerance for
+    `dtype`; otherwise a sentence saying how it differs."""
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    if actual.shape != expected.shape:
+        return f"{what} has shape {actual.shape}; expected shape {expected.shape}"
+    if not np.issubdtype(actual.dtype, np.number) and actual.dtype != bool:
+        return f"{what} holds {actual.dtype} values, not numbers"
+    rtol, atol = tolerance_for(dtype)
+    a = actual.astype(np.float64)
+    e = expected.astype(np.float64)
+    if np.any(np.isnan(a) & ~np.isnan(e)):
+        return f"{what} contains NaN where the answer is a number: {_show(a)}"
+    if not np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True):
+        worst = np.nanmax(np.abs(a - e)) if a.size else 0.0
+        return (f"{what} is {_show(a)}; expected {_show(e)} "
+                f"(largest difference {worst:.3g}, tolerance rtol={rtol:g}, atol={atol:g})")
+    return None
+
+
+def matches(actual, expected, *, dtype):
+    return mismatch(actual, expected, dtype=dtype) is None
