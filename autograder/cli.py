@@ -1,0 +1,169 @@
+"""python -m autograder: one entry point, a subcommand for each step.
+
+  release                      build release/ from source/ and check it leaks nothing
+  collect ASSIGNMENT PATH      copy hand-ins (a folder or an LMS zip) into submitted/
+  grade ASSIGNMENT             grade everyone submitted, then write reports/ASSIGNMENT/
+  grade-examples [ASSIGNMENT]  grade a sample class in a scratch course, compare with
+                               its expected.json
+  demo                         release, then collect and grade every sample class in
+                               this course and print the grade tables
+
+Every subcommand takes --course DIR (default: the repository root).
+"""
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from autograder import report
+from autograder.collect import collect
+from autograder.course import EXAMPLES_DIR, Course
+from autograder.grade import grade_assignment
+from autograder.release import release
+from autograder.runner import RunSettings
+from autograder.sandbox import Limits
+
+
+def _settings(args):
+    return RunSettings(cell_timeout=args.cell_timeout, handin_timeout=args.handin_timeout,
+                       limits=Limits(memory_bytes=int(args.memory_gb * 1024**3)),
+                       use_bwrap=False if args.no_sandbox else None)
+
+
+def _grade_and_report(*, course, assignment, args, expected=None):
+    results = grade_assignment(course=course, assignment=assignment,
+                               settings=_settings(args), workers=args.workers,
+                               force=args.force)
+    folder = report.write_reports(course=course, assignment=assignment, results=results)
+    print(f"\n{assignment}  (reports in {folder})")
+    print(report.grade_table(results, expected=expected))
+    return results
+
+
+def expected_totals(assignment):
+    """{student: total points} from autograder/examples/ASSIGNMENT/expected.json."""
+    path = EXAMPLES_DIR / assignment / "expected.json"
+    data = json.loads(path.read_text())
+    return {student: float(sum(cells.values())) for student, cells in data.items()}
+
+
+def example_assignments():
+    return sorted(p.name for p in EXAMPLES_DIR.iterdir()
+                  if (p / "expected.json").exists()) if EXAMPLES_DIR.is_dir() else []
+
+
+def _results_match(results, expected_path):
+    """Compare per-cell points with expected.json; returns a list of differences."""
+    expected = json.loads(expected_path.read_text())
+    problems = []
+    got = {r["student_id"]: {c["grade_id"]: c["points"] for c in r["cells"]} for r in results}
+    for student, cells in expected.items():
+        for gid, points in cells.items():
+            actual = got.get(student, {}).get(gid)
+            if actual != points:
+                problems.append(f"{student} {gid}: expected {points}, got {actual}")
+    return problems
+
+
+def cmd_release(args):
+    release(course=Course.at(args.course))
+    return 0
+
+
+def cmd_collect(args):
+    outcome = collect(course=Course.at(args.course), assignment=args.assignment,
+                      source_path=args.path)
+    print("\n".join(outcome.lines()))
+    return 0
+
+
+def cmd_grade(args):
+    _grade_and_report(course=Course.at(args.course), assignment=args.assignment, args=args)
+    return 0
+
+
+def cmd_grade_examples(args):
+    course = Course.at(args.course)
+    failures = 0
+    for assignment in [args.assignment] if args.assignment else example_assignments():
+        with tempfile.TemporaryDirectory(prefix="examples-") as scratch:
+            scratch_course = Course(Path(scratch))
+            for part in ("source", "release"):
+                shutil.copytree(getattr(course, part) / assignment,
+                                getattr(scratch_course, part) / assignment)
+            collect(course=scratch_course, assignment=assignment,
+                    source_path=EXAMPLES_DIR / assignment)
+            results = _grade_and_report(course=scratch_course, assignment=assignment,
+                                        args=args, expected=expected_totals(assignment))
+            problems = _results_match(results, EXAMPLES_DIR / assignment / "expected.json")
+            for problem in problems:
+                print("MISMATCH", problem)
+            failures += len(problems)
+    return 1 if failures else 0
+
+
+def cmd_demo(args):
+    course = Course.at(args.course)
+    release(course=course)
+    mismatches = 0
+    for assignment in example_assignments():
+        print("\n".join(collect(course=course, assignment=assignment,
+                                source_path=EXAMPLES_DIR / assignment).lines()))
+        results = _grade_and_report(course=course, assignment=assignment, args=args,
+                                    expected=expected_totals(assignment))
+        mismatches += len(_results_match(results, EXAMPLES_DIR / assignment / "expected.json"))
+    return 1 if mismatches else 0
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name, func, help_text):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--course", default=None,
+                       help="course directory (default: the repository root)")
+        p.set_defaults(func=func)
+        return p
+
+    def grading_options(p):
+        p.add_argument("--workers", type=int, default=None,
+                       help="hand-ins graded at once (default: the number of cores)")
+        p.add_argument("--cell-timeout", type=float, default=30.0,
+                       help="seconds one cell may run (default 30; the first code cell "
+                            "gets 120 for imports)")
+        p.add_argument("--handin-timeout", type=float, default=300.0,
+                       help="seconds one hand-in may run in all (default 300)")
+        p.add_argument("--memory-gb", type=float, default=2.0,
+                       help="memory limit of a hand-in's kernel (default 2)")
+        p.add_argument("--force", action="store_true",
+                       help="regrade hand-ins that already have a current result")
+        p.add_argument("--no-sandbox", action="store_true",
+                       help="run kernels without bubblewrap (resource limits only)")
+
+    add("release", cmd_release, "build release/ and check it for leaks")
+    p = add("collect", cmd_collect, "copy hand-ins into submitted/")
+    p.add_argument("assignment")
+    p.add_argument("path", help="a folder of hand-ins or an LMS zip")
+    p = add("grade", cmd_grade, "grade an assignment and write its reports")
+    p.add_argument("assignment")
+    grading_options(p)
+    p = add("grade-examples", cmd_grade_examples, "grade sample classes in a scratch course")
+    p.add_argument("assignment", nargs="?")
+    grading_options(p)
+    p = add("demo", cmd_demo, "release, then grade every sample class")
+    grading_options(p)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

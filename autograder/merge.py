@@ -1,0 +1,74 @@
+"""Rebuild a hand-in for grading, as nbgrader's autograde does.
+
+The student's answer cells are kept; every cell the instructor wrote (text,
+visible tests, hidden tests) comes from source/, whatever the hand-in did to
+it; cells the student added stay where they were. The hand-in file itself is
+never modified.
+"""
+
+import nbformat
+
+
+def _grade_id(cell):
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def _is_solution(cell):
+    return bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
+
+
+def _clean(cell):
+    cell = nbformat.from_dict(dict(cell))
+    if cell.cell_type == "code":
+        cell.outputs = []
+        cell.execution_count = None
+    return cell
+
+
+def merge_handin(*, source_nb, release_nb, handin_nb):
+    """Return (notebook to run, notes for the student's feedback).
+
+    source_nb: the instructor's notebook (hidden tests included);
+    release_nb: what students got (stubs for unanswered solution cells);
+    handin_nb: the student's notebook, parsed.
+    """
+    notes = []
+    release_cells = {_grade_id(c): c for c in release_nb.cells if _grade_id(c)}
+    source_ids = [_grade_id(c) for c in source_nb.cells]
+    handed_in = {}
+    extras_after = {None: []}
+    previous_known = None
+    for cell in handin_nb.cells:
+        gid = _grade_id(cell)
+        if gid in source_ids and gid not in handed_in:
+            handed_in[gid] = cell
+            previous_known = gid
+            extras_after.setdefault(gid, [])
+        else:
+            extras_after.setdefault(previous_known, []).append(cell)
+
+    merged = [_clean(c) for c in extras_after[None]]
+    for cell in source_nb.cells:
+        gid = _grade_id(cell)
+        if _is_solution(cell):
+            answer = handed_in.get(gid)
+            if answer is None:
+                notes.append(f"answer cell {gid} is missing from the hand-in: graded as unanswered")
+                answer = release_cells.get(gid, cell)
+            merged.append(_clean(answer))
+        else:
+            if gid is not None:
+                mine = handed_in.get(gid)
+                released = release_cells.get(gid)
+                if mine is None:
+                    notes.append(f"cell {gid} was deleted; the original was restored")
+                elif released is not None and mine.get("source") != released.get("source"):
+                    notes.append(f"cell {gid} was edited; the original was restored")
+            merged.append(_clean(cell))
+        merged.extend(_clean(c) for c in extras_after.get(gid, []) if gid is not None)
+
+    notebook = nbformat.v4.new_notebook(metadata=dict(source_nb.metadata))
+    for index, cell in enumerate(merged):
+        cell["id"] = f"graded-{index}"
+    notebook.cells = merged
+    return notebook, notes

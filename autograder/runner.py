@@ -1,0 +1,137 @@
+"""Run one rebuilt hand-in in a sandboxed kernel and log the trusted verdicts."""
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import nbformat
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+from nbclient.exceptions import DeadKernelError
+from traitlets import List
+
+from autograder import sandbox
+from autograder.checkserver import CheckServer
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How long and how big one hand-in's run may be.
+
+    cell_timeout: seconds any one cell may run (the first code cell gets
+    startup_timeout, since it imports the libraries); handin_timeout: seconds
+    for the whole notebook, after which the remaining cells are not run.
+    """
+
+    cell_timeout: float = 30.0
+    startup_timeout: float = 120.0
+    handin_timeout: float = 300.0
+    limits: sandbox.Limits = field(default_factory=sandbox.Limits)
+    use_bwrap: bool | None = None
+    max_output_chars: int = 20_000
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """A kernel manager that starts its kernel behind a command prefix."""
+
+    command_prefix = List([])
+
+    @property
+    def kernel_spec(self):
+        # A signal would hit bwrap, not the kernel: ask the kernel to interrupt itself.
+        spec = super().kernel_spec
+        if spec is not None:
+            spec.interrupt_mode = "message"
+        return spec
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        return list(self.command_prefix) + super().format_kernel_cmd(extra_arguments)
+
+
+def _error_output(name, message):
+    return nbformat.v4.new_output("error", ename=name, evalue=message, traceback=[message])
+
+
+class _GradingClient(NotebookClient):
+    """nbclient, telling the check server which cell runs and keeping a deadline."""
+
+    def __init__(self, nb, *, server, settings, **kwargs):
+        super().__init__(nb, **kwargs)
+        self.server = server
+        self.settings = settings
+        self.deadline = None
+        self.first_code_index = next(
+            (i for i, c in enumerate(nb.cells) if c.cell_type == "code"), None)
+
+    def cell_timeout_for(self, cell):
+        remaining = max(1.0, self.deadline - time.monotonic())
+        index = self.nb.cells.index(cell) if cell in self.nb.cells else None
+        limit = (self.settings.startup_timeout if index == self.first_code_index
+                 else self.settings.cell_timeout)
+        return min(limit, remaining)
+
+    async def async_execute_cell(self, cell, cell_index, execution_count=None,
+                                 store_history=True):
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.settings.handin_timeout
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        self.server.current_cell = gid or f"cell {cell_index}"
+        if cell.cell_type == "code" and time.monotonic() >= self.deadline:
+            cell.outputs = [_error_output(
+                "HandinTimeout",
+                f"not run: the hand-in used up its {self.settings.handin_timeout:.0f} s")]
+            return cell
+        try:
+            return await super().async_execute_cell(cell, cell_index, execution_count,
+                                                    store_history)
+        finally:
+            self.server.current_cell = None
+
+
+def _truncate_outputs(nb, limit):
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream" and len(output.get("text", "")) > limit:
+                output["text"] = output["text"][:limit] + "\n[output truncated by the grader]\n"
+
+
+@dataclass
+class RunResult:
+    notebook: object
+    verdicts: list
+    problem: str | None  # why the run stopped early, if it did
+    seconds: float
+
+
+def run_notebook(nb, *, workdir, settings, seed=0):
+    """Execute `nb` (already rebuilt) in a sandboxed kernel with `workdir` as cwd."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    client_dir = workdir.parent / f"{workdir.name}.client"
+    sandbox.write_client_package(client_dir)
+    socket_path = workdir / "grader.sock"
+    started = time.monotonic()
+    problem = None
+    with CheckServer(socket_path, seed=seed) as server:
+        km = SandboxedKernelManager(
+            kernel_name="python3", transport="ipc", ip=str(workdir / "kernel"),
+            connection_file=str(workdir / "kernel.json"),
+            command_prefix=sandbox.kernel_prefix(
+                workdir=workdir, client_dir=client_dir, limits=settings.limits,
+                use_bwrap=settings.use_bwrap))
+        client = _GradingClient(
+            nb, server=server, settings=settings, km=km, allow_errors=True,
+            interrupt_on_timeout=True, startup_timeout=settings.startup_timeout,
+            kernel_name="python3", record_timing=False,
+            resources={"metadata": {"path": str(workdir)}})
+        client.timeout_func = client.cell_timeout_for
+        env = sandbox.kernel_environment(socket_path=socket_path, client_dir=client_dir,
+                                         workdir=workdir)
+        try:
+            client.execute(env=env)
+        except DeadKernelError as exc:
+            problem = f"the kernel died ({exc})"
+        except (TimeoutError, asyncio.TimeoutError, RuntimeError) as exc:
+            problem = f"the run stopped: {type(exc).__name__}: {exc}"
+        verdicts = list(server.verdicts)
+    _truncate_outputs(nb, settings.max_output_chars)
+    return RunResult(nb, verdicts, problem, time.monotonic() - started)

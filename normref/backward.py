@@ -1,0 +1,89 @@
+"""Unit 04, the backward pass: layer norm and RMSNorm gradients in numpy.
+
+A *token* is one row of d features; every function works on the last axis and
+accepts any leading batch shape (...). Arithmetic is done in float64; results
+come back in the input's floating dtype (float64 for integer input).
+
+The forward pass keeps a small cache for the backward pass: the input x, gamma,
+and per token only the mean and rstd = 1 / sqrt(var + eps). It does not keep
+x_hat, which is as large as x itself: the backward pass recomputes it from
+x, mean and rstd (as llm.c does), trading a little arithmetic for memory.
+
+With g = dy * gamma and the mean taken over each token's features:
+
+    dbeta  = dy summed over every token
+    dgamma = dy * x_hat summed over every token
+    dx     = rstd * (g - mean(g) - x_hat * mean(g * x_hat))           (layer norm)
+    dx     = rstd * (g - x_hat * mean(g * x_hat))                     (RMSNorm)
+"""
+
+import numpy as np
+
+
+def _as_float(x):
+    """Return (x as float64, dtype to give results back in)."""
+    x = np.asarray(x)
+    out_dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.float64
+    return x.astype(np.float64), out_dtype
+
+
+def _sum_over_tokens(values):
+    """Sum a (..., d) array over every leading axis -> (d,)."""
+    return values.reshape(-1, values.shape[-1]).sum(axis=0)
+
+
+def layer_norm_forward(x, gamma, beta, eps=1e-5):
+    """Layer norm over the last axis, keeping what the backward pass needs.
+
+    x: (..., d); gamma, beta: (d,) -> (y, cache) with y: (..., d) and cache a
+    dict of plain arrays: "x" (..., d) and "gamma" (d,) as given, and float64
+    "mean", "rstd" of shape (...), one number per token.
+    """
+    x64, dtype = _as_float(x)
+    gamma64 = np.asarray(gamma, dtype=np.float64)  # d
+    mean = x64.mean(axis=-1)  # ...
+    var = ((x64 - mean[..., None]) ** 2).mean(axis=-1)  # ...
+    rstd = 1.0 / np.sqrt(var + eps)  # ...
+    x_hat = (x64 - mean[..., None]) * rstd[..., None]  # ..., d
+    y = gamma64 * x_hat + np.asarray(beta, dtype=np.float64)  # ..., d
+    cache = {"x": np.asarray(x), "gamma": np.asarray(gamma), "mean": mean, "rstd": rstd}
+    return y.astype(dtype), cache
+
+
+def layer_norm_backward(dy, cache):
+    """Gradients of layer norm, given the upstream gradient dy = dL/dy.
+
+    dy: (..., d); cache: from layer_norm_forward ->
+    (dx: (..., d) in dy's dtype, dgamma: (d,), dbeta: (d,))
+    """
+    dy64, dtype = _as_float(dy)
+    x64 = np.asarray(cache["x"], dtype=np.float64)  # ..., d
+    gamma64 = np.asarray(cache["gamma"], dtype=np.float64)  # d
+    mean = np.asarray(cache["mean"], dtype=np.float64)[..., None]  # ..., 1
+    rstd = np.asarray(cache["rstd"], dtype=np.float64)[..., None]  # ..., 1
+    x_hat = (x64 - mean) * rstd  # ..., d  recomputed, not cached
+    dbeta = _sum_over_tokens(dy64)  # d
+    dgamma = _sum_over_tokens(dy64 * x_hat)  # d
+    g = dy64 * gamma64  # ..., d  gradient reaching x_hat
+    dx = rstd * (g - g.mean(axis=-1, keepdims=True)  # ..., d
+                 - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))
+    return dx.astype(dtype), dgamma.astype(dtype), dbeta.astype(dtype)
+
+
+def rms_norm_backward(dy, x, gamma, eps=1e-5):
+    """Gradients of RMSNorm y = gamma * x * rstd, rstd = 1 / sqrt(mean(x^2) + eps).
+
+    It takes x and gamma rather than a cache: RMSNorm's only per-token
+    statistic, rstd, is recomputed here from x in one pass.
+
+    dy, x: (..., d); gamma: (d,) -> (dx: (..., d) in dy's dtype, dgamma: (d,))
+    """
+    dy64, dtype = _as_float(dy)
+    x64 = np.asarray(x, dtype=np.float64)  # ..., d
+    gamma64 = np.asarray(gamma, dtype=np.float64)  # d
+    rstd = 1.0 / np.sqrt((x64**2).mean(axis=-1, keepdims=True) + eps)  # ..., 1
+    x_hat = x64 * rstd  # ..., d
+    dgamma = _sum_over_tokens(dy64 * x_hat)  # d
+    g = dy64 * gamma64  # ..., d
+    dx = rstd * (g - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))  # ..., d
+    return dx.astype(dtype), dgamma.astype(dtype)

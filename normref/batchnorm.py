@@ -1,0 +1,94 @@
+"""Unit 02, rows versus columns: batch norm and group norm in numpy.
+
+Batch norm normalizes each channel (a column of the token table) over the
+batch, with torch.nn.BatchNorm1d's semantics; group norm normalizes groups of
+channels within each example, like torch.nn.functional.group_norm. Arithmetic
+is done in float64 and results come back in the input's floating dtype
+(float64 for integer input), as in normref.recipe.
+"""
+
+import numpy as np
+
+
+def _as_float(x):
+    """Return (x as float64, dtype to give results back in)."""
+    x = np.asarray(x)
+    out_dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.float64
+    return x.astype(np.float64), out_dtype
+
+
+def _per_channel(values, ndim):
+    """Shape a (C,) vector to broadcast against (N, C, *) with `ndim` axes."""
+    return np.asarray(values, dtype=np.float64).reshape((-1,) + (1,) * (ndim - 2))
+
+
+def batch_norm(x, gamma, beta, running_mean, running_var, training,
+               momentum=0.1, eps=1e-5):
+    """Batch norm over the batch (and length) axes, one channel at a time.
+
+    x: (N, C) or (N, C, L); gamma, beta: (C,) or None (meaning 1 and 0);
+    running_mean, running_var: (C,) or None (statistics not tracked)
+    -> (y like x, new_running_mean (C,), new_running_var (C,))
+
+    Training normalizes with the batch's biased variance and moves the running
+    statistics towards the batch's mean and *unbiased* variance, momentum being
+    the weight of the new value: running = (1 - momentum) * running + momentum
+    * batch. Eval normalizes with the running statistics and leaves them as
+    they are. A training batch with one value per channel has no spread to
+    measure and raises ValueError, as torch does.
+    """
+    x64, dtype = _as_float(x)
+    if x64.ndim not in (2, 3):
+        raise ValueError(f"expected a 2-D or 3-D input, got shape {x64.shape}")
+    reduce_axes = (0,) if x64.ndim == 2 else (0, 2)
+    values_per_channel = x64.size // x64.shape[1]
+    tracked = running_mean is not None and running_var is not None
+    new_mean = None if running_mean is None else np.asarray(running_mean).copy()
+    new_var = None if running_var is None else np.asarray(running_var).copy()
+
+    if training or not tracked:  # torch uses batch statistics when nothing is tracked
+        if training and values_per_channel == 1:
+            # torch prints the shape as a torch.Size; match its text exactly
+            raise ValueError("Expected more than 1 value per channel when training, "
+                             f"got input size torch.Size({list(x64.shape)})")
+        mean = x64.mean(axis=reduce_axes)  # C
+        var = x64.var(axis=reduce_axes)  # C, biased: divides by N (* L)
+        if training and tracked:
+            unbiased = var * values_per_channel / (values_per_channel - 1)  # C
+            new_mean = ((1 - momentum) * np.asarray(running_mean, np.float64)
+                        + momentum * mean).astype(new_mean.dtype)
+            new_var = ((1 - momentum) * np.asarray(running_var, np.float64)
+                       + momentum * unbiased).astype(new_var.dtype)
+    else:
+        mean = np.asarray(running_mean, dtype=np.float64)  # C
+        var = np.asarray(running_var, dtype=np.float64)  # C
+
+    x_hat = (x64 - _per_channel(mean, x64.ndim)) / np.sqrt(_per_channel(var, x64.ndim) + eps)
+    if gamma is not None:
+        x_hat = x_hat * _per_channel(gamma, x64.ndim)
+    if beta is not None:
+        x_hat = x_hat + _per_channel(beta, x64.ndim)
+    return x_hat.astype(dtype), new_mean, new_var
+
+
+def group_norm(x, num_groups, gamma=None, beta=None, eps=1e-5):
+    """Group norm: each example's channels split into `num_groups` groups of
+    consecutive channels; each group normalized over its channels and positions.
+
+    x: (N, C, *); gamma, beta: (C,) or None (meaning 1 and 0) -> y: like x.
+    One group is layer norm over (C, *) without affine; C groups is instance
+    norm. C must be divisible by num_groups (torch's nn.GroupNorm message).
+    """
+    x64, dtype = _as_float(x)
+    n, c = x64.shape[:2]
+    if c % num_groups:
+        raise ValueError(f"num_channels ({c}) must be divisible by num_groups ({num_groups})")
+    grouped = x64.reshape(n, num_groups, -1)  # N, G, (C/G * positions)
+    mean = grouped.mean(axis=-1, keepdims=True)  # N, G, 1
+    var = grouped.var(axis=-1, keepdims=True)  # N, G, 1, biased
+    y = ((grouped - mean) / np.sqrt(var + eps)).reshape(x64.shape)  # N, C, *
+    if gamma is not None:
+        y = y * _per_channel(gamma, x64.ndim)
+    if beta is not None:
+        y = y + _per_channel(beta, x64.ndim)
+    return y.astype(dtype)

@@ -1,0 +1,237 @@
+"""Unit 05, Pre-LN versus Post-LN: transformer blocks, a tiny causal LM, adaLN.
+
+Shapes: x is (B, T, d) — B sequences of T tokens of d features.
+
+Parameter-naming contract of a block (both kinds have the same parameters,
+only the order of operations differs; names are those of `state_dict()`):
+
+    ln1.weight (d,)          ln1.bias (d,)          nn.LayerNorm(d), eps 1e-5
+    attn.qkv.weight (3d, d)  attn.qkv.bias (3d,)    queries, keys, values, in that order
+    attn.proj.weight (d, d)  attn.proj.bias (d,)    mixes the heads back together
+    ln2.weight (d,)          ln2.bias (d,)
+    mlp.fc.weight (f, d)     mlp.fc.bias (f,)       then GELU (exact, erf form)
+    mlp.proj.weight (d, f)   mlp.proj.bias (d,)
+
+Attention: split qkv(x) into q, k, v along the features; each head h takes
+features h*d_head .. (h+1)*d_head - 1 (d_head = d / n_heads); scores
+q k^T / sqrt(d_head) with a causal mask (a token sees itself and earlier
+tokens), softmax over keys, weighted sum of values, heads concatenated, proj.
+
+    Post-LN (Vaswani et al. 2017): x = ln1(x + attn(x)); x = ln2(x + mlp(x))
+    Pre-LN  (GPT-2 onward):        x = x + attn(ln1(x)); x = x + mlp(ln2(x))
+    and a Pre-LN model applies one final LayerNorm (ln_f) before its head.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+BLOCK_PARAMETER_SHAPES = {  # name -> shape, with d = d_model and f = d_ff
+    "ln1.weight": ("d",),
+    "ln1.bias": ("d",),
+    "attn.qkv.weight": ("3d", "d"),
+    "attn.qkv.bias": ("3d",),
+    "attn.proj.weight": ("d", "d"),
+    "attn.proj.bias": ("d",),
+    "ln2.weight": ("d",),
+    "ln2.bias": ("d",),
+    "mlp.fc.weight": ("f", "d"),
+    "mlp.fc.bias": ("f",),
+    "mlp.proj.weight": ("d", "f"),
+    "mlp.proj.bias": ("d",),
+}
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head self-attention where each token sees only itself and the past."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        B, T, d = x.shape
+        d_head = d // self.n_heads
+        q, k, v = self.qkv(x).split(d, dim=-1)  # each B, T, d
+        # B, T, d -> B, heads, T, d_head
+        q, k, v = (t.view(B, T, self.n_heads, d_head).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)  # B, heads, T, T
+        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
+        mixed = (weights @ v).transpose(1, 2).reshape(B, T, d)  # B, T, d
+        return self.proj(mixed)
+
+
+class MLP(nn.Module):
+    """The position-wise feed-forward sublayer: fc, GELU, proj."""
+
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.fc = nn.Linear(d_model, d_ff)
+        self.proj = nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class _Block(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff=None):
+        super().__init__()
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_heads)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = MLP(d_model, d_ff)
+
+
+class PreLNBlock(_Block):
+    """x + attn(ln1(x)), then + mlp(ln2(.)): the residual path is never normalized."""
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class PostLNBlock(_Block):
+    """ln1(x + attn(x)), then ln2(. + mlp(.)): every sum is normalized."""
+
+    def forward(self, x):
+        x = self.ln1(x + self.attn(x))
+        return self.ln2(x + self.mlp(x))
+
+
+BLOCK_CLASSES = {"pre": PreLNBlock, "post": PostLNBlock}
+
+
+class TinyLM(nn.Module):
+    """A tiny causal language model: embeddings, n_layers blocks, (ln_f), head.
+
+    tokens (B, T) int64 -> logits (B, T, vocab). A Pre-LN model ends with the
+    final LayerNorm ln_f; a Post-LN model's last block already ends in an LN,
+    so ln_f is the identity there.
+    """
+
+    def __init__(self, vocab, d_model, n_layers, n_heads, norm_position="pre",
+                 d_ff=None, max_len=64):
+        super().__init__()
+        if norm_position not in BLOCK_CLASSES:
+            raise ValueError(f"norm_position must be 'pre' or 'post', not {norm_position!r}")
+        self.norm_position = norm_position
+        self.tok_emb = nn.Embedding(vocab, d_model)
+        self.pos_emb = nn.Embedding(max_len, d_model)
+        block = BLOCK_CLASSES[norm_position]
+        self.blocks = nn.ModuleList(block(d_model, n_heads, d_ff) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model) if norm_position == "pre" else nn.Identity()
+        self.head = nn.Linear(d_model, vocab, bias=False)
+        self.apply(_xavier_init)
+
+    def forward(self, tokens):
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        h = self.tok_emb(tokens) + self.pos_emb(positions)  # B, T, d
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.ln_f(h))  # B, T, vocab
+
+
+def _xavier_init(module):
+    """Xavier-normal weights and zero biases, as in Xiong et al.'s analysis;
+    embeddings N(0, 1/d) so a token enters with a size comparable to a sublayer's output."""
+    if isinstance(module, nn.Linear):
+        nn.init.xavier_normal_(module.weight)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=1.0)
+
+
+IGNORE = -100  # a target F.cross_entropy skips (its default ignore_index)
+
+
+def copy_task_batch(batch_size, n_symbols, vocab, seed):
+    """The copy task: a random string, a separator, the same string again.
+
+    Token 0 is the separator; symbols are drawn from 1 .. vocab - 1. Returns
+    (inputs, targets), both (batch_size, 2 * n_symbols) int64; targets are the
+    next token, and IGNORE where it cannot be known (inside the random string),
+    so the loss counts only the copied half: chance level is ln(vocab - 1).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    symbols = torch.randint(1, vocab, (batch_size, n_symbols), generator=generator)
+    separator = torch.zeros(batch_size, 1, dtype=torch.long)
+    sequence = torch.cat([symbols, separator, symbols], dim=1)  # B, 2n + 1
+    inputs, targets = sequence[:, :-1], sequence[:, 1:].clone()  # B, 2n
+    targets[:, : n_symbols] = IGNORE
+    return inputs, targets
+
+
+def lm_loss(model, batch):
+    """Mean next-token cross-entropy of model(inputs) against targets."""
+    inputs, targets = batch
+    logits = model(inputs)  # B, T, vocab
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+
+
+def grad_norms_by_layer(model, batch):
+    """Frobenius norm of d loss / d W for W = each block's mlp.proj.weight.
+
+    model: has `blocks` (a sequence of blocks following the naming contract)
+    and maps inputs (B, T) to logits (B, T, vocab); batch: (inputs, targets).
+    Returns a float64 tensor (n_layers,), first block first. The model's own
+    .grad fields are left untouched.
+    """
+    weights = [block.mlp.proj.weight for block in model.blocks]
+    grads = torch.autograd.grad(lm_loss(model, batch), weights)
+    return torch.stack([g.detach().double().norm() for g in grads])  # n_layers
+
+
+def last_layer_ratio(d_model, n_layers, seeds, n_heads=4, vocab=16, n_symbols=8,
+                     batch_size=32):
+    """Post-LN / Pre-LN ratio of the last block's FFN gradient norm at init,
+    the median over `seeds` (each seed: a fresh pair of models and a batch)."""
+    ratios = []
+    for seed in seeds:
+        batch = copy_task_batch(batch_size, n_symbols, vocab, seed)
+        norms = {}
+        for position in ("pre", "post"):
+            torch.manual_seed(seed)
+            model = TinyLM(vocab, d_model, n_layers, n_heads, position, max_len=2 * n_symbols)
+            norms[position] = grad_norms_by_layer(model, batch)[-1]
+        ratios.append(float(norms["post"] / norms["pre"]))
+    return float(torch.tensor(ratios).median())
+
+
+class AdaLN(nn.Module):
+    """Adaptive layer norm: gamma and beta come from a conditioning vector.
+
+    y = LN(x) * (1 + gamma(c)) + beta(c), with LN having no parameters of its
+    own and [gamma, beta] = to_scale_shift(c) split in half (gamma first).
+    to_scale_shift starts at zero, so a new layer is a plain LayerNorm.
+
+    x: (B, T, d); cond: (B, d_cond) -> (B, T, d). Parameters:
+    to_scale_shift.weight (2d, d_cond), to_scale_shift.bias (2d,).
+    """
+
+    def __init__(self, d_model, d_cond, eps=1e-5):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=eps, elementwise_affine=False)
+        self.to_scale_shift = nn.Linear(d_cond, 2 * d_model)
+        nn.init.zeros_(self.to_scale_shift.weight)
+        nn.init.zeros_(self.to_scale_shift.bias)
+
+    def forward(self, x, cond):
+        gamma, beta = self.to_scale_shift(cond).unsqueeze(1).chunk(2, dim=-1)  # B, 1, d each
+        return self.norm(x) * (1 + gamma) + beta
+
+
+def timestep_embedding(t, dim, max_period=10_000.0):
+    """Sinusoidal features of time steps t (B,) -> (B, dim), as in diffusion models."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float64) / half)
+    angles = t.double()[:, None] * freqs[None]  # B, half
+    return torch.cat([angles.cos(), angles.sin()], dim=-1).to(torch.get_default_dtype())

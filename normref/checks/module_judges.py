@@ -1,0 +1,676 @@
+"""Unit 03 checks, the grader-facing half: cases for MyLayerNorm and verdicts.
+
+A case names the constructor call (normalized_shape and how it is passed:
+int, tuple, list or torch.Size; only the flags the case sets), the values to
+put into gamma and beta, and the inputs. The reference is
+normref.torch_ref.LayerNorm, run in float64. torch is imported on first use,
+so that loading the judges of other units stays fast.
+"""
+
+import re
+
+import numpy as np
+
+from normref.checks._registry import Check
+from normref.checks.tolerances import matches, mismatch
+
+# ----- building cases -------------------------------------------------------
+
+
+def _case(normalized_shape, kind="tuple", **entries):
+    """A case dict: the constructor's arguments plus arrays to use.
+
+    `kind` is how normalized_shape is passed (int, tuple, list, size);
+    entries named eps, elementwise_affine or bias become constructor
+    arguments, everything else is data for the probe.
+    """
+    case = {
+        "normalized_shape": np.array(normalized_shape, dtype=np.int64).reshape(-1),
+        "shape_kind": np.array(kind),
+    }
+    for key, value in entries.items():
+        case[key] = np.asarray(value)
+    return case
+
+
+def _random_affine(rng, shape, dtype=np.float32):
+    return {
+        "set_weight": rng.normal(1.0, 0.5, size=shape).astype(dtype),
+        "set_bias": rng.normal(0.0, 0.5, size=shape).astype(dtype),
+    }
+
+
+def _parameter_cases(rng):
+    return [
+        ("MyLayerNorm(8)", _case(8, "int")),
+        ("MyLayerNorm(512), the width of the lesson's hidden states", _case(512, "int")),
+        ("MyLayerNorm((3, 4))", _case((3, 4), "tuple")),
+        ("MyLayerNorm([2, 3, 5]), a list", _case((2, 3, 5), "list")),
+        ("MyLayerNorm(torch.Size([6]))", _case(6, "size")),
+    ]
+
+
+def _identity_affine(shape, dtype=np.float32):
+    """gamma = 1 and beta = 0, set explicitly: the forward checks do not rely
+    on the initial values, which the parameters check grades."""
+    return {"set_weight": np.ones(shape, dtype), "set_bias": np.zeros(shape, dtype)}
+
+
+def _forward_cases(rng):
+    constant_token = rng.normal(size=(3, 8)).astype(np.float32)
+    constant_token[1] = 4.0
+    return [
+        (
+            "MyLayerNorm(8) on a batch of 4 tokens, gamma = 1, beta = 0",
+            _case(8, "int", x=rng.normal(size=(4, 8)).astype(np.float32), **_identity_affine(8)),
+        ),
+        (
+            "MyLayerNorm(6) on a single token of shape (6,)",
+            _case(
+                6,
+                "int",
+                x=rng.normal(2.0, 3.0, size=6).astype(np.float32),
+                **_random_affine(rng, 6),
+            ),
+        ),
+        (
+            "MyLayerNorm(16) on (batch 2, sequence 5, features 16) with random gamma, beta",
+            _case(
+                16,
+                "int",
+                x=rng.normal(1.0, 2.0, size=(2, 5, 16)).astype(np.float32),
+                **_random_affine(rng, 16),
+            ),
+        ),
+        (
+            "MyLayerNorm(8) on a batch whose second token is constant, beta random",
+            _case(8, "int", x=constant_token, **_random_affine(rng, 8)),
+        ),
+        (
+            "MyLayerNorm((3, 4)) on (2, 3, 4) with random gamma, beta",
+            _case(
+                (3, 4),
+                "tuple",
+                x=rng.normal(size=(2, 3, 4)).astype(np.float32),
+                **_random_affine(rng, (3, 4)),
+            ),
+        ),
+        (
+            "MyLayerNorm([2, 3, 4]) on (2, 2, 3, 4), a list",
+            _case(
+                (2, 3, 4),
+                "list",
+                x=rng.normal(-1.0, 2.0, size=(2, 2, 3, 4)).astype(np.float32),
+                **_random_affine(rng, (2, 3, 4)),
+            ),
+        ),
+        (
+            "MyLayerNorm(torch.Size([5, 6])) on (2, 3, 5, 6) with an offset of 10",
+            _case(
+                (5, 6),
+                "size",
+                x=(10 + rng.normal(size=(2, 3, 5, 6))).astype(np.float32),
+                **_identity_affine((5, 6)),
+            ),
+        ),
+        (
+            "MyLayerNorm((4, 5), eps=1e-5) in float64 on (3, 4, 5)",
+            _case(
+                (4, 5),
+                "tuple",
+                eps=1e-5,
+                x=rng.normal(size=(3, 4, 5)),
+                **_random_affine(rng, (4, 5), np.float64),
+            ),
+        ),
+    ]
+
+
+def _flag_cases(rng):
+    tiny_spread = (0.001 * np.array([[2.0, 4.0, 6.0, 8.0], [1.0, -1.0, 3.0, 0.0]])).astype(
+        np.float32
+    )
+    return [
+        (
+            "MyLayerNorm(4) with the default eps on tokens of tiny spread (0.001 * [2, 4, 6, 8])",
+            _case(4, "int", x=tiny_spread, **_identity_affine(4)),
+        ),
+        (
+            "MyLayerNorm(8, eps=0.5)",
+            _case(
+                8,
+                "int",
+                eps=0.5,
+                x=rng.normal(size=(3, 8)).astype(np.float32),
+                **_random_affine(rng, 8),
+            ),
+        ),
+        (
+            "MyLayerNorm((2, 4), eps=1e-3) on tokens of small spread",
+            _case(
+                (2, 4),
+                "tuple",
+                eps=1e-3,
+                x=(0.02 * rng.normal(size=(3, 2, 4))).astype(np.float32),
+                **_random_affine(rng, (2, 4)),
+            ),
+        ),
+        (
+            "MyLayerNorm(8, elementwise_affine=False)",
+            _case(
+                8,
+                "int",
+                elementwise_affine=False,
+                x=rng.normal(3.0, 2.0, size=(2, 3, 8)).astype(np.float32),
+            ),
+        ),
+        (
+            "MyLayerNorm((3, 4), eps=0.1, elementwise_affine=False)",
+            _case(
+                (3, 4),
+                "tuple",
+                eps=0.1,
+                elementwise_affine=False,
+                x=rng.normal(size=(2, 3, 4)).astype(np.float32),
+            ),
+        ),
+        (
+            "MyLayerNorm(8, bias=False) with random gamma",
+            _case(
+                8,
+                "int",
+                bias=False,
+                x=rng.normal(size=(4, 8)).astype(np.float32),
+                set_weight=rng.normal(1.0, 0.5, size=8).astype(np.float32),
+            ),
+        ),
+        (
+            "MyLayerNorm((2, 3), bias=False) with random gamma",
+            _case(
+                (2, 3),
+                "tuple",
+                bias=False,
+                x=rng.normal(size=(4, 2, 3)).astype(np.float32),
+                set_weight=rng.normal(1.0, 0.5, size=(2, 3)).astype(np.float32),
+            ),
+        ),
+        (
+            "MyLayerNorm(8, elementwise_affine=False, bias=False)",
+            _case(
+                8,
+                "int",
+                elementwise_affine=False,
+                bias=False,
+                x=rng.normal(size=(2, 8)).astype(np.float32),
+            ),
+        ),
+    ]
+
+
+def _state_dict_case(rng, normalized_shape, kind):
+    shape = np.array(normalized_shape).reshape(-1)
+    values = {
+        name: rng.normal(size=shape).astype(np.float32)
+        for name in ("torch_weight", "torch_bias", "my_weight", "my_bias")
+    }
+    return _case(normalized_shape, kind, **values)
+
+
+def _state_dict_cases(rng):
+    return [
+        ("MyLayerNorm(8) <-> nn.LayerNorm(8)", _state_dict_case(rng, 8, "int")),
+        ("MyLayerNorm((3, 4)) <-> nn.LayerNorm((3, 4))", _state_dict_case(rng, (3, 4), "tuple")),
+    ]
+
+
+def _autograd_cases(rng):
+    return [
+        (
+            "MyLayerNorm(8, eps=1e-5) on a batch of 3 tokens, float64",
+            _case(
+                8,
+                "int",
+                eps=1e-5,
+                x=rng.normal(size=(3, 8)),
+                upstream=rng.normal(size=(3, 8)),
+                **_random_affine(rng, 8, np.float64),
+            ),
+        ),
+        (
+            "MyLayerNorm(16) on (batch 2, sequence 4, features 16), float32",
+            _case(
+                16,
+                "int",
+                x=rng.normal(size=(2, 4, 16)).astype(np.float32),
+                upstream=rng.normal(size=(2, 4, 16)).astype(np.float32),
+                **_random_affine(rng, 16),
+            ),
+        ),
+        (
+            "MyLayerNorm((2, 3), eps=1e-5) on (4, 2, 3), float64",
+            _case(
+                (2, 3),
+                "tuple",
+                eps=1e-5,
+                x=rng.normal(size=(4, 2, 3)),
+                upstream=rng.normal(size=(4, 2, 3)),
+                **_random_affine(rng, (2, 3), np.float64),
+            ),
+        ),
+    ]
+
+
+def _shape_error_cases(rng):
+    def call(normalized_shape, kind, x_shape, **flags):
+        return _case(normalized_shape, kind, x_shape=np.array(x_shape, dtype=np.int64), **flags)
+
+    return [
+        ("MyLayerNorm((3, 4)) on an input of shape (2, 5, 4)", call((3, 4), "tuple", (2, 5, 4))),
+        ("MyLayerNorm(6) on an input of shape (2, 3, 5)", call(6, "int", (2, 3, 5))),
+        (
+            "MyLayerNorm((3, 4)) on an input of shape (2, 4, 3), same size, dims swapped",
+            call((3, 4), "tuple", (2, 4, 3)),
+        ),
+        (
+            "MyLayerNorm((3, 4)) on an input of shape (12,), too few dims",
+            call((3, 4), "tuple", (12,)),
+        ),
+        (
+            "MyLayerNorm(8, elementwise_affine=False) on an input of shape (4, 6)",
+            call(8, "int", (4, 6), elementwise_affine=False),
+        ),
+        (
+            "MyLayerNorm((3, 4)) on a valid input of shape (2, 2, 3, 4)",
+            call((3, 4), "tuple", (2, 2, 3, 4)),
+        ),
+    ]
+
+
+# ----- the reference ---------------------------------------------------------
+
+
+def _constructor_arguments(case):
+    dims = tuple(int(n) for n in case["normalized_shape"])
+    shape = dims[0] if str(case["shape_kind"]) == "int" else dims
+    flags = {}
+    if "eps" in case:
+        flags["eps"] = float(case["eps"])
+    for flag in ("elementwise_affine", "bias"):
+        if flag in case:
+            flags[flag] = bool(case[flag])
+    return shape, flags
+
+
+def _reference_module(case):
+    """normref's LayerNorm for the case, in float64, with the case's gamma/beta."""
+    import torch
+
+    from normref.torch_ref import LayerNorm
+
+    shape, flags = _constructor_arguments(case)
+    module = LayerNorm(shape, **flags).double()
+    with torch.no_grad():
+        if "set_weight" in case:
+            module.weight.copy_(torch.from_numpy(np.asarray(case["set_weight"], np.float64)))
+        if "set_bias" in case:
+            module.bias.copy_(torch.from_numpy(np.asarray(case["set_bias"], np.float64)))
+    return module
+
+
+def _reference_output(case):
+    import torch
+
+    with torch.no_grad():
+        x = torch.from_numpy(np.asarray(case["x"], np.float64))
+        return _reference_module(case)(x).numpy()
+
+
+def _expected_parameters(case):
+    module = _reference_module(case)
+    params = dict(module.named_parameters())
+    return {
+        "names": ",".join(params),
+        "shapes": ";".join(f"{n}={list(p.shape)}" for n, p in params.items()),
+    }
+
+
+def _text(output, key):
+    return str(output[key]) if key in output else ""
+
+
+def _split(text, sep=","):
+    return [item for item in text.split(sep) if item]
+
+
+# ----- judging parameters ----------------------------------------------------
+
+
+def _naming_problem(case, output):
+    """None when the parameter names match nn.LayerNorm's, else why not."""
+    expected = _expected_parameters(case)["names"]
+    got = _text(output, "names")
+    if got == expected:
+        return None
+    want, have = _split(expected), _split(got)
+    state_keys = _split(_text(output, "state_keys"))
+    if not want:
+        return (
+            f"with elementwise_affine=False nn.LayerNorm has no parameters, but your "
+            f"module has {have}: create none (set self.weight = self.bias = None)"
+        )
+    if want == ["weight"] and "bias" in have:
+        return (
+            "with bias=False nn.LayerNorm has only a weight (gamma); your module also "
+            "creates a bias. Leave it out (set self.bias = None, or "
+            "self.register_parameter('bias', None))"
+        )
+    if not have and set(want) <= set(state_keys):
+        return (
+            "weight and bias are in your state_dict but are not parameters (buffers?): "
+            "wrap them in nn.Parameter so that optimizers train them"
+        )
+    if not have:
+        return (
+            f"your module has no parameters; nn.LayerNorm has {want}. Wrap gamma "
+            "and beta in nn.Parameter and assign them to self.weight and self.bias"
+        )
+    if len(have) == len(want):
+        return (
+            f"your parameters are named {have}; nn.LayerNorm names them {want}. "
+            "The names are the state_dict keys, so they must match"
+        )
+    return f"your module's parameters are {have}; nn.LayerNorm's are {want}"
+
+
+def _judge_parameters(case, output):
+    problem = _naming_problem(case, output)
+    if problem:
+        return problem
+    expected = _expected_parameters(case)
+    if _text(output, "shapes") != expected["shapes"]:
+        return (
+            f"your parameter shapes are {_text(output, 'shapes')}; expected "
+            f"{expected['shapes']}: gamma and beta have exactly the shape "
+            "normalized_shape (an int d means (d,))"
+        )
+    names = _split(expected["names"])
+    dtypes = _text(output, "dtypes")
+    if dtypes != ";".join(f"{n}=float32" for n in names):
+        return (
+            f"your parameters have dtypes {dtypes}; nn.LayerNorm's are float32, "
+            "torch's default (torch.ones(shape) gives it)"
+        )
+    frozen = sorted(set(names) - set(_split(_text(output, "trainable"))))
+    if frozen:
+        return f"{frozen} do not require gradients: nn.Parameter(...) should leave requires_grad on"
+    shape = tuple(int(n) for n in case["normalized_shape"])
+    starts = {
+        "weight": (np.ones(shape), "gamma starts at 1"),
+        "bias": (np.zeros(shape), "beta starts at 0"),
+    }
+    for name in names:
+        value, rule = starts[name]
+        problem = mismatch(
+            output.get(f"initial_{name}"), value, dtype="float32", what=f"the initial {name}"
+        )
+        if problem:
+            return f"{problem}; {rule}, as in nn.LayerNorm"
+    if _split(_text(output, "state_keys")) != names:
+        return (
+            f"your state_dict holds {_split(_text(output, 'state_keys'))}; nn.LayerNorm's "
+            f"holds {names}. Keep other values (eps, the shape) as plain attributes "
+            "or non-persistent buffers"
+        )
+    return None
+
+
+# ----- judging outputs -------------------------------------------------------
+
+
+def _normalized(x, axes, eps, correction=0):
+    n = int(np.prod([x.shape[a] for a in axes]))
+    mu = x.mean(axis=axes, keepdims=True)
+    var = ((x - mu) ** 2).sum(axis=axes, keepdims=True) / max(n - correction, 1)
+    return (x - mu) / np.sqrt(var + eps)
+
+
+def _likely_forward_mistake(case, y):
+    """Name the slip whose output `y` reproduces, if any."""
+    x = np.asarray(case["x"], np.float64)
+    shape, flags = _constructor_arguments(case)
+    eps = flags.get("eps", 1e-5)
+    k = len(case["normalized_shape"])
+    trailing = tuple(range(x.ndim - k, x.ndim))
+    gamma = np.asarray(case.get("set_weight", 1.0), np.float64)
+    beta = np.asarray(case.get("set_bias", 0.0), np.float64)
+    if flags.get("elementwise_affine") is False:
+        gamma, beta = 1.0, 0.0
+    elif flags.get("bias") is False:
+        beta = 0.0
+
+    def affine(x_hat):
+        return gamma * x_hat + beta
+
+    mu = x.mean(axis=trailing, keepdims=True)
+    var = x.var(axis=trailing, keepdims=True)
+    candidates = {
+        "the variance divides by the number of elements n, not n - 1 "
+        "(torch.var's default is unbiased: pass correction=0 or unbiased=False)": affine(
+            _normalized(x, trailing, eps, correction=1)
+        ),
+        "eps goes inside the square root: (x - mean) / sqrt(var + eps)": affine(
+            (x - mu) / (np.sqrt(var) + eps)
+        ),
+        "eps is missing: add it to the variance before the square root": affine(
+            (x - mu) / np.sqrt(var)
+        ),
+        "gamma scales and beta shifts: weight * x_hat + bias": beta * (x - mu) / np.sqrt(var + eps)
+        + gamma,
+        "gamma and beta are not applied: multiply by self.weight, then add self.bias": _normalized(
+            x, trailing, eps
+        ),
+    }
+    if "eps" in flags:
+        candidates[f"use the eps you were given ({flags['eps']:g}), not a fixed 1e-5"] = affine(
+            _normalized(x, trailing, 1e-5)
+        )
+    else:
+        for wrong_default in (1e-6, 1e-8, 1e-12, 0.0, 1e-3):
+            candidates[f"the default eps is 1e-5, not {wrong_default:g}"] = affine(
+                _normalized(x, trailing, wrong_default)
+            )
+    if k > 1:
+        candidates[
+            "normalize over all the trailing dims in normalized_shape "
+            f"(the last {k}), not only the last one"
+        ] = affine(_normalized(x, (-1,), eps))
+    if x.ndim > k:
+        candidates[
+            "take the statistics over the trailing normalized_shape dims only, never over the batch"
+        ] = affine(_normalized(x, tuple(range(x.ndim)), eps))
+    if x.ndim > k + 1:
+        candidates[
+            "take the statistics over the trailing normalized_shape dims only, "
+            "not over everything but the first dim"
+        ] = affine(_normalized(x, tuple(range(1, x.ndim)), eps))
+    with np.errstate(all="ignore"):
+        for hint, wrong in candidates.items():
+            if np.shape(y) == wrong.shape and matches(y, wrong, dtype=x.dtype):
+                return hint
+    return None
+
+
+def _output_problem(case, output):
+    x = case["x"]
+    expected = _reference_output(case)
+    problem = mismatch(output["y"], expected, dtype=x.dtype, what="your output")
+    if problem:
+        hint = _likely_forward_mistake(case, output["y"])
+        return problem + (f". Hint: {hint}" if hint else "")
+    want = f"torch.{np.dtype(x.dtype).name}"
+    if _text(output, "y_dtype") != want:
+        return (
+            f"your output's dtype is {_text(output, 'y_dtype')}; for a {want} input "
+            f"nn.LayerNorm returns {want} (return a tensor of the input's dtype)"
+        )
+    return None
+
+
+def _judge_forward(case, output):
+    return _output_problem(case, output)
+
+
+def _judge_flags(case, output):
+    # the number of parameters is this check's business; their names are
+    # the parameters check's, so a misnamed gamma costs its points only
+    wanted = _split(_expected_parameters(case)["names"])
+    if len(_split(_text(output, "names"))) != len(wanted):
+        return _naming_problem(case, output)
+    return _output_problem(case, output)
+
+
+# ----- judging state_dict and gradients ----------------------------------------
+
+
+def _judge_state_dict(case, output):
+    expected_keys = _split(_expected_parameters(case)["names"])
+    keys = _split(_text(output, "state_keys"))
+    for direction, key in (
+        ("nn.LayerNorm's state_dict into your module", "into_mine_error"),
+        ("your state_dict into nn.LayerNorm", "into_torch_error"),
+    ):
+        if key in output:
+            return (
+                f"loading {direction} failed: {_text(output, key).rstrip(' .')}. "
+                f"Your state_dict "
+                f"holds {keys}; nn.LayerNorm's holds {expected_keys} with the shape "
+                "normalized_shape"
+            )
+    for name in ("weight", "bias"):
+        loaded = mismatch(
+            output.get(f"mine_{name}"),
+            case[f"torch_{name}"],
+            dtype="float32",
+            what=f"your {name} after loading nn.LayerNorm's state_dict",
+        )
+        saved = mismatch(
+            output.get(f"torch_{name}"),
+            case[f"my_{name}"],
+            dtype="float32",
+            what=f"nn.LayerNorm's {name} after loading your state_dict",
+        )
+        if loaded or saved:
+            return loaded or saved
+    return None
+
+
+def _reference_gradients(case):
+    import torch
+
+    module = _reference_module(case)
+    x = torch.from_numpy(np.asarray(case["x"], np.float64)).requires_grad_(True)
+    upstream = torch.from_numpy(np.asarray(case["upstream"], np.float64))
+    (module(x) * upstream).sum().backward()
+    return {
+        "x_grad": x.grad.numpy(),
+        "weight_grad": module.weight.grad.numpy(),
+        "bias_grad": module.bias.grad.numpy(),
+    }
+
+
+_NO_GRADIENT = {
+    "x_grad": "no gradient reached the input x: keep the forward pass in torch "
+    "(no .numpy(), .item(), .detach() or torch.no_grad())",
+    "weight_grad": "weight (gamma) got no gradient: make it an nn.Parameter and use it in forward",
+    "bias_grad": "bias (beta) got no gradient: make it an nn.Parameter and use it in forward",
+}
+
+
+def _judge_autograd(case, output):
+    missing = _text(output, "missing")
+    if missing.startswith("all"):
+        return (
+            missing.split(": ", 1)[1] + ": compute the output with torch operations on "
+            "the input and the parameters, without detaching"
+        )
+    if missing:
+        return _NO_GRADIENT[_split(missing)[0]]
+    expected = _reference_gradients(case)
+    dtype = np.asarray(case["x"]).dtype
+    for key, what in (
+        ("x_grad", "the gradient with respect to x"),
+        ("weight_grad", "the gradient with respect to weight"),
+        ("bias_grad", "the gradient with respect to bias"),
+    ):
+        problem = mismatch(output[key], expected[key], dtype=dtype, what=what)
+        if problem:
+            return problem + (
+                ". The forward pass itself may be off: run the forward check"
+                if key != "bias_grad"
+                else ""
+            )
+    return None
+
+
+# ----- judging the error on a mismatched input ----------------------------------
+
+
+def _mentions(message, dims):
+    """Does the message's list of integers hold `dims` as a contiguous run?"""
+    numbers = [int(n) for n in re.findall(r"\d+", message)]
+    dims = list(dims)
+    return any(numbers[i : i + len(dims)] == dims for i in range(len(numbers) - len(dims) + 1))
+
+
+def _judge_shape_error(case, output):
+    normalized = [int(n) for n in case["normalized_shape"]]
+    x_shape = [int(n) for n in case["x_shape"]]
+    k = len(normalized)
+    valid = len(x_shape) >= k and x_shape[len(x_shape) - k :] == normalized
+    raised = bool(output["raised"])
+    error = f"{_text(output, 'error_type')}: {_text(output, 'message')}"
+    if valid:
+        if raised:
+            return (
+                f"your module raised {error} on an input of shape {x_shape}, whose "
+                f"trailing dims are {normalized}: any number of leading dims is fine"
+            )
+        return None
+    if not raised:
+        hint = ""
+        if int(np.prod(x_shape[-k:])) == int(np.prod(normalized)) and len(x_shape) >= k:
+            hint = " (its trailing dims hold the same number of elements, but not the same shape)"
+        return (
+            f"your module returned an output for an input of shape {x_shape}{hint} "
+            f"although normalized_shape is {normalized}: raise an error when the last "
+            f"{k} dims of the input are not exactly normalized_shape"
+        )
+    if _text(output, "error_type") == "NotImplementedError":
+        return f"your module raised {error}: the forward pass is not written yet"
+    if "must match the size of tensor" in _text(output, "message"):
+        return (
+            f"your module raised {error}. That error comes from inside the "
+            "computation (gamma does not broadcast); check the input's shape first "
+            "and raise an error that names both shapes"
+        )
+    if not (
+        _mentions(_text(output, "message"), normalized)
+        and _mentions(_text(output, "message"), x_shape)
+    ):
+        return (
+            f"your module raised {error}; a clear message names both the expected "
+            f"trailing shape {normalized} and the input's shape {x_shape}, as torch's "
+            'does ("Given normalized_shape=[...], expected input with shape [*, ...], '
+            'but got input of size[...]")'
+        )
+    return None
+
+
+CHECKS = {
+    "my_layer_norm_parameters": Check(_parameter_cases, _judge_parameters),
+    "my_layer_norm_forward": Check(_forward_cases, _judge_forward),
+    "my_layer_norm_flags": Check(_flag_cases, _judge_flags),
+    "my_layer_norm_state_dict": Check(_state_dict_cases, _judge_state_dict),
+    "my_layer_norm_autograd": Check(_autograd_cases, _judge_autograd),
+    "my_layer_norm_shape_error": Check(_shape_error_cases, _judge_shape_error),
+}

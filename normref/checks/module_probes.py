@@ -1,0 +1,223 @@
+"""Unit 03 checks, the student-facing half: how a `MyLayerNorm` class is probed.
+
+Every probe builds the student's module from a case's constructor arguments
+and reports plain arrays: parameter names and shapes as text, values,
+outputs, gradients, error messages. torch itself (nn.LayerNorm included) may
+be used here: it is the library the student's module must agree with, not
+the course's reference. torch is imported inside the probes so that checks
+of other units do not pay for importing it.
+"""
+
+import numpy as np
+
+from normref.checks._runner import run_check
+
+MAX_MESSAGE = 2000
+
+
+def _shape_argument(case):
+    """normalized_shape as the student's constructor receives it."""
+    import torch
+
+    dims = [int(n) for n in case["normalized_shape"]]
+    kind = str(case["shape_kind"])
+    if kind == "int":
+        return dims[0]
+    return {"tuple": tuple, "list": list, "size": torch.Size}[kind](dims)
+
+
+def _keyword_arguments(case):
+    """Only the flags a case names are passed, so defaults get tested too."""
+    kwargs = {}
+    if "eps" in case:
+        kwargs["eps"] = float(case["eps"])
+    for flag in ("elementwise_affine", "bias"):
+        if flag in case:
+            kwargs[flag] = bool(case[flag])
+    return kwargs
+
+
+def _construct(MyLayerNorm, case):
+    from torch import nn
+
+    module = MyLayerNorm(_shape_argument(case), **_keyword_arguments(case))
+    if not isinstance(module, nn.Module):
+        raise TypeError(
+            "MyLayerNorm must subclass torch.nn.Module (class MyLayerNorm(nn.Module): ...)"
+        )
+    return module
+
+
+def _affine_parameters(module):
+    """(gamma, beta) of the student's module: by name when it uses torch's
+    names, else in the order they were registered (so a misnamed parameter
+    costs the points of the naming checks only)."""
+    import torch
+
+    named = dict(module.named_parameters())
+    if "weight" in named:
+        return named["weight"], named.get("bias")
+    found = [p for p in module.parameters() if isinstance(p, torch.Tensor)]
+    return (found + [None, None])[:2]
+
+
+def _set_affine(module, weight, bias):
+    import torch
+
+    gamma, beta = _affine_parameters(module)
+    with torch.no_grad():
+        if weight is not None:
+            if gamma is None:
+                raise AttributeError("the module has no parameters to hold weight (gamma)")
+            gamma.copy_(torch.as_tensor(weight))
+        if bias is not None:
+            if beta is None:
+                raise AttributeError("the module has no second parameter to hold bias (beta)")
+            beta.copy_(torch.as_tensor(bias))
+
+
+def _describe_parameters(module):
+    params = dict(module.named_parameters())
+    report = {
+        "names": np.array(",".join(params)),
+        "shapes": np.array(";".join(f"{n}={list(p.shape)}" for n, p in params.items())),
+        "dtypes": np.array(
+            ";".join(f"{n}={str(p.dtype).replace('torch.', '')}" for n, p in params.items())
+        ),
+        "trainable": np.array(",".join(n for n, p in params.items() if p.requires_grad)),
+        "state_keys": np.array(",".join(module.state_dict())),
+    }
+    for name in ("weight", "bias"):
+        if name in params:
+            report[f"initial_{name}"] = params[name]
+    return report
+
+
+def _run_forward(module, case):
+    """The module's output on case["x"] (a float64 input runs in float64)."""
+    import torch
+
+    x = torch.tensor(case["x"])
+    if x.dtype == torch.float64:
+        module = module.double()
+    _set_affine(module, case.get("set_weight"), case.get("set_bias"))
+    with torch.no_grad():
+        y = module(x)
+    return {"y": y, "y_dtype": np.array(str(getattr(y, "dtype", type(y).__name__)))}
+
+
+def _probe_module(MyLayerNorm, case):
+    module = _construct(MyLayerNorm, case)
+    report = _describe_parameters(module)
+    if "x" in case:
+        report.update(_run_forward(module, case))
+    return report
+
+
+def _error_text(exc):
+    return np.array(f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE])
+
+
+def _probe_state_dict(MyLayerNorm, case):
+    """Load nn.LayerNorm's state_dict into the student's module and back."""
+    import torch
+    from torch import nn
+
+    shape = _shape_argument(case)
+    mine = _construct(MyLayerNorm, case)
+    report = {"state_keys": np.array(",".join(mine.state_dict()))}
+
+    theirs = nn.LayerNorm(shape)
+    _set_affine(theirs, case["torch_weight"], case["torch_bias"])
+    try:
+        mine.load_state_dict(theirs.state_dict())
+        loaded = mine.state_dict()
+        report["mine_weight"] = loaded["weight"]
+        report["mine_bias"] = loaded["bias"]
+    except Exception as exc:  # the student's module may refuse torch's keys
+        report["into_mine_error"] = _error_text(exc)
+
+    mine = _construct(MyLayerNorm, case)
+    _set_affine(mine, case["my_weight"], case["my_bias"])
+    fresh = nn.LayerNorm(shape)
+    try:
+        fresh.load_state_dict(mine.state_dict())
+        with torch.no_grad():
+            report["torch_weight"] = fresh.weight.clone()
+            report["torch_bias"] = fresh.bias.clone()
+    except Exception as exc:
+        report["into_torch_error"] = _error_text(exc)
+    return report
+
+
+def _probe_autograd(MyLayerNorm, case):
+    """Gradients of sum(upstream * module(x)) with respect to x, gamma, beta."""
+    import torch
+
+    module = _construct(MyLayerNorm, case)
+    x = torch.tensor(case["x"])
+    if x.dtype == torch.float64:
+        module = module.double()
+    _set_affine(module, case["set_weight"], case["set_bias"])
+    x.requires_grad_(True)
+    y = module(x)
+    if not isinstance(y, torch.Tensor) or not y.requires_grad:
+        return {"missing": np.array("all: the output is not connected to the autograd graph")}
+    (y * torch.tensor(case["upstream"])).sum().backward()
+    gamma, beta = _affine_parameters(module)
+    report, missing = {}, []
+    for key, tensor in (("x_grad", x), ("weight_grad", gamma), ("bias_grad", beta)):
+        if tensor is None or tensor.grad is None:
+            missing.append(key)
+        else:
+            report[key] = tensor.grad
+    report["missing"] = np.array(",".join(missing))
+    return report
+
+
+def _probe_shape_error(MyLayerNorm, case):
+    """Call the module on an input of case["x_shape"]; report any error."""
+    import torch
+
+    module = _construct(MyLayerNorm, case)
+    shape = tuple(int(n) for n in case["x_shape"])
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    try:
+        module(x)
+    except Exception as exc:  # the error is what is being checked
+        return {
+            "raised": np.array(True),
+            "error_type": np.array(type(exc).__name__),
+            "message": np.array(str(exc)[:MAX_MESSAGE]),
+        }
+    return {"raised": np.array(False)}
+
+
+def check_my_layer_norm_parameters(MyLayerNorm):
+    """Check MyLayerNorm's parameters: names, shapes, dtype, initial values."""
+    run_check("my_layer_norm_parameters", MyLayerNorm, _probe_module)
+
+
+def check_my_layer_norm_forward(MyLayerNorm):
+    """Check MyLayerNorm(...)(x) against nn.LayerNorm for int and tuple shapes."""
+    run_check("my_layer_norm_forward", MyLayerNorm, _probe_module)
+
+
+def check_my_layer_norm_flags(MyLayerNorm):
+    """Check the eps, elementwise_affine and bias arguments of MyLayerNorm."""
+    run_check("my_layer_norm_flags", MyLayerNorm, _probe_module)
+
+
+def check_my_layer_norm_state_dict(MyLayerNorm):
+    """Check that state_dicts move between MyLayerNorm and nn.LayerNorm."""
+    run_check("my_layer_norm_state_dict", MyLayerNorm, _probe_state_dict)
+
+
+def check_my_layer_norm_autograd(MyLayerNorm):
+    """Check the gradients MyLayerNorm gives to its input, weight and bias."""
+    run_check("my_layer_norm_autograd", MyLayerNorm, _probe_autograd)
+
+
+def check_my_layer_norm_shape_error(MyLayerNorm):
+    """Check that MyLayerNorm refuses a mismatched input with a clear message."""
+    run_check("my_layer_norm_shape_error", MyLayerNorm, _probe_shape_error)

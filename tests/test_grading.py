@@ -1,0 +1,137 @@
+"""The grading pipeline, end to end and piece by piece."""
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import nbformat
+import pytest
+
+from autograder.cli import example_assignments
+from autograder.collect import collect, student_id_from
+from autograder.course import EXAMPLES_DIR, Course
+from autograder.forbidden import violations
+from autograder.merge import merge_handin
+from conftest import REPO
+
+
+@pytest.mark.parametrize("assignment", example_assignments())
+def test_sample_class_grades_to_expected_scores_through_the_cli(assignment, venv_env):
+    """Every sample student gets exactly the expected points in every cell."""
+    done = subprocess.run(
+        [sys.executable, "-m", "autograder", "grade-examples", assignment,
+         "--cell-timeout", "15"],
+        cwd=REPO, capture_output=True, text=True, env=venv_env, timeout=1200)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "MISMATCH" not in done.stdout
+
+
+@pytest.fixture
+def course(tmp_path):
+    for part in ("source", "release"):
+        shutil.copytree(REPO / part / "01_the_recipe", tmp_path / part / "01_the_recipe")
+    return Course(tmp_path)
+
+
+def _handin(name):
+    return EXAMPLES_DIR / "01_the_recipe" / f"{name}.ipynb"
+
+
+def test_grades_csv_lists_every_student_even_unreadable_ones(course, venv_env):
+    folder = course.root / "inbox"
+    folder.mkdir()
+    shutil.copy(_handin("ada_perfect"), folder / "ada.ipynb")
+    (folder / "broken.ipynb").write_text('{"cells": [')
+    (folder / "empty.ipynb").write_text("")
+    done = subprocess.run([sys.executable, "-m", "autograder", "collect", "01_the_recipe",
+                           str(folder), "--course", str(course.root)],
+                          capture_output=True, text=True, env=venv_env)
+    assert "collected 3" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "autograder", "grade", "01_the_recipe",
+                           "--course", str(course.root)],
+                          capture_output=True, text=True, env=venv_env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = (course.reports / "01_the_recipe" / "grades.csv").read_text().splitlines()
+    assert rows[0] == "student_id,score,max_score,status,reason,flags"
+    by_student = {row.split(",")[0]: row for row in rows[1:]}
+    assert set(by_student) == {"ada", "broken", "empty"}
+    assert by_student["ada"].startswith("ada,8,8,graded")
+    assert by_student["broken"].startswith("broken,0,8,invalid,not a readable notebook")
+    assert by_student["empty"].startswith("empty,0,8,invalid")
+    feedback = (course.reports / "01_the_recipe" / "feedback" / "ada.html").read_text()
+    assert "layer_norm_batches: all 6 cases passed" in feedback
+    gradescope = json.loads(
+        (course.reports / "01_the_recipe" / "gradescope" / "ada.json").read_text())
+    assert gradescope["score"] == 8
+    assert {t["name"] for t in gradescope["tests"]} >= {"ln_handles_batches"}
+
+
+def test_handins_are_kept_byte_for_byte_and_regrading_skips_unchanged(course):
+    from autograder.grade import grade_assignment, sha256
+    from autograder.runner import RunSettings
+
+    collect(course=course, assignment="01_the_recipe",
+            source_path=EXAMPLES_DIR / "01_the_recipe")
+    before = {p: sha256(p) for p in course.submitted.rglob("*.ipynb")}
+    settings = RunSettings(cell_timeout=10)
+    first = grade_assignment(course=course, assignment="01_the_recipe", settings=settings)
+    assert {p: sha256(p) for p in course.submitted.rglob("*.ipynb")} == before
+    result = course.autograded / "ada_perfect" / "01_the_recipe" / "result.json"
+    stamp = result.stat().st_mtime_ns
+    second = grade_assignment(course=course, assignment="01_the_recipe", settings=settings)
+    assert result.stat().st_mtime_ns == stamp
+    assert [r["score"] for r in first] == [r["score"] for r in second]
+
+
+def test_merge_restores_instructor_cells_and_keeps_student_cells():
+    source = nbformat.read(REPO / "source/01_the_recipe/01_the_recipe.ipynb", as_version=4)
+    release = nbformat.read(REPO / "release/01_the_recipe/01_the_recipe.ipynb", as_version=4)
+    handin = nbformat.read(_handin("gus_edited_tests"), as_version=4)
+    handin.cells = [c for c in handin.cells
+                    if c.metadata.get("nbgrader", {}).get("grade_id") != "token_var_correct"]
+    handin.cells.insert(3, nbformat.v4.new_code_cell("helper = 1"))
+    merged, notes = merge_handin(source_nb=source, release_nb=release, handin_nb=handin)
+    text = "\n".join(c.source for c in merged.cells)
+    assert "check_layer_norm_batches(layer_norm)" in text
+    assert "check_token_var(token_var)" in text
+    assert "helper = 1" in text
+    assert "x.var() + eps" in text  # the student's own answer is kept
+    assert any("ln_handles_batches was edited" in n for n in notes)
+    assert any("token_var_correct was deleted" in n for n in notes)
+
+
+def test_forbidden_calls_are_found_through_aliases():
+    policy = {"ln": ["torch.nn.functional.layer_norm", "torch.nn.LayerNorm"]}
+    context = ["import torch"]
+    for code in ["import torch.nn.functional as F\ny = F.layer_norm(x, (4,))",
+                 "from torch.nn import functional\ny = functional.layer_norm(x, (4,))",
+                 "from torch.nn import LayerNorm as Norm\nm = Norm(4)",
+                 "f = getattr(torch.nn.functional, 'layer_norm')"]:
+        assert violations(policy, [code], context_code=context, grade_ids=["ln"]) != {}, code
+    assert violations(policy, ["def layer_norm(x): return x"], grade_ids=["ln"]) == {}
+    assert violations({}, ["import normref"], grade_ids=["ln"]) == {"ln": ["normref"]}
+
+
+@pytest.mark.parametrize("name, student", [
+    ("ada.ipynb", "ada"),
+    ("lovelaceada_12345_67890_01_the_recipe.ipynb", "lovelaceada"),
+    ("lovelaceada_late_12345_67890_01_the_recipe-1.ipynb", "lovelaceada"),
+    ("Ada Lovelace_4242_assignsubmission_file_01_the_recipe.ipynb", "Ada_Lovelace"),
+])
+def test_student_ids_from_lms_file_names(name, student):
+    assert student_id_from(name) == student
+
+
+def test_collect_takes_an_lms_zip_and_lists_what_it_cannot_match(course, tmp_path):
+    archive = tmp_path / "submissions.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.write(_handin("ada_perfect"), "lovelaceada_12345_67890_01_the_recipe.ipynb")
+        z.write(_handin("dee_blank"), "Dee Blank_4242_assignsubmission_file_01_the_recipe.ipynb")
+        z.writestr("notes.txt", "not a notebook")
+    report = collect(course=course, assignment="01_the_recipe", source_path=archive)
+    assert sorted(report.collected) == ["Dee_Blank", "lovelaceada"]
+    assert any("notes.txt" in item for item in report.unmatched)
+    again = collect(course=course, assignment="01_the_recipe", source_path=archive)
+    assert sorted(again.unchanged) == ["Dee_Blank", "lovelaceada"]

@@ -1,0 +1,450 @@
+"""Unit 03: normref.torch_ref.LayerNorm against torch.nn.LayerNorm, and the
+MyLayerNorm checks against a correct module and the usual slips."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from normref import checks
+from normref.checks import _registry, _runner, module_probes
+from normref.torch_ref import LayerNorm, shape_error_message
+
+SYLLABUS_MESSAGE = (
+    "Given normalized_shape=[3, 4], expected input with shape [*, 3, 4], "
+    "but got input of size[2, 5, 4]"
+)
+
+# (normalized_shape as passed, input shape)
+SHAPES = [
+    (8, (8,)),
+    (8, (4, 8)),
+    (512, (8, 20, 512)),
+    ((16,), (2, 5, 16)),
+    ((3, 4), (3, 4)),
+    ((3, 4), (2, 3, 4)),
+    ([2, 3, 5], (2, 2, 3, 5)),
+    (torch.Size([5, 6]), (3, 5, 6)),
+    ((1,), (7, 1)),
+    (4, (0, 4)),
+]
+FLAGS = [
+    dict(zip(("elementwise_affine", "bias"), values))
+    for values in itertools.product((True, False), repeat=2)
+]
+TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 2e-2, torch.float16: 5e-3}
+
+
+def _pair(normalized_shape, dtype=torch.float32, seed=0, **flags):
+    """(ours, torch's), both with the same random gamma and beta."""
+    ours = LayerNorm(normalized_shape, **flags).to(dtype)
+    theirs = nn.LayerNorm(normalized_shape, **flags).to(dtype)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in theirs.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator))
+    ours.load_state_dict(theirs.state_dict())
+    return ours, theirs
+
+
+# ----- the reference module ---------------------------------------------------
+
+
+@pytest.mark.parametrize("flags", FLAGS, ids=str)
+@pytest.mark.parametrize("normalized_shape, x_shape", SHAPES, ids=str)
+def test_structure_matches_torch(normalized_shape, x_shape, flags):
+    ours = LayerNorm(normalized_shape, **flags)
+    theirs = nn.LayerNorm(normalized_shape, **flags)
+    assert repr(ours) == repr(theirs)
+    assert ours.normalized_shape == theirs.normalized_shape
+    assert ours.eps == theirs.eps and ours.elementwise_affine == theirs.elementwise_affine
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert [(n, p.shape, p.dtype) for n, p in ours.named_parameters()] == [
+        (n, p.shape, p.dtype) for n, p in theirs.named_parameters()
+    ]
+    for name in ("weight", "bias"):
+        assert (getattr(ours, name) is None) == (getattr(theirs, name) is None)
+    for (_, mine), (_, torch_s) in zip(ours.named_parameters(), theirs.named_parameters()):
+        assert torch.equal(mine, torch_s)  # gamma 1, beta 0
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCE), ids=str)
+@pytest.mark.parametrize("flags", FLAGS, ids=str)
+@pytest.mark.parametrize("normalized_shape, x_shape", SHAPES, ids=str)
+def test_forward_matches_torch(normalized_shape, x_shape, flags, dtype):
+    ours, theirs = _pair(normalized_shape, dtype, **flags)
+    x = (3 + 2 * torch.randn(x_shape, generator=torch.Generator().manual_seed(1))).to(dtype)
+    expected = theirs(x)
+    got = ours(x)
+    assert got.dtype == expected.dtype == dtype and got.shape == expected.shape
+    torch.testing.assert_close(
+        got.float(), expected.float(), rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype]
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_half_input_with_float32_parameters(dtype):
+    ours, theirs = _pair((3, 4))
+    x = torch.randn(2, 3, 4).to(dtype)
+    assert ours(x).dtype == theirs(x).dtype == dtype
+    torch.testing.assert_close(
+        ours(x).float(), theirs(x).float(), rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype]
+    )
+
+
+@pytest.mark.parametrize("eps", [1e-5, 1e-3, 0.5, 0.0])
+def test_eps_matches_torch(eps):
+    ours, theirs = _pair(4, eps=eps)
+    x = 0.001 * torch.tensor([[2.0, 4.0, 6.0, 8.0], [1.0, -1.0, 3.0, 0.0]])
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
+    assert repr(ours) == repr(theirs)
+
+
+@pytest.mark.parametrize("flags", FLAGS, ids=str)
+@pytest.mark.parametrize(
+    "normalized_shape, x_shape", [(8, (3, 8)), ((3, 4), (2, 3, 4)), ((2, 3), (4, 5, 2, 3))], ids=str
+)
+def test_gradients_match_torch(normalized_shape, x_shape, flags):
+    ours, theirs = _pair(normalized_shape, torch.float64, **flags)
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(x_shape, dtype=torch.float64, generator=generator)
+    upstream = torch.randn(x_shape, dtype=torch.float64, generator=generator)
+    grads = []
+    for module in (ours, theirs):
+        xi = x.clone().requires_grad_(True)
+        (module(xi) * upstream).sum().backward()
+        grads.append([xi.grad] + [p.grad for p in module.parameters()])
+    for mine, torch_s in zip(*grads):
+        torch.testing.assert_close(mine, torch_s, rtol=1e-10, atol=1e-12)
+
+
+def test_gradcheck():
+    module = LayerNorm((2, 3)).double()
+    x = torch.randn(4, 2, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(module, (x,))
+
+
+def test_state_dict_moves_both_ways():
+    ours, theirs = _pair((3, 4))
+    fresh_torch = nn.LayerNorm((3, 4))
+    fresh_torch.load_state_dict(ours.state_dict())
+    fresh_ours = LayerNorm((3, 4))
+    fresh_ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(5, 3, 4)
+    torch.testing.assert_close(fresh_torch(x), fresh_ours(x))
+
+
+def test_reset_parameters_and_factory_arguments():
+    module = LayerNorm(6, dtype=torch.float64, device="cpu")
+    assert module.weight.dtype == torch.float64
+    with torch.no_grad():
+        module.weight.fill_(3.0)
+        module.bias.fill_(-1.0)
+    module.reset_parameters()
+    assert torch.equal(module.weight, torch.ones(6, dtype=torch.float64))
+    assert torch.equal(module.bias, torch.zeros(6, dtype=torch.float64))
+
+
+def test_syllabus_error_message_is_torchs():
+    x = torch.randn(2, 5, 4)
+    with pytest.raises(RuntimeError) as from_torch:
+        nn.LayerNorm([3, 4])(x)
+    with pytest.raises(RuntimeError) as from_ours:
+        LayerNorm([3, 4])(x)
+    assert str(from_torch.value) == str(from_ours.value) == SYLLABUS_MESSAGE
+    assert shape_error_message((3, 4), (2, 5, 4)) == SYLLABUS_MESSAGE
+
+
+@pytest.mark.parametrize(
+    "normalized_shape, x_shape",
+    [
+        (4, (2, 5)),
+        ((3, 4), (12,)),
+        ((3, 4), (2, 4, 3)),
+        (4, ()),
+        ((2, 3, 4), (3, 4)),
+        ((), (2, 3)),
+    ],
+    ids=str,
+)
+def test_every_error_message_is_torchs(normalized_shape, x_shape):
+    x = torch.randn(x_shape)
+    with pytest.raises(RuntimeError) as from_torch:
+        nn.LayerNorm(normalized_shape)(x)
+    with pytest.raises(RuntimeError) as from_ours:
+        LayerNorm(normalized_shape)(x)
+    assert str(from_ours.value) == str(from_torch.value)
+
+
+def test_syllabus_example_hidden_states():
+    x = torch.randn(8, 20, 512, generator=torch.Generator().manual_seed(0))
+    module = LayerNorm(512)
+    y = module(x)
+    assert y.shape == (8, 20, 512)
+    assert sum(p.numel() for p in module.parameters()) == 2 * 512
+    torch.testing.assert_close(y.mean(-1), torch.zeros(8, 20), atol=1e-5, rtol=0)
+    torch.testing.assert_close(y.var(-1, unbiased=False), torch.ones(8, 20), atol=1e-3, rtol=0)
+
+
+# ----- the checks ---------------------------------------------------------------
+
+
+class CorrectLayerNorm(nn.Module):
+    """What a student should write; subclasses below each make one slip."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        self.weight = self.bias = None
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.ones(self.normalized_shape))
+            if bias:
+                self.bias = nn.Parameter(torch.zeros(self.normalized_shape))
+
+    def check_shape(self, x):
+        k = len(self.normalized_shape)
+        if x.dim() < k or tuple(x.shape[-k:]) != self.normalized_shape:
+            raise RuntimeError(
+                f"Given normalized_shape={list(self.normalized_shape)}, "
+                f"got input of size {list(x.shape)}"
+            )
+
+    def statistics(self, x, dims):
+        return x.mean(dims, keepdim=True), x.var(dims, keepdim=True, unbiased=False)
+
+    def forward(self, x):
+        self.check_shape(x)
+        dims = tuple(range(-len(self.normalized_shape), 0))
+        mean, var = self.statistics(x, dims)
+        y = (x - mean) / torch.sqrt(var + self.eps)
+        if self.weight is not None:
+            y = y * self.weight
+        if self.bias is not None:
+            y = y + self.bias
+        return y
+
+
+class FlattenVarMean(nn.Module):
+    """Correct but unusual: flattens the trailing dims, torch.var_mean,
+    eps in a non-persistent buffer, a ValueError worded its own way."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+        super().__init__()
+        shape = torch.Size(
+            [normalized_shape] if isinstance(normalized_shape, int) else normalized_shape
+        )
+        self.shape = shape
+        self.register_buffer("eps_tensor", torch.tensor(eps), persistent=False)
+        if elementwise_affine:
+            self.register_parameter("weight", nn.Parameter(torch.full(shape, 1.0)))
+            self.register_parameter("bias", nn.Parameter(torch.full(shape, 0.0)) if bias else None)
+
+    def forward(self, x):
+        lead = x.shape[: x.dim() - len(self.shape)]
+        if x.shape[len(lead) :] != self.shape or x.dim() < len(self.shape):
+            raise ValueError(f"input {tuple(x.shape)} does not end in {tuple(self.shape)}")
+        flat = x.reshape(*lead, -1)
+        var, mean = torch.var_mean(flat, dim=-1, keepdim=True, correction=0)
+        y = ((flat - mean) * torch.rsqrt(var + self.eps_tensor)).reshape(x.shape)
+        if getattr(self, "weight", None) is not None:
+            y = torch.addcmul(
+                self.bias if self.bias is not None else torch.zeros_like(y), y, self.weight
+            )
+        return y
+
+
+class OnePassVariance(CorrectLayerNorm):
+    def statistics(self, x, dims):
+        mean = x.mean(dims, keepdim=True)
+        return mean, (x * x).mean(dims, keepdim=True) - mean * mean
+
+
+class UnbiasedVariance(CorrectLayerNorm):
+    def statistics(self, x, dims):
+        return x.mean(dims, keepdim=True), x.var(dims, keepdim=True)
+
+
+class AlwaysBias(CorrectLayerNorm):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+        super().__init__(normalized_shape, eps, elementwise_affine, True)
+
+
+class NoShapeCheck(CorrectLayerNorm):
+    def check_shape(self, x):
+        pass
+
+
+class VagueError(CorrectLayerNorm):
+    def check_shape(self, x):
+        if tuple(x.shape[-len(self.normalized_shape) :]) != self.normalized_shape:
+            raise ValueError("input has the wrong shape")
+
+
+class LastDimOnly(CorrectLayerNorm):
+    def statistics(self, x, dims):
+        return super().statistics(x, (-1,))
+
+
+class EpsOutsideRoot(CorrectLayerNorm):
+    def statistics(self, x, dims):
+        mean, var = super().statistics(x, dims)
+        root = torch.sqrt(var) + self.eps
+        return mean, root * root - self.eps
+
+
+class FixedEps(CorrectLayerNorm):
+    def __init__(self, normalized_shape, eps=1e-5, **flags):
+        super().__init__(normalized_shape, 1e-5, **flags)
+
+
+class WrongDefaultEps(CorrectLayerNorm):
+    def __init__(self, normalized_shape, eps=1e-6, **flags):
+        super().__init__(normalized_shape, eps, **flags)
+
+
+class GammaBetaNames(CorrectLayerNorm):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+        super().__init__(normalized_shape, eps, False)
+        self.gamma = self.beta = None
+        if elementwise_affine:
+            self.gamma = nn.Parameter(torch.ones(self.normalized_shape))
+            if bias:
+                self.beta = nn.Parameter(torch.zeros(self.normalized_shape))
+
+    def forward(self, x):
+        y = super().forward(x)
+        y = y if self.gamma is None else y * self.gamma
+        return y if self.beta is None else y + self.beta
+
+
+class PlainTensors(CorrectLayerNorm):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+        super().__init__(normalized_shape, eps, False)
+        self.weight = torch.ones(self.normalized_shape)
+        self.bias = torch.zeros(self.normalized_shape)
+
+
+class RandomInit(CorrectLayerNorm):
+    def __init__(self, normalized_shape, **flags):
+        super().__init__(normalized_shape, **flags)
+        if self.weight is not None:
+            nn.init.normal_(self.weight)
+
+
+class EpsInStateDict(CorrectLayerNorm):
+    def __init__(self, normalized_shape, eps=1e-5, **flags):
+        super().__init__(normalized_shape, eps, **flags)
+        self.register_buffer("eps_buffer", torch.tensor(eps))
+
+
+class DetachedInput(CorrectLayerNorm):
+    def forward(self, x):
+        return super().forward(x.detach())
+
+
+class NumpyOutput(CorrectLayerNorm):
+    def forward(self, x):
+        return super().forward(x).detach().numpy()
+
+
+class NotAModule:
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+        self.inner = CorrectLayerNorm(normalized_shape, eps, elementwise_affine, bias)
+
+    def __call__(self, x):
+        return self.inner(x)
+
+
+CHECK_NAMES = ["parameters", "forward", "flags", "state_dict", "autograd", "shape_error"]
+
+# module -> the checks it should fail (all others must pass)
+EXPECTED_FAILURES = {
+    CorrectLayerNorm: set(),
+    FlattenVarMean: set(),
+    OnePassVariance: set(),
+    UnbiasedVariance: {"forward", "flags", "autograd"},
+    AlwaysBias: {"flags"},
+    NoShapeCheck: {"shape_error"},
+    VagueError: {"shape_error"},
+    LastDimOnly: {"forward", "flags", "autograd"},
+    EpsOutsideRoot: {"forward", "flags", "autograd"},
+    FixedEps: {"flags"},
+    WrongDefaultEps: {"flags"},
+    GammaBetaNames: {"parameters", "state_dict"},
+    PlainTensors: {"parameters", "forward", "flags", "state_dict", "autograd"},
+    RandomInit: {"parameters"},
+    EpsInStateDict: {"parameters", "state_dict"},
+    DetachedInput: {"autograd"},
+    NumpyOutput: {"forward", "flags", "autograd"},
+    NotAModule: set(CHECK_NAMES),
+}
+
+
+def _outcome(check_name, module_class):
+    try:
+        getattr(checks, f"check_my_layer_norm_{check_name}")(module_class)
+    except checks.CheckFailed as failure:
+        return str(failure)
+    return None
+
+
+@pytest.mark.parametrize("module_class", list(EXPECTED_FAILURES), ids=lambda c: c.__name__)
+def test_checks_fail_exactly_the_broken_parts(module_class, capsys):
+    failed = {name for name in CHECK_NAMES if _outcome(name, module_class)}
+    assert failed == EXPECTED_FAILURES[module_class]
+
+
+@pytest.mark.parametrize(
+    "module_class, check_name, words",
+    [
+        (UnbiasedVariance, "forward", "not n - 1"),
+        (AlwaysBias, "flags", "bias=False"),
+        (NoShapeCheck, "shape_error", "inside the computation"),
+        (VagueError, "shape_error", "names both"),
+        (LastDimOnly, "forward", "not only the last one"),
+        (EpsOutsideRoot, "forward", "inside the square root"),
+        (FixedEps, "flags", "use the eps you were given"),
+        (WrongDefaultEps, "flags", "default eps is 1e-5"),
+        (GammaBetaNames, "parameters", "names them ['weight', 'bias']"),
+        (PlainTensors, "parameters", "nn.Parameter"),
+        (RandomInit, "parameters", "gamma starts at 1"),
+        (EpsInStateDict, "parameters", "non-persistent"),
+        (EpsInStateDict, "state_dict", "Missing key"),
+        (DetachedInput, "autograd", "no gradient reached the input"),
+        (NumpyOutput, "forward", "dtype"),
+        (NotAModule, "parameters", "subclass torch.nn.Module"),
+    ],
+    ids=str,
+)
+def test_failures_explain_themselves(module_class, check_name, words, capsys):
+    message = _outcome(check_name, module_class)
+    assert message is not None and words in message, message
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("check_name", CHECK_NAMES)
+def test_correct_modules_pass_for_any_seed(check_name, seed):
+    name = f"my_layer_norm_{check_name}"
+    probe = {
+        "state_dict": module_probes._probe_state_dict,
+        "autograd": module_probes._probe_autograd,
+        "shape_error": module_probes._probe_shape_error,
+    }.get(check_name, module_probes._probe_module)
+    for module_class in (CorrectLayerNorm, FlattenVarMean, LayerNorm):
+        cases = _registry.make_cases(name, seed)
+        outputs, errors = _runner._probe_all(module_class, cases, probe)
+        verdict = _registry.judge(name, cases, outputs, errors)
+        assert verdict["passed"], (module_class.__name__, verdict["message"])
+
+
+def test_cases_cross_the_wire_as_plain_arrays():
+    for name in (f"my_layer_norm_{c}" for c in CHECK_NAMES):
+        for _, case in _registry.make_cases(name):
+            for value in case.values():
+                assert isinstance(value, np.ndarray) and value.dtype != object
