@@ -1,0 +1,39 @@
+# The few commands a person types. Every target sets up .venv first (once).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lab release grade lint
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+## demo: build release/, grade every sample class, print the grade tables
+demo: $(STAMP)
+	$(PY) -m autograder demo
+
+## test: the whole suite (normref, notebooks, release, grading, browser)
+test: $(STAMP)
+	$(PY) -m pytest
+
+## lab: JupyterLab at the course root (lessons, assignments, formgrader)
+lab: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyter lab --notebook-dir=.
+
+## release: rebuild release/ from source/ and check it for leaks
+release: $(STAMP)
+	$(PY) -m autograder release
+
+## grade ASSIGNMENT=01_the_recipe: grade everyone in submitted/
+grade: $(STAMP)
+	$(PY) -m autograder grade $(ASSIGNMENT)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check normref autograder tests
