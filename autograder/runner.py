@@ -1,6 +1,5 @@
 """Run one rebuilt hand-in in a sandboxed kernel and log the trusted verdicts."""
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -130,7 +129,7 @@ def run_notebook(nb, *, workdir, settings, seed=0):
             client.execute(env=env)
         except DeadKernelError as exc:
             problem = f"the kernel died ({exc})"
-        except (TimeoutError, asyncio.TimeoutError, RuntimeError) as exc:
+        except (TimeoutError, RuntimeError) as exc:
             problem = f"the run stopped: {type(exc).__name__}: {exc}"
         verdicts = list(server.verdicts)
     _truncate_outputs(nb, settings.max_output_chars)

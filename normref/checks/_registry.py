@@ -6,8 +6,8 @@ This side holds the references; it never runs inside the student's sandbox.
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -59,12 +59,13 @@ def judge(name, cases, outputs, errors):
     per_case = _wire.unflatten_cases([label for label, _ in cases], outputs)
     for i, (label, case) in enumerate(cases):
         if str(i) in errors:
-            return {"passed": False, "message": f"{name}, {label}: your code raised {errors[str(i)]}"}
+            message = f"{name}, {label}: your code raised {errors[str(i)]}"
+            return {"passed": False, "message": message}
         try:
             problem = check.judge(case, per_case[i][1])
         except KeyError as missing:
             problem = f"your code returned no value for {missing}"
         if problem:
             return {"passed": False, "message": f"{name}, {label}: {problem}"}
-    return {"passed": True,
-            "message": f"{name}: all {len(cases)} cases passed ({', '.join(l for l, _ in cases)})"}
+    labels = ", ".join(label for label, _ in cases)
+    return {"passed": True, "message": f"{name}: all {len(cases)} cases passed ({labels})"}

@@ -148,7 +148,10 @@ def _true_answers():
     else:
         negative = "doubled" if np.allclose(ln(-2 * x), 2 * ln(x)) else "unchanged"
     zero = ln(0 * x, gamma, beta)
-    zero_answer = "beta" if np.allclose(zero, beta) else ("zeros" if np.allclose(zero, 0) else "nan")
+    if np.allclose(zero, beta):
+        zero_answer = "beta"
+    else:
+        zero_answer = "zeros" if np.allclose(zero, 0) else "nan"
     batch = np.stack([x, 10 * x[::-1], x + 3])
     return {
         "shift_changes_output": str(not np.allclose(ln(x + 10), ln(x))),
