@@ -1,5 +1,8 @@
 """Run one rebuilt hand-in in a sandboxed kernel and log the trusted verdicts."""
 
+import json
+import os
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -12,6 +15,8 @@ from traitlets import List
 from autograder import sandbox
 from autograder.checkserver import CheckServer
 
+_KILL_GRACE_SECONDS = 15
+
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -19,7 +24,8 @@ class RunSettings:
 
     cell_timeout: seconds any one cell may run (the first code cell gets
     startup_timeout, since it imports the libraries); handin_timeout: seconds
-    for the whole notebook, after which the remaining cells are not run.
+    for the whole notebook, after which the remaining cells are not run;
+    max_output_chars: output kept per hand-in (errors are always kept).
     """
 
     cell_timeout: float = 30.0
@@ -27,7 +33,7 @@ class RunSettings:
     handin_timeout: float = 300.0
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
     use_bwrap: bool | None = None
-    max_output_chars: int = 20_000
+    max_output_chars: int = 2_000_000
 
 
 class SandboxedKernelManager(AsyncKernelManager):
@@ -59,8 +65,25 @@ class _GradingClient(NotebookClient):
         self.server = server
         self.settings = settings
         self.deadline = None
+        self.output_chars = 0
+        self.output_capped = False
         self.first_code_index = next(
             (i for i, c in enumerate(nb.cells) if c.cell_type == "code"), None)
+
+    def output(self, outs, msg, display_id, cell_index):
+        # Past the hand-in's output budget, only errors are kept: a flood of
+        # prints must not fill the grader's memory or the feedback page.
+        if msg["msg_type"] != "error":
+            self.output_chars += len(json.dumps(msg.get("content", {})))
+            if self.output_chars > self.settings.max_output_chars:
+                if not self.output_capped:
+                    self.output_capped = True
+                    outs.append(nbformat.v4.new_output(
+                        "stream", name="stdout",
+                        text="\n[the grader dropped further output: the hand-in printed "
+                             f"more than {self.settings.max_output_chars} characters]\n"))
+                return None
+        return super().output(outs, msg, display_id, cell_index)
 
     def cell_timeout_for(self, cell):
         remaining = max(1.0, self.deadline - time.monotonic())
@@ -87,13 +110,6 @@ class _GradingClient(NotebookClient):
             self.server.current_cell = None
 
 
-def _truncate_outputs(nb, limit):
-    for cell in nb.cells:
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "stream" and len(output.get("text", "")) > limit:
-                output["text"] = output["text"][:limit] + "\n[output truncated by the grader]\n"
-
-
 @dataclass
 class RunResult:
     notebook: object
@@ -110,11 +126,13 @@ def run_notebook(nb, *, workdir, settings, seed=0):
     socket_path = workdir / "grader.sock"
     started = time.monotonic()
     problem = None
+    group = sandbox.ResourceGroup(f"autograder-{os.getpid()}-{workdir.parent.name}",
+                                  settings.limits)
     with CheckServer(socket_path, seed=seed) as server:
         km = SandboxedKernelManager(
             kernel_name="python3", transport="ipc", ip=str(workdir / "kernel"),
             connection_file=str(workdir / "kernel.json"),
-            command_prefix=sandbox.kernel_prefix(
+            command_prefix=group.prefix() + sandbox.kernel_prefix(
                 workdir=workdir, client_dir=client_dir, limits=settings.limits,
                 use_bwrap=settings.use_bwrap))
         client = _GradingClient(
@@ -125,12 +143,25 @@ def run_notebook(nb, *, workdir, settings, seed=0):
         client.timeout_func = client.cell_timeout_for
         env = sandbox.kernel_environment(socket_path=socket_path, client_dir=client_dir,
                                          workdir=workdir)
+        killed = threading.Event()
+
+        def kill_overdue_run():
+            # A kernel that ignores interrupts is stopped by force, with its children.
+            killed.set()
+            group.kill_all()
+            process = getattr(km.provisioner, "process", None)
+            if process is not None:
+                process.kill()
+
+        watchdog = threading.Timer(settings.handin_timeout + _KILL_GRACE_SECONDS,
+                                   kill_overdue_run)
+        watchdog.start()
         try:
             client.execute(env=env)
         except DeadKernelError as exc:
-            problem = f"the kernel died ({exc})"
+            problem = (f"stopped by force after {settings.handin_timeout:.0f} s"
+                       if killed.is_set() else f"the kernel died ({exc})")
         except (TimeoutError, RuntimeError) as exc:
             problem = f"the run stopped: {type(exc).__name__}: {exc}"
         verdicts = list(server.verdicts)
-    _truncate_outputs(nb, settings.max_output_chars)
     return RunResult(nb, verdicts, problem, time.monotonic() - started)

@@ -9,8 +9,10 @@ a loud warning says the rest does not.
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,84 @@ class Limits:
     processes: int = 512
     file_bytes: int = 64 * 1024**2
     open_files: int = 1024
+
+
+class ResourceGroup:
+    """A control group that holds one kernel and every process it starts.
+
+    Where the machine lets us write cgroups (v1 `pids` and `memory`
+    controllers, or a v2 hierarchy), the group caps the number of processes and
+    the real memory (RLIMIT_NPROC does not bind root, and RLIMIT_AS counts
+    address space, not memory), and lets the grader kill every process the
+    hand-in left behind. Elsewhere it does nothing and the rlimits stand alone.
+    """
+
+    def __init__(self, name, limits):
+        self.dirs = []
+        for controller, settings in (("pids", {"pids.max": limits.processes}),
+                                     ("memory", {"memory.limit_in_bytes": limits.memory_bytes,
+                                                 "memory.memsw.limit_in_bytes":
+                                                     limits.memory_bytes})):
+            parent = _cgroup_v1_dir(controller)
+            if parent is None:
+                continue
+            group = parent / name
+            try:
+                group.mkdir()
+                for key, value in settings.items():
+                    target = group / key
+                    if target.exists():
+                        target.write_text(str(value))
+                self.dirs.append(group)
+            except OSError:
+                self._remove(group)
+
+    def prefix(self):
+        """A command prefix that moves the process into the group, then execs."""
+        if not self.dirs:
+            return []
+        joins = " && ".join(f"echo $$ > {d / 'cgroup.procs'}" for d in self.dirs)
+        return ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh"]
+
+    def kill_all(self):
+        """Kill every process still in the group, then remove the group."""
+        for _ in range(20):
+            pids = set()
+            for group in self.dirs:
+                try:
+                    pids |= {int(p) for p in (group / "cgroup.procs").read_text().split()}
+                except OSError:
+                    pass
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        for group in self.dirs:
+            self._remove(group)
+
+    @staticmethod
+    def _remove(group):
+        try:
+            group.rmdir()
+        except OSError:
+            pass
+
+
+def _cgroup_v1_dir(controller):
+    """This process's writable cgroup-v1 folder for `controller`, or None."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controller in controllers.split(","):
+                folder = Path("/sys/fs/cgroup") / controller / path.lstrip("/")
+                return folder if os.access(folder, os.W_OK) else None
+    except OSError:
+        return None
+    return None
 
 
 def bwrap_available():
