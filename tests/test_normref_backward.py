@@ -268,7 +268,7 @@ LN_BACKWARD_MISTAKES = {
         check_layer_norm_backward_dx, "factor rstd"),
     "dgamma summed over axis 0 only": (
         _ln_backward_from(dgamma_rule=lambda dy, xh: (dy * xh).sum(axis=0)),
-        check_layer_norm_backward_params, "sum over the tokens"),
+        check_layer_norm_backward_params, "not only axis 0"),
     "dgamma summed over the features": (
         _ln_backward_from(dgamma_rule=lambda dy, xh: (dy * xh).sum(axis=-1)),
         check_layer_norm_backward_params, "not over the features"),

@@ -64,6 +64,13 @@ def _ln_backward_cases(rng):
     ]
 
 
+def _ln_params_cases(rng):
+    """The same cases, batches first: summing over axis 0 alone then fails on
+    a 3-D batch, with a message about leading axes, before the single token."""
+    cases = _ln_backward_cases(rng)
+    return cases[1:] + cases[:1]
+
+
 def _rms_cases(rng):
     return [
         ("x = [2, 4, 6, 8], gamma = [2, -1, 0.5, 3], dy = [1, 0, -2, 0.5]",
@@ -339,6 +346,6 @@ def _judge_rms(case, output):
 CHECKS = {
     "backward_ln_forward_cache": Check(_forward_cases, _judge_forward),
     "backward_ln_dx": Check(_ln_backward_cases, _judge_ln_dx),
-    "backward_ln_params": Check(_ln_backward_cases, _judge_ln_params),
+    "backward_ln_params": Check(_ln_params_cases, _judge_ln_params),
     "backward_rms": Check(_rms_cases, _judge_rms),
 }
