@@ -3,7 +3,10 @@
 A policy file, autograder/policies/<assignment>.json, names them per grade
 cell as fully qualified names: {"forbidden": {"ln_single_token":
 ["torch.nn.functional.layer_norm", ...]}}. A name also forbids everything
-under it. normref is forbidden everywhere. Import aliases (`import
+under it; a name starting with a dot, like ".backward" or ".requires_grad",
+forbids that attribute on any object and that keyword argument in any call
+(`y.backward()`, `torch.tensor(x, requires_grad=True)`). normref is forbidden
+everywhere. Import aliases (`import
 torch.nn.functional as F`, `from torch.nn import LayerNorm as LN`) and
 `getattr(module, "name")` are resolved, so renaming does not hide a call.
 """
@@ -87,6 +90,10 @@ def referenced_names(student_code, *, context_code=()):
                 names.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names.update(f"{node.module}.{alias.name}" for alias in node.names)
+            if isinstance(node, ast.Attribute):
+                names.add(f".{node.attr}")
+            elif isinstance(node, ast.keyword) and node.arg:
+                names.add(f".{node.arg}")
             dotted = _dotted(node)
             if dotted:
                 head, _, rest = dotted.partition(".")

@@ -220,7 +220,7 @@ def grade_assignment(*, course, assignment, settings=None, workers=None, force=F
             done += 1
             try:
                 r = future.result()
-                line = f"{r['score']:g}/{r['max_score']:g} {r['status']}"
+                line = f"{r['score']:g}/{r['max_score']:g} {r['status']} ({r['seconds']:.1f} s)"
             except Exception as exc:  # a worker crash is one student's problem
                 _record_crash(course, assignment, student, exc)
                 line = f"grader error: {exc}"

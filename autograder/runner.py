@@ -163,5 +163,8 @@ def run_notebook(nb, *, workdir, settings, seed=0):
                        if killed.is_set() else f"the kernel died ({exc})")
         except (TimeoutError, RuntimeError) as exc:
             problem = f"the run stopped: {type(exc).__name__}: {exc}"
+        finally:
+            watchdog.cancel()
+            group.kill_all()
         verdicts = list(server.verdicts)
     return RunResult(nb, verdicts, problem, time.monotonic() - started)

@@ -135,3 +135,10 @@ def test_collect_takes_an_lms_zip_and_lists_what_it_cannot_match(course, tmp_pat
     assert any("notes.txt" in item for item in report.unmatched)
     again = collect(course=course, assignment="01_the_recipe", source_path=archive)
     assert sorted(again.unchanged) == ["Dee_Blank", "lovelaceada"]
+
+
+def test_forbidden_attributes_and_keywords_are_found_on_any_object():
+    policy = {"dx": [".backward", ".requires_grad"]}
+    code = "t = torch.tensor(x, requires_grad=True)\nloss = (t * 2).sum()\nloss.backward()"
+    assert violations(policy, [code], grade_ids=["dx"]) == {"dx": [".backward", ".requires_grad"]}
+    assert violations(policy, ["def backward(dy, cache):\n    return dy"], grade_ids=["dx"]) == {}
