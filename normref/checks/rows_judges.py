@@ -164,9 +164,6 @@ def _running_stat_hint(case, actual, which):
         "blend the batch's statistic into the running one with weight momentum; "
         "do not replace it": variant(True, 1.0),
     }
-    if which == "var":
-        candidates["running_var holds a variance, not a standard deviation"] = np.sqrt(
-            variant(True, momentum))
     return _first_matching_hint(actual, candidates, case["x"].dtype)
 
 
