@@ -190,20 +190,27 @@ def grad_norms_by_layer(model, batch):
     return torch.stack([g.detach().double().norm() for g in grads])  # n_layers
 
 
-def last_layer_ratio(d_model, n_layers, seeds, n_heads=4, vocab=16, n_symbols=8,
-                     batch_size=32):
-    """Post-LN / Pre-LN ratio of the last block's FFN gradient norm at init,
-    the median over `seeds` (each seed: a fresh pair of models and a batch)."""
-    ratios = []
+def layer_profiles(d_model, n_layers, seeds, n_heads=4, vocab=16, n_symbols=8, batch_size=32):
+    """Per-layer FFN gradient norms at initialization, for both kinds of model.
+
+    Each seed gives a fresh batch of the copy task and one pair of models with
+    the same initial weights. Returns {"pre": (seeds, n_layers), "post": ...}.
+    """
+    profiles = {"pre": [], "post": []}
     for seed in seeds:
         batch = copy_task_batch(batch_size, n_symbols, vocab, seed)
-        norms = {}
-        for position in ("pre", "post"):
+        for position, rows in profiles.items():
             torch.manual_seed(seed)
             model = TinyLM(vocab, d_model, n_layers, n_heads, position, max_len=2 * n_symbols)
-            norms[position] = grad_norms_by_layer(model, batch)[-1]
-        ratios.append(float(norms["post"] / norms["pre"]))
-    return float(torch.tensor(ratios).median())
+            rows.append(grad_norms_by_layer(model, batch))
+    return {position: torch.stack(rows) for position, rows in profiles.items()}
+
+
+def last_layer_ratio(d_model, n_layers, seeds, **kwargs):
+    """Post-LN / Pre-LN ratio of the last block's FFN gradient norm at init,
+    the median over `seeds` of the per-seed ratios."""
+    profiles = layer_profiles(d_model, n_layers, seeds, **kwargs)
+    return float((profiles["post"][:, -1] / profiles["pre"][:, -1]).median())
 
 
 class AdaLN(nn.Module):
@@ -235,3 +242,28 @@ def timestep_embedding(t, dim, max_period=10_000.0):
     freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float64) / half)
     angles = t.double()[:, None] * freqs[None]  # B, half
     return torch.cat([angles.cos(), angles.sin()], dim=-1).to(torch.get_default_dtype())
+
+
+def train_copy_task(norm_position, n_layers, lr, warmup_steps, steps, seed, d_model=64,
+                    n_heads=4, vocab=16, n_symbols=6, batch_size=16):
+    """Train a TinyLM on the copy task with Adam; returns the loss of every step.
+
+    Adam with betas (0.9, 0.98), as in Vaswani et al. and Xiong et al.; the
+    learning rate rises linearly from lr / warmup_steps to lr over the first
+    warmup_steps steps (none when warmup_steps is 0), then stays at lr. Each
+    step draws a fresh batch, so the loss measures learning the rule, not
+    memorizing strings.
+    """
+    torch.manual_seed(seed)
+    model = TinyLM(vocab, d_model, n_layers, n_heads, norm_position, max_len=2 * n_symbols)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
+    losses = []
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps else lr
+        loss = lm_loss(model, copy_task_batch(batch_size, n_symbols, vocab, seed * 100_003 + step))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
