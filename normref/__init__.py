@@ -24,6 +24,17 @@ _EXPORTS = {
     "layer_norm_forward": "backward",
     "layer_norm_backward": "backward",
     "rms_norm_backward": "backward",
+    # 05 Pre-LN versus Post-LN
+    "PreLNBlock": "blocks",
+    "PostLNBlock": "blocks",
+    "TinyLM": "blocks",
+    "AdaLN": "blocks",
+    "grad_norms_by_layer": "blocks",
+    # 06 low precision
+    "fp8_max": "quant",
+    "fp8_round_trip": "quant",
+    "rmse_over_std": "quant",
+    "norm_output_errors": "quant",
 }
 
 __all__ = sorted(_EXPORTS)
