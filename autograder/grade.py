@@ -148,7 +148,8 @@ def grade_one(*, course, assignment, student, settings):
             _grade_notebook(result, source_nb=source_nb, release_nb=release_nb,
                             handin_nb=handin_nb, out_dir=out_dir, settings=settings,
                             assignment=assignment, student=student,
-                            notebook_name=course.notebook_name(assignment))
+                            notebook_name=course.notebook_name(assignment),
+                            course_root=course.root)
     result["score"] = sum(c["points"] for c in result["cells"])
     result["seconds"] = round(time.monotonic() - started, 2)
     _write_json_atomically(out_dir / RESULT_FILE, result)
@@ -156,7 +157,7 @@ def grade_one(*, course, assignment, student, settings):
 
 
 def _grade_notebook(result, *, source_nb, release_nb, handin_nb, out_dir, settings,
-                    assignment, student, notebook_name):
+                    assignment, student, notebook_name, course_root):
     merged, notes = merge_handin(source_nb=source_nb, release_nb=release_nb,
                                  handin_nb=handin_nb)
     result["notes"].extend(notes)
@@ -167,7 +168,8 @@ def _grade_notebook(result, *, source_nb, release_nb, handin_nb, out_dir, settin
     scratch = Path(tempfile.mkdtemp(prefix="grade-"))
     try:
         seed = zlib.crc32(f"{student}/{assignment}".encode())
-        run = run_notebook(merged, workdir=scratch / "work", settings=settings, seed=seed)
+        run = run_notebook(merged, workdir=scratch / "work", settings=settings, seed=seed,
+                           hidden=[course_root])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     nbformat.write(run.notebook, out_dir / notebook_name)

@@ -118,8 +118,11 @@ class RunResult:
     seconds: float
 
 
-def run_notebook(nb, *, workdir, settings, seed=0):
-    """Execute `nb` (already rebuilt) in a sandboxed kernel with `workdir` as cwd."""
+def run_notebook(nb, *, workdir, settings, seed=0, hidden=()):
+    """Execute `nb` (already rebuilt) in a sandboxed kernel with `workdir` as cwd.
+
+    hidden: folders the kernel must not see (the course directory).
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     client_dir = workdir.parent / f"{workdir.name}.client"
     sandbox.write_client_package(client_dir)
@@ -134,7 +137,7 @@ def run_notebook(nb, *, workdir, settings, seed=0):
             connection_file=str(workdir / "kernel.json"),
             command_prefix=group.prefix() + sandbox.kernel_prefix(
                 workdir=workdir, client_dir=client_dir, limits=settings.limits,
-                use_bwrap=settings.use_bwrap))
+                use_bwrap=settings.use_bwrap, hidden=hidden))
         client = _GradingClient(
             nb, server=server, settings=settings, km=km, allow_errors=True,
             interrupt_on_timeout=True, startup_timeout=settings.startup_timeout,

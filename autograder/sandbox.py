@@ -119,9 +119,7 @@ def bwrap_available():
 
 def write_client_package(target):
     """Copy normref's client half (no reference code) under `target`."""
-    import normref
-
-    package_root = Path(normref.__file__).resolve().parent.parent
+    package_root = _project_root()
     target = Path(target)
     (target / "normref" / "checks").mkdir(parents=True, exist_ok=True)
     (target / "normref" / "__init__.py").write_text(
@@ -130,6 +128,13 @@ def write_client_package(target):
         shutil.copyfile(package_root / relative, target / relative)
     for probes in (package_root / "normref" / "checks").glob("*_probes.py"):
         shutil.copyfile(probes, target / "normref" / "checks" / probes.name)
+
+
+def _project_root():
+    """The folder holding normref's source (and, usually, the course)."""
+    import normref
+
+    return Path(normref.__file__).resolve().parent.parent
 
 
 def _rlimit_prefix(limits):
@@ -141,9 +146,10 @@ def _rlimit_prefix(limits):
             f"--nofile={limits.open_files}", "--"]
 
 
-def _bwrap_prefix(workdir, client_dir):
+def _bwrap_prefix(workdir, client_dir, also_hidden):
     """bwrap arguments: read-only system, hidden course and temp, one writable dir."""
-    hidden = {Path(tempfile.gettempdir()), Path.home(), Path("/work"), Path("/srv"), Path("/mnt")}
+    hidden = {*map(Path, also_hidden), Path(tempfile.gettempdir()), Path.home(),
+              Path("/work"), Path("/srv"), Path("/mnt"), _project_root()}
     args = ["bwrap", "--unshare-all", "--die-with-parent", "--as-pid-1",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for path in sorted(hidden):
@@ -158,11 +164,15 @@ def _bwrap_prefix(workdir, client_dir):
     return args + ["--"]
 
 
-def kernel_prefix(*, workdir, client_dir, limits, use_bwrap=None):
-    """The command prefix that puts a kernel in the sandbox."""
+def kernel_prefix(*, workdir, client_dir, limits, use_bwrap=None, hidden=()):
+    """The command prefix that puts a kernel in the sandbox.
+
+    hidden: more folders to hide (the course directory) besides the system's
+    temp folder, home, /work, /srv, /mnt and the project's own source.
+    """
     if use_bwrap is None:
         use_bwrap = bwrap_available()
-    prefix = _bwrap_prefix(workdir, client_dir) if use_bwrap else []
+    prefix = _bwrap_prefix(workdir, client_dir, hidden) if use_bwrap else []
     if not use_bwrap:
         warnings.warn("bubblewrap (bwrap) is not installed: student code runs with resource "
                       "limits only, and can see the network and this machine's files. "
