@@ -5,8 +5,9 @@
 The kernels are imported on first use, not with this package, so that a
 script can still switch on Triton's CPU interpreter (TRITON_INTERPRET=1)
 after `import normref.kernels` and before it touches a kernel; see
-`normref.kernels.ops` for the contract and `python -m normref.kernels.bench`
-for the benchmark.
+`normref.kernels.ops` for the contract, `python -m normref.kernels.bench`
+for the benchmark, and `python -m normref.kernels.compile_check` to compile
+the kernels for an H200 (sm_90) on a machine without a GPU.
 """
 
 import importlib

@@ -1,0 +1,452 @@
+"""normref.kernels (unit 07) against torch, in Triton's CPU interpreter, and its checks.
+
+The interpreter must be on before triton defines a kernel, so this module
+switches it on (when there is no GPU) before importing normref.kernels or
+defining the student-style kernels below. Shapes stay small: every program
+of a launch runs one after another in numpy.
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from normref.checks import (  # noqa: E402
+    CheckFailed,
+    check_kernel_half_precision,
+    check_kernel_ragged_rows,
+    check_kernel_rows,
+    check_kernel_statistics,
+)
+from normref.kernels import bench, ops  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# max |error| allowed against float64, for outputs of size ~1 to 5
+ATOL = {torch.float32: 2e-5, torch.float16: 5e-3, torch.bfloat16: 5e-2}
+
+
+def _inputs(shape, dtype, offset=0.0, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    n = shape[-1]
+    x = (torch.randn(shape, generator=gen) * 2 + offset).to(dtype).to(DEVICE)
+    w = (torch.randn(n, generator=gen) * 0.5 + 1).to(dtype).to(DEVICE)
+    b = (torch.randn(n, generator=gen) * 0.5).to(dtype).to(DEVICE)
+    return x, w, b
+
+
+def _float64_layer_norm(x, w, b, dy):
+    leaves = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    y = F.layer_norm(leaves[0], (x.shape[-1],), leaves[1], leaves[2], 1e-5)
+    y.backward(dy.double())
+    return y.detach(), *(leaf.grad for leaf in leaves)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(3, 100), (1, 37), (2, 3, 48), (5, 1)], ids=str)
+def test_forward_and_backward_match_autograd(shape, dtype):
+    x, w, b = _inputs(shape, dtype, seed=shape[-1])
+    dy = torch.randn(shape, generator=torch.Generator().manual_seed(1)).to(dtype).to(DEVICE)
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    y = ops.layer_norm(*leaves, 1e-5)
+    y.backward(dy)
+    assert y.dtype == dtype and y.shape == x.shape
+    expected = _float64_layer_norm(x, w, b, dy)
+    rows = x.numel() // shape[-1]
+    for name, got, want in zip(("y", "dx", "dw", "db"), [y] + [t.grad for t in leaves],
+                               expected):
+        assert got.dtype == dtype, name
+        scale = rows if name in ("dw", "db") else 1  # sums over rows round at their size
+        error = (got.double() - want).abs().max().item()
+        assert error <= ATOL[dtype] * scale, f"{name}: {error}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_large_offset_forward_and_backward(dtype):
+    """Rows near 1000 (float32) or 100: the statistics' float32 sums round at the
+    offset's scale (about 6e-5 at 1000), so allow a few of those per unit of std."""
+    offset = 1000.0 if dtype == torch.float32 else 100.0
+    x, w, b = _inputs((4, 64), dtype, offset=offset)
+    dy = torch.randn(4, 64, generator=torch.Generator().manual_seed(2)).to(dtype).to(DEVICE)
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    y = ops.layer_norm(*leaves)
+    y.backward(dy)
+    expected = _float64_layer_norm(x, w, b, dy)
+    tolerance = 5e-4 if dtype == torch.float32 else ATOL[dtype]
+    for name, got, want in zip(("y", "dx", "dw", "db"), [y] + [t.grad for t in leaves],
+                               expected):
+        scale = 4 if name in ("dw", "db") else 1  # sums over the 4 rows
+        error = (got.double() - want).abs().max().item()
+        assert error <= tolerance * scale, f"{name}: {error}"
+
+
+def test_weight_and_bias_may_be_none():
+    x, _, _ = _inputs((3, 20), torch.float32)
+    leaf = x.clone().requires_grad_()
+    y = ops.layer_norm(leaf)
+    y.sum().backward()
+    torch.testing.assert_close(y, F.layer_norm(x, (20,)), atol=2e-5, rtol=1e-5)
+    assert leaf.grad.abs().max() < 1e-5  # the sum of a normalized row never changes
+
+
+def test_statistics_are_saved_in_float32():
+    x, w, b = _inputs((4, 50), torch.float16)
+    y, mean, rstd = ops.layer_norm_forward(x, w, b, 1e-5)
+    assert mean.dtype == rstd.dtype == torch.float32
+    x64 = x.double()
+    torch.testing.assert_close(mean.double(), x64.mean(-1), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(rstd.double(), (x64.var(-1, unbiased=False) + 1e-5).rsqrt(),
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_padded_rows_are_read_through_their_stride():
+    x, w, b = _inputs((3, 128), torch.float32)
+    view = x[:, :100]  # rows 128 elements apart
+    torch.testing.assert_close(ops.layer_norm(view, w[:100], b[:100]),
+                               F.layer_norm(view, (100,), w[:100], b[:100]),
+                               atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(3, 100), (1, 64), (2, 2, 7)], ids=str)
+def test_rms_norm_matches_torch(shape, dtype):
+    x, w, _ = _inputs(shape, dtype, offset=1.0, seed=3)
+    y = ops.rms_norm(x, w, 1e-5)
+    expected = F.rms_norm(x.double(), (shape[-1],), w.double(), 1e-5)
+    assert y.dtype == dtype
+    assert (y.double() - expected).abs().max().item() <= ATOL[dtype]
+
+
+def test_rms_norm_refuses_to_pretend_it_has_a_backward():
+    x = torch.randn(2, 8, device=DEVICE, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="forward-only"):
+        ops.rms_norm(x)
+    with torch.no_grad():
+        assert ops.rms_norm(x).shape == (2, 8)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rows_wider_than_one_block_get_a_clear_error(dtype):
+    largest = 65536 // torch.empty((), dtype=dtype).element_size()
+    assert ops.max_features(dtype) == largest
+    with pytest.raises(ValueError, match=f"N <= {largest}"):
+        ops.layer_norm(torch.zeros(1, largest + 1, dtype=dtype, device=DEVICE))
+
+
+def test_unsupported_inputs_get_clear_errors():
+    with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
+        ops.layer_norm(torch.zeros(2, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"weight has shape \(3,\); expected \(4,\)"):
+        ops.layer_norm(torch.zeros(2, 4), torch.ones(3))
+    with pytest.raises(ValueError, match="no features"):
+        ops.layer_norm(torch.zeros(2, 0))
+
+
+def test_cpu_tensors_without_the_interpreter_get_the_hint():
+    """In a fresh process without TRITON_INTERPRET, CPU tensors are refused with the fix."""
+    import subprocess
+    import sys
+
+    code = ("import torch; from normref.kernels import layer_norm\n"
+            "try:\n    layer_norm(torch.zeros(2, 4))\n"
+            "except RuntimeError as e:\n    print(e)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120).stdout
+    assert "TRITON_INTERPRET" in out and "before importing" in out
+
+
+def test_kernels_compile_for_an_h200_without_one():
+    """Triton compiles to sm_90 machine code on any machine: the GPU run cannot
+    meet a compile error, and the forward kernels keep the row without spilling."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-m", "normref.kernels.compile_check", "--quick"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    for kernel in ("layer_norm_fwd_kernel", "rms_norm_fwd_kernel", "layer_norm_bwd_dx_kernel",
+                   "sum_partials_kernel"):
+        assert kernel in done.stdout
+
+
+def test_no_rows_gives_empty_results():
+    y = ops.layer_norm(torch.zeros(0, 5, device=DEVICE))
+    assert y.shape == (0, 5)
+
+
+def test_bench_gpu_path_runs_on_the_cpu_in_the_interpreter(capsys):
+    """The GPU run's code, with tiny sizes and a wall-clock timer: it must not crash."""
+    failures = bench.Failures()
+    failed = bench.run_gpu(ops, True, failures, device=DEVICE,
+                           timer=lambda fn: bench.perf_counter_timer(fn, 1), m=2,
+                           features=(64,), backward_features=(32,), tune=True,
+                           tune_features=(16,))
+    out = capsys.readouterr().out
+    assert failed == 0 and failures.items == []
+    assert "Tri.LN" in out and "LN/copy" in out and "Backward" in out and "32w" in out
+
+
+def test_bench_reports_failures_instead_of_dying():
+    failures = bench.Failures()
+    assert failures.guard("a row", lambda: 1 / 0) is None
+    assert failures.items == ["a row: ZeroDivisionError: division by zero"]
+    rows = [{"dtype": "float16", "N": 4096, "copy": 100.0, "triton_ln": None}]
+    bench.print_gpu_table(rows)  # a missing measurement prints as "-"
+    assert bench.summarize_gpu(rows) == []
+
+
+# -- the checks: a student's kernel, right and wrong ----------------------------------------
+
+@triton.jit
+def correct_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < N
+    x = tl.load(X + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    xc = tl.where(mask, x - mean, 0.0)
+    rstd = 1 / tl.sqrt(tl.sum(xc * xc, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * row_stride + cols, xc * rstd * w + b, mask=mask)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+
+
+@triton.jit
+def padding_counted_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps,
+                           BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < N
+    x = tl.load(X + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    xc = x - mean  # the masked lanes become -mean and are squared in
+    rstd = 1 / tl.sqrt(tl.sum(xc * xc, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * row_stride + cols, xc * rstd * w + b, mask=mask)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+
+
+@triton.jit
+def unmasked_load_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps,
+                         BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < N
+    x = tl.load(X + row * row_stride + cols).to(tl.float32)  # reads the padding
+    mean = tl.sum(x, axis=0) / N
+    xc = tl.where(mask, x - mean, 0.0)
+    rstd = 1 / tl.sqrt(tl.sum(xc * xc, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * row_stride + cols, xc * rstd * w + b, mask=mask)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+
+
+@triton.jit
+def unmasked_store_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps,
+                          BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < N
+    x = tl.load(X + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    xc = tl.where(mask, x - mean, 0.0)
+    rstd = 1 / tl.sqrt(tl.sum(xc * xc, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * row_stride + cols, xc * rstd * w + b)  # writes the padding
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+
+
+@triton.jit
+def block_divisor_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps,
+                         BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < N
+    x = tl.load(X + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / BLOCK_SIZE
+    xc = tl.where(mask, x - mean, 0.0)
+    rstd = 1 / tl.sqrt(tl.sum(xc * xc, axis=0) / BLOCK_SIZE + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * row_stride + cols, xc * rstd * w + b, mask=mask)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+
+
+@triton.jit
+def half_accumulator_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps,
+                            BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < N
+    x = tl.load(X + row * row_stride + cols, mask=mask, other=0.0)  # stays float16
+    mean = tl.sum(x, axis=0) / N
+    xc = tl.where(mask, x - mean, 0.0)
+    rstd = 1 / tl.sqrt(tl.sum(xc * xc, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0)
+    b = tl.load(B + cols, mask=mask, other=0.0)
+    tl.store(Y + row * row_stride + cols, xc * rstd * w + b, mask=mask)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+
+
+@triton.jit
+def one_pass_variance_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps,
+                             BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < N
+    x = tl.load(X + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    var = tl.sum(x * x, axis=0) / N - mean * mean  # cancels for rows far from 0
+    rstd = 1 / tl.sqrt(var + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * row_stride + cols, (x - mean) * rstd * w + b, mask=mask)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+
+
+@triton.jit
+def stride_ignored_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps,
+                          BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < N
+    x = tl.load(X + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    xc = tl.where(mask, x - mean, 0.0)
+    rstd = 1 / tl.sqrt(tl.sum(xc * xc, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * N + cols, xc * rstd * w + b, mask=mask)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+
+
+@triton.jit
+def std_saved_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < N
+    x = tl.load(X + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    xc = tl.where(mask, x - mean, 0.0)
+    std = tl.sqrt(tl.sum(xc * xc, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * row_stride + cols, xc / std * w + b, mask=mask)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, std)
+
+
+@triton.jit
+def blank_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    raise NotImplementedError()
+
+
+ALL_CHECKS = [check_kernel_rows, check_kernel_ragged_rows, check_kernel_statistics,
+              check_kernel_half_precision]
+
+
+@pytest.mark.parametrize("check", ALL_CHECKS, ids=lambda c: c.__name__)
+def test_checks_pass_the_solution(check, capsys):
+    check(correct_kernel)
+    assert "cases passed" in capsys.readouterr().out
+
+
+def _failure(check, kernel):
+    with pytest.raises(CheckFailed) as info:
+        check(kernel)
+    return str(info.value)
+
+
+# (kernel, checks it must fail, words the message must contain)
+MISTAKES = {
+    "padding counted in the variance": (
+        padding_counted_kernel, [check_kernel_ragged_rows], "tl.where(mask, x - mean, 0.0)"),
+    "unmasked load": (
+        unmasked_load_kernel, [check_kernel_ragged_rows], "mask=cols < N and other=0.0"),
+    "unmasked store": (
+        unmasked_store_kernel, [check_kernel_ragged_rows], "store with mask=cols < N"),
+    "divides by BLOCK_SIZE": (
+        block_divisor_kernel, [check_kernel_ragged_rows], "not by BLOCK_SIZE"),
+    "no float32 accumulation": (
+        half_accumulator_kernel, [check_kernel_half_precision], "float32"),
+    "one-pass variance": (
+        one_pass_variance_kernel, [check_kernel_statistics, check_kernel_half_precision],
+        "mean(x**2) - mean**2"),
+    "row_stride ignored": (stride_ignored_kernel, ALL_CHECKS, "row_stride"),
+    "std saved as rstd": (std_saved_kernel, [check_kernel_statistics], "reciprocal"),
+    "blank": (blank_kernel, ALL_CHECKS, "NotImplementedError"),
+}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # float16 sums overflow on purpose
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_checks_name_the_typical_mistakes(mistake):
+    kernel, failing, words = MISTAKES[mistake]
+    for check in ALL_CHECKS:
+        if check in failing:
+            message = _failure(check, kernel)
+            assert words in message, message
+        else:
+            check(kernel)
+
+
+def test_checks_refuse_a_plain_function():
+    with pytest.raises(CheckFailed, match="the @triton.jit kernel itself"):
+        check_kernel_rows(lambda *args: None)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_solution_passes_for_other_seeds(seed):
+    from normref.checks import _registry
+    from normref.checks._runner import _probe_all
+    from normref.checks.kernels_probes import _launch_layer_norm_kernel
+
+    for name in ("kernel_ln_rows", "kernel_ln_ragged", "kernel_ln_statistics", "kernel_ln_half"):
+        cases = _registry.make_cases(name, seed)
+        outputs, errors = _probe_all(correct_kernel, cases, _launch_layer_norm_kernel)
+        verdict = _registry.judge(name, cases, outputs, errors)
+        assert verdict["passed"], verdict["message"]
+
+
+def test_judges_pass_the_float64_reference_for_any_seed():
+    from normref.checks import _registry
+    from normref.checks.kernels_judges import CHECKS
+
+    for name, check in CHECKS.items():
+        for seed in range(20):
+            for label, case in check.cases(np.random.default_rng(seed)):
+                n = case["x"].shape[-1]
+                block = 1 << (n - 1).bit_length()
+                # the float64 reference itself, as a student would return it
+                x = case["x"].astype(np.float64)
+                mean, var = x.mean(-1), x.var(-1)
+                rstd = 1 / np.sqrt(var + float(case["eps"]))
+                y = (x - mean[:, None]) * rstd[:, None] * case["gamma"] + case["beta"]
+                if str(case["dtype"]) == "float16":
+                    y = y.astype(np.float16)
+                output = {"y": y, "mean": mean.astype(np.float32),
+                          "rstd": rstd.astype(np.float32), "padding_written": np.array(0)}
+                assert check.judge(case, output) is None, (name, seed, label, block)
+    assert _registry.check_names()
