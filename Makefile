@@ -25,7 +25,8 @@ test: $(STAMP)
 
 ## lab: JupyterLab at the course root (lessons, assignments, formgrader)
 lab: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyter lab --notebook-dir=.
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyter lab --notebook-dir=. \
+		$(if $(filter 0,$(shell id -u)),--allow-root)
 
 ## release: rebuild release/ from source/ and check it for leaks
 release: $(STAMP)
