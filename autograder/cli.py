@@ -7,6 +7,7 @@
                                its expected.json
   demo                         release, then collect and grade every sample class in
                                this course and print the grade tables
+  bench [--handins N]          time stock nbgrader against this pipeline on unit 01
 
 Every subcommand takes --course DIR (default: the repository root).
 """
@@ -118,6 +119,13 @@ def cmd_demo(args):
     return 1 if mismatches else 0
 
 
+def cmd_bench(args):
+    from autograder.bench import bench_command
+
+    return bench_command(course=Course.at(args.course), handins=args.handins,
+                         workers=args.workers)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -157,6 +165,10 @@ def build_parser():
     grading_options(p)
     p = add("demo", cmd_demo, "release, then grade every sample class")
     grading_options(p)
+    p = add("bench", cmd_bench, "time stock nbgrader against this pipeline on unit 01")
+    p.add_argument("--handins", type=int, default=40, help="hand-ins to grade (default 40)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="this pipeline's parallel hand-ins (default: the number of cores)")
     return parser
 
 

@@ -8,10 +8,13 @@ that cannot be graded gets a result with a status and a reason.
 """
 
 import ast
+import ctypes
+import functools
 import hashlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -27,6 +30,7 @@ from autograder.runner import RunSettings, run_notebook
 
 RESULT_FILE = "result.json"
 GRADER_VERSION = 1
+_PR_SET_PDEATHSIG = 1
 
 
 def sha256(path):
@@ -37,21 +41,49 @@ def _nbgrader(cell):
     return cell.get("metadata", {}).get("nbgrader", {})
 
 
+@functools.cache
+def check_names_of_probes():
+    """{probe function: check name}, e.g. check_layer_norm_token -> layer_norm_token.
+
+    Read from normref's probe modules: a probe `check_x` runs run_check("name", ...),
+    and the grader's log records "name". Knowing which names a grade cell calls
+    keeps a verdict for some other check (one the student passes) from counting.
+    """
+    import normref.checks
+
+    names = {}
+    for path in Path(normref.checks.__file__).parent.glob("*_probes.py"):
+        for func in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(func, ast.FunctionDef) and func.name.startswith("check_")):
+                continue
+            for node in ast.walk(func):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                        and node.func.id == "run_check" and node.args
+                        and isinstance(node.args[0], ast.Constant)):
+                    names[func.name] = node.args[0].value
+    return names
+
+
 def grade_cells(source_nb):
-    """[(grade_id, points, number of checks its code calls)] for autograded cells."""
+    """[(grade_id, points, checks)] for autograded cells.
+
+    checks: the name of each check the cell's code calls, in order (None for a
+    check_* function no probe module defines).
+    """
+    probes = check_names_of_probes()
     cells = []
     for cell in source_nb.cells:
         meta = _nbgrader(cell)
         if cell.cell_type == "code" and meta.get("grade") and meta.get("points"):
-            calls = 0
+            checks = []
             try:
                 for node in ast.walk(ast.parse(cell.source)):
                     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                             and node.func.id.startswith("check_")):
-                        calls += 1
+                        checks.append(probes.get(node.func.id))
             except SyntaxError:
                 pass
-            cells.append((meta["grade_id"], float(meta["points"]), calls))
+            cells.append((meta["grade_id"], float(meta["points"]), tuple(checks)))
     return cells
 
 
@@ -70,18 +102,42 @@ def _cell_errors(cell):
     return [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
 
 
+def _split_verdicts(logged, expected_checks):
+    """(verdicts of the checks the cell calls, verdicts of any other check)."""
+    if None in expected_checks:  # a check we cannot name: take every verdict
+        return logged, []
+    ours = [v for v in logged if v.check in expected_checks]
+    return ours, [v for v in logged if v.check not in expected_checks]
+
+
 def score_run(*, source_nb, run_nb, verdicts, violations):
-    """Score each grade cell from the grader's verdict log (never from the kernel)."""
+    """Score each grade cell from the grader's verdict log (never from the kernel).
+
+    A cell earns its points when every check it calls left a verdict, logged
+    while it ran, and all of them passed; verdicts of checks it does not call
+    count for nothing and flag the hand-in.
+    """
     by_id = {_nbgrader(c).get("grade_id"): c for c in run_nb.cells if _nbgrader(c)}
     cells, flags = [], []
-    for gid, points, expected_calls in grade_cells(source_nb):
-        logged = [v for v in verdicts if v.cell == gid]
-        errors = _cell_errors(by_id.get(gid, {}))
-        kernel_ok = not errors
-        checks_ok = bool(logged) and len(logged) >= expected_calls and all(v.passed for v in logged)
+    for gid, points, expected_checks in grade_cells(source_nb):
+        logged, foreign = _split_verdicts([v for v in verdicts if v.cell == gid],
+                                          expected_checks)
+        if foreign:
+            flags.append(f"{gid}: the checks {sorted({v.check for v in foreign})} ran while "
+                         "this cell ran, which it does not call")
+        cell = by_id.get(gid, {})
+        errors = _cell_errors(cell)
+        # A cell the kernel never ran (it died first) reported nothing at all.
+        kernel_ok = cell.get("execution_count") is not None and not errors
+        checks_ok = (bool(logged) and len(logged) >= len(expected_checks)
+                     and set(expected_checks) <= {v.check for v in logged} | {None}
+                     and all(v.passed for v in logged))
         reason = None
         if gid in violations:
             reason = "uses " + ", ".join(violations[gid]) + ", which this exercise forbids"
+        elif not logged and errors:
+            # A visible test failed before the hidden check could run: say which.
+            reason = f"{errors[0].get('ename')}: {errors[0].get('evalue')}"[:500]
         elif not logged:
             reason = "the grader's check never ran for this cell"
         elif not checks_ok:
@@ -109,6 +165,19 @@ def _student_code(merged_nb):
         meta = _nbgrader(cell)
         (student if (meta.get("solution") or not meta) else context).append(cell.source)
     return student, context
+
+
+def _check_cells(nb):
+    """Raise ValueError unless `nb` is a list of cells, each with a kind and text.
+
+    nbformat only warns about a broken structure; the merge needs these.
+    """
+    if not isinstance(nb.get("cells"), list):
+        raise ValueError("it has no list of cells")
+    for index, cell in enumerate(nb.cells):
+        if not (isinstance(cell, dict) and cell.get("cell_type") in ("code", "markdown", "raw")
+                and isinstance(cell.get("source"), str)):
+            raise ValueError(f"cell {index} is not a code, markdown or raw cell with text")
 
 
 def _write_json_atomically(path, data):
@@ -139,8 +208,7 @@ def grade_one(*, course, assignment, student, settings):
         result["handin_sha256"] = sha256(handin)
         try:
             handin_nb = nbformat.reads(handin.read_text(encoding="utf-8"), as_version=4)
-            if not isinstance(handin_nb.get("cells"), list):
-                raise ValueError("it has no list of cells")
+            _check_cells(handin_nb)
         except Exception as exc:  # any unreadable file is a result, not a crash
             result.update(status="invalid",
                           reason=f"not a readable notebook: {type(exc).__name__}: {exc}"[:500])
@@ -214,7 +282,8 @@ def grade_assignment(*, course, assignment, settings=None, workers=None, force=F
     if done:
         print(f"{done} of {len(students)} already graded (unchanged hand-ins): skipped",
               file=progress)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=_start_worker,
+                             initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(grade_one, course=course, assignment=assignment, student=s,
                                settings=settings): s for s in todo}
         for future in as_completed(futures):
@@ -233,6 +302,31 @@ def grade_assignment(*, course, assignment, settings=None, workers=None, force=F
     print(f"graded {len(results) - failed}, failed {failed}, flagged {flagged}, "
           f"in {time.monotonic() - started:.1f} s with {workers} workers", file=progress)
     return results
+
+
+def _start_worker(grader_pid):
+    """Pool worker initializer: die with the grader, and load the judges now."""
+    _die_with_the_grader(grader_pid)
+    # normref's judges import torch: seconds, many more on a busy machine. Loaded
+    # here, that is not charged to the first student's cell timeout.
+    from normref.checks import _registry
+
+    _registry.check_names()
+
+
+def _die_with_the_grader(grader_pid):
+    """Die when the grading process dies.
+
+    A worker outlives a killed grader by default and would go on grading its
+    student, and write the result, while a restarted run grades them too.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no prctl (not Linux): nothing to arm
+        return
+    if os.getppid() != grader_pid:  # the grader died before prctl took effect
+        os._exit(1)
 
 
 def _record_crash(course, assignment, student, exc):

@@ -9,16 +9,30 @@ never modified.
 import nbformat
 
 
+def _nbgrader(cell):
+    # A hand-in's metadata is the student's: anything but a dict means none.
+    metadata = cell.get("metadata")
+    meta = metadata.get("nbgrader") if isinstance(metadata, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
 def _grade_id(cell):
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    gid = _nbgrader(cell).get("grade_id")
+    return gid if isinstance(gid, str) else None
 
 
 def _is_solution(cell):
-    return bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
+    return bool(_nbgrader(cell).get("solution"))
 
 
-def _clean(cell):
+def _clean(cell, *, nbgrader=None):
+    """A copy without outputs, whose nbgrader metadata is `nbgrader` (the
+    instructor's) or none: a student's cell cannot claim to be a grade cell."""
     cell = nbformat.from_dict(dict(cell))
+    cell.metadata = {k: v for k, v in dict(cell.get("metadata") or {}).items()
+                     if k != "nbgrader"}
+    if nbgrader is not None:
+        cell.metadata["nbgrader"] = nbformat.from_dict(dict(nbgrader))
     if cell.cell_type == "code":
         cell.outputs = []
         cell.execution_count = None
@@ -55,7 +69,7 @@ def merge_handin(*, source_nb, release_nb, handin_nb):
             if answer is None:
                 notes.append(f"answer cell {gid} is missing from the hand-in: graded as unanswered")
                 answer = release_cells.get(gid, cell)
-            merged.append(_clean(answer))
+            merged.append(_clean(answer, nbgrader=_nbgrader(cell)))
         else:
             if gid is not None:
                 mine = handed_in.get(gid)
@@ -64,7 +78,7 @@ def merge_handin(*, source_nb, release_nb, handin_nb):
                     notes.append(f"cell {gid} was deleted; the original was restored")
                 elif released is not None and mine.get("source") != released.get("source"):
                     notes.append(f"cell {gid} was edited; the original was restored")
-            merged.append(_clean(cell))
+            merged.append(_clean(cell, nbgrader=_nbgrader(cell)))
         merged.extend(_clean(c) for c in extras_after.get(gid, []) if gid is not None)
 
     notebook = nbformat.v4.new_notebook(metadata=dict(source_nb.metadata))

@@ -2,7 +2,8 @@
 
 grades.csv (one row per student, failures included), gradescope/<student>.json
 (Gradescope's results format), feedback/<student>.html (the run with each
-check's message) and a plain-text grade table for the terminal.
+check's message) and a plain-text grade table for the terminal; and the
+scores in nbgrader's gradebook.db, for the formgrader.
 """
 
 import csv
@@ -12,6 +13,8 @@ import re
 
 import nbformat
 from nbconvert import HTMLExporter
+
+from autograder.gradebook import write_gradebook
 
 GRADE_COLUMNS = ["student_id", "score", "max_score", "status", "reason", "flags"]
 
@@ -91,6 +94,7 @@ def write_reports(*, course, assignment, results):
         executed = course.autograded / student / assignment / notebook_name
         (folder / "feedback" / f"{student}.html").write_text(
             feedback_html(r, executed if r["status"] == "graded" else None))
+    write_gradebook(course=course, assignment=assignment, results=results)
     return folder
 
 

@@ -16,6 +16,8 @@ from autograder import sandbox
 from autograder.checkserver import CheckServer
 
 _KILL_GRACE_SECONDS = 15
+_MAX_ERROR_LINE_CHARS = 10_000
+_MAX_TRACEBACK_LINES = 200
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,29 @@ def _error_output(name, message):
     return nbformat.v4.new_output("error", ename=name, evalue=message, traceback=[message])
 
 
+def _shortened(text, limit=_MAX_ERROR_LINE_CHARS):
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more characters]"
+
+
+def _shortened_error(msg):
+    """A copy of an error message cut to a readable size.
+
+    Errors are kept past the output budget, so a hand-in that raises a 100 MB
+    message must not put 100 MB into the graded notebook and the feedback.
+    """
+    content = dict(msg["content"])
+    lines = [_shortened(line) for line in content.get("traceback") or []]
+    if len(lines) > _MAX_TRACEBACK_LINES:
+        half = _MAX_TRACEBACK_LINES // 2
+        lines = lines[:half] + [f"... [{len(lines) - 2 * half} more lines]"] + lines[-half:]
+    content.update(ename=_shortened(content.get("ename", ""), 200),
+                   evalue=_shortened(content.get("evalue", "")), traceback=lines)
+    return {**msg, "content": content}
+
+
 class _GradingClient(NotebookClient):
     """nbclient, telling the check server which cell runs and keeping a deadline."""
 
@@ -83,6 +108,8 @@ class _GradingClient(NotebookClient):
                         text="\n[the grader dropped further output: the hand-in printed "
                              f"more than {self.settings.max_output_chars} characters]\n"))
                 return None
+        else:
+            msg = _shortened_error(msg)
         return super().output(outs, msg, display_id, cell_index)
 
     def cell_timeout_for(self, cell):

@@ -1,0 +1,212 @@
+"""Stock `nbgrader autograde` against this pipeline, on one class of hand-ins.
+
+    python -m autograder.bench [--handins 40] [--workers N] [--course DIR]
+
+Both graders get the same hand-ins of unit 01 (the sample students, renamed
+and repeated) in scratch courses, and the same per-cell timeout. Stock
+nbgrader runs them one after the other, hidden tests in the student's kernel;
+this pipeline runs them in parallel, each in its sandbox, with the trusted
+checks answered by the grader. Only grading is timed (not the release, nor
+the reports); the process pool's start is part of ours.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from autograder.course import EXAMPLES_DIR, Course
+from autograder.grade import grade_assignment
+from autograder.runner import RunSettings
+
+ASSIGNMENT = "01_the_recipe"
+# Students whose score stock nbgrader can be trusted with: they do not cheat.
+DISHONEST_SAMPLES = {"hal_cheats"}
+
+
+def sample_students(assignment=ASSIGNMENT):
+    """The sample class's notebooks, by name: {sample name: path}."""
+    return {p.stem: p for p in sorted((EXAMPLES_DIR / assignment).glob("*.ipynb"))}
+
+
+def make_handins(*, folder, handins=40, assignment=ASSIGNMENT):
+    """Write `handins` notebooks to folder/<student>.ipynb, cycling through the
+    sample students; returns {student: sample name}."""
+    samples = sample_students(assignment)
+    names = list(samples)
+    folder.mkdir(parents=True, exist_ok=True)
+    made = {}
+    for index in range(handins):
+        sample = names[index % len(names)]
+        student = f"s{index:03d}_{sample}"
+        shutil.copyfile(samples[sample], folder / f"{student}.ipynb")
+        made[student] = sample
+    return made
+
+
+def _submit(*, course_root, handin_folder, assignment, notebook_name):
+    for handin in sorted(handin_folder.glob("*.ipynb")):
+        target = course_root / "submitted" / handin.stem / assignment / notebook_name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(handin, target)
+
+
+def _venv_environment():
+    """nbgrader runs alembic and its kernels from this interpreter's bin/."""
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def _nbgrader(args, *, cwd):
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd,
+                          capture_output=True, text=True, env=_venv_environment())
+    if done.returncode != 0:
+        raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{done.stdout[-3000:]}"
+                           f"{done.stderr[-3000:]}")
+
+
+def _stock_course(*, course, root, assignment, cell_timeout):
+    """A scratch nbgrader course: the course's config with our timeout, the
+    source, and the release and gradebook that generate_assignment makes."""
+    config = course.root / "nbgrader_config.py"
+    text = config.read_text() if config.exists() else "c = get_config()  # noqa: F821\n"
+    (root / "nbgrader_config.py").write_text(
+        text + f"\nc.CourseDirectory.root = {str(root)!r}\n"
+        f"c.CourseDirectory.db_url = {'sqlite:///' + str(root / 'gradebook.db')!r}\n"
+        f"c.ExecutePreprocessor.timeout = {int(cell_timeout)}\n"
+        f"c.Execute.timeout = {int(cell_timeout)}\n")
+    shutil.copytree(course.source / assignment, root / "source" / assignment)
+    _nbgrader(["generate_assignment", assignment, "--force"], cwd=root)
+
+
+def _stock_scores(root, assignment):
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+        return {s.student.id: float(s.score)
+                for s in gradebook.find_assignment(assignment).submissions}
+
+
+def time_stock_nbgrader(*, course, handin_folder, assignment=ASSIGNMENT, cell_timeout=30.0):
+    """(seconds, {student: score}) for `nbgrader autograde` on the hand-ins."""
+    with tempfile.TemporaryDirectory(prefix="bench-stock-") as scratch:
+        root = Path(scratch)
+        _stock_course(course=course, root=root, assignment=assignment,
+                      cell_timeout=cell_timeout)
+        _submit(course_root=root, handin_folder=handin_folder, assignment=assignment,
+                notebook_name=course.notebook_name(assignment))
+        started = time.monotonic()
+        _nbgrader(["autograde", assignment], cwd=root)
+        seconds = time.monotonic() - started
+        return seconds, _stock_scores(root, assignment)
+
+
+def time_pipeline(*, course, handin_folder, assignment=ASSIGNMENT, workers=None,
+                  cell_timeout=30.0, progress=sys.stderr):
+    """(seconds, {student: score}) for grade_assignment on the hand-ins."""
+    with tempfile.TemporaryDirectory(prefix="bench-ours-") as scratch:
+        scratch_course = Course(Path(scratch))
+        for part in ("source", "release"):
+            shutil.copytree(getattr(course, part) / assignment,
+                            getattr(scratch_course, part) / assignment)
+        _submit(course_root=scratch_course.root, handin_folder=handin_folder,
+                assignment=assignment, notebook_name=course.notebook_name(assignment))
+        started = time.monotonic()
+        results = grade_assignment(course=scratch_course, assignment=assignment,
+                                   settings=RunSettings(cell_timeout=cell_timeout),
+                                   workers=workers, progress=progress)
+        seconds = time.monotonic() - started
+        return seconds, {r["student_id"]: float(r["score"]) for r in results}
+
+
+def _warm_up():
+    # Both graders start kernels that import the same libraries: read them from
+    # disk once, so that whichever runs first does not pay for a cold cache.
+    subprocess.run([sys.executable, "-c", "import numpy, torch, matplotlib.pyplot, "
+                    "ipywidgets, ipykernel, nbgrader, normref.checks._registry"],
+                   check=False, capture_output=True)
+
+
+def run_bench(*, course, handins=40, workers=None, cell_timeout=30.0, progress=sys.stderr):
+    """Grade the same `handins` hand-ins of unit 01 with stock nbgrader and with
+    this pipeline; returns both timings, their ratio and each student's scores.
+
+    course: where source/ and release/ of unit 01 come from; workers: this
+    pipeline's parallel hand-ins (default: the number of cores); cell_timeout:
+    seconds a cell may run, the same for both graders (default 30, the CLI's).
+    """
+    workers = workers or os.cpu_count() or 1
+    with tempfile.TemporaryDirectory(prefix="bench-handins-") as folder:
+        samples = make_handins(folder=Path(folder), handins=handins)
+        _warm_up()
+        print(f"grading {handins} hand-ins with stock nbgrader ...", file=progress, flush=True)
+        stock_seconds, stock = time_stock_nbgrader(course=course, handin_folder=Path(folder),
+                                                   cell_timeout=cell_timeout)
+        print(f"grading {handins} hand-ins with this pipeline ...", file=progress, flush=True)
+        ours_seconds, ours = time_pipeline(course=course, handin_folder=Path(folder),
+                                           workers=workers, cell_timeout=cell_timeout,
+                                           progress=progress)
+    return {
+        "handins": handins, "workers": workers, "cores": os.cpu_count(),
+        "stock_seconds": stock_seconds, "ours_seconds": ours_seconds,
+        "ratio": ours_seconds / stock_seconds,
+        "stock_seconds_per_handin": stock_seconds / handins,
+        "ours_seconds_per_handin": ours_seconds / handins,
+        "scores": {s: {"sample": samples[s], "stock": stock.get(s), "ours": ours.get(s)}
+                   for s in samples},
+    }
+
+
+def format_report(bench, *, target_ratio=0.6):
+    """The benchmark's figures as lines of text."""
+    lines = [
+        f"{bench['handins']} hand-ins of {ASSIGNMENT} on {bench['cores']} cores",
+        f"  stock nbgrader autograde: {bench['stock_seconds']:7.1f} s  "
+        f"({bench['stock_seconds_per_handin']:.2f} s per hand-in, one at a time)",
+        f"  this pipeline:            {bench['ours_seconds']:7.1f} s  "
+        f"({bench['ours_seconds_per_handin']:.2f} s per hand-in, {bench['workers']} workers, "
+        "sandbox and trusted checks on)",
+        f"  ratio ours/stock: {bench['ratio']:.2f} (target at most {target_ratio})"
+        + ("" if bench["ratio"] <= target_ratio else "  MISSED"),
+    ]
+    differ = {s: v for s, v in bench["scores"].items() if v["stock"] != v["ours"]}
+    by_sample = {}
+    for student, v in differ.items():
+        by_sample.setdefault((v["sample"], v["stock"], v["ours"]), []).append(student)
+    for (sample, stock, ours), students in sorted(by_sample.items()):
+        why = " (cheats: stock nbgrader believes the kernel)" if sample in DISHONEST_SAMPLES \
+            else ""
+        lines.append(f"  scores differ for {len(students)} x {sample}: stock {stock}, "
+                     f"ours {ours}{why}")
+    return lines
+
+
+def bench_command(*, course, handins=40, workers=None):
+    """Run the benchmark and print its report; returns a process exit status."""
+    bench = run_bench(course=course, handins=handins, workers=workers)
+    print("\n".join(format_report(bench)))
+    honest_differ = [s for s, v in bench["scores"].items()
+                     if v["sample"] not in DISHONEST_SAMPLES and v["stock"] != v["ours"]]
+    return 1 if honest_differ else 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m autograder.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--course", default=None,
+                        help="course directory (default: the repository root)")
+    parser.add_argument("--handins", type=int, default=40,
+                        help="hand-ins to grade (default 40)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="this pipeline's parallel hand-ins (default: the number of cores)")
+    args = parser.parse_args(argv)
+    return bench_command(course=Course.at(args.course), handins=args.handins,
+                         workers=args.workers)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
