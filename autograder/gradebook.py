@@ -9,7 +9,10 @@ The executed notebooks are already where the formgrader looks for them,
 autograded/<student>/<assignment>/.
 """
 
+import os
+import sys
 import warnings
+from pathlib import Path
 
 import nbformat
 
@@ -74,6 +77,11 @@ def write_gradebook(*, course, assignment, results):
     source_nb = nbformat.read(course.source_notebook(assignment), as_version=4)
     notebook = course.source_notebook(assignment).stem
     grade_ids = [gid for gid, _, _ in grade_cells(source_nb)]
+    # A new gradebook is stamped by running `alembic`, which lives beside this
+    # interpreter: find it even when the virtual environment is not activated.
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
     with Gradebook(gradebook_url(course)) as gradebook, warnings.catch_warnings():
         # nbgrader's own add_submission sets off SQLAlchemy's "not in session" warnings.
         warnings.filterwarnings("ignore", message="Object of type .* not in session")
