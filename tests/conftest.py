@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# nbgrader runs `alembic` by name: give every test this interpreter's bin/ first.
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
 REPO = Path(__file__).resolve().parent.parent
 LESSONS = sorted((REPO / "notebooks").glob("*.ipynb"))
 SOURCES = sorted((REPO / "source").glob("*/*.ipynb"))

@@ -535,7 +535,8 @@ def test_edited_and_deleted_test_cells_are_restored(graded):
 def test_a_faked_check_client_earns_nothing(graded):
     _, results, _ = graded
     result = results["fake_client"]
-    assert "never ran" in _cell(result, "token_var_correct")["reason"]
+    faked = _cell(result, "token_var_correct")
+    assert faked["points"] == 0 and faked["checks"] == []  # the grader's check never ran
     assert any("ln_single_token" in f and "token_mean" in f for f in result["flags"])
 
 
