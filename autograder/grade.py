@@ -5,12 +5,17 @@ writes one result file, atomically, to autograded/<student>/<assignment>/.
 A run that is killed and started again skips the students whose result
 matches their hand-in's hash, so nobody is graded twice or lost; a hand-in
 that cannot be graded gets a result with a status and a reason.
+
+Results belong to the grader: each is signed with an HMAC whose key lives
+outside the course (`grader_key`), and a result whose signature does not
+verify is never trusted: it is regraded and the new result is flagged.
 """
 
 import ast
 import ctypes
 import functools
 import hashlib
+import hmac
 import json
 import os
 import shutil
@@ -29,8 +34,11 @@ from autograder.merge import merge_handin
 from autograder.runner import RunSettings, run_notebook
 
 RESULT_FILE = "result.json"
-GRADER_VERSION = 1
+GRADER_VERSION = 2
+KEY_ENV = "AUTOGRADER_KEY_FILE"
 _PR_SET_PDEATHSIG = 1
+_UNVERIFIED_FLAG = ("the result file on disk did not carry the grader's signature: "
+                    "it was regraded")
 
 
 def sha256(path):
@@ -110,15 +118,26 @@ def _split_verdicts(logged, expected_checks):
     return ours, [v for v in logged if v.check not in expected_checks]
 
 
-def score_run(*, source_nb, run_nb, verdicts, violations):
+def _error_reason(error):
+    return f"{error.get('ename')}: {error.get('evalue')}"[:500]
+
+
+def score_run(*, source_nb, run_nb, verdicts, policy=None, refusals=()):
     """Score each grade cell from the grader's verdict log (never from the kernel).
 
     A cell earns its points when every check it calls left a verdict, logged
-    while it ran, and all of them passed; verdicts of checks it does not call
-    count for nothing and flag the hand-in.
+    while it ran, and all of them passed, the cell raised no error, and the
+    student's code executed nothing the cell's policy forbids (policy:
+    {grade_id: [forbidden patterns]}). Verdicts of checks a cell does not
+    call, refused requests and a recorder the hand-in tampered with count for
+    nothing and flag the hand-in.
     """
+    policy = policy or {}
     by_id = {_nbgrader(c).get("grade_id"): c for c in run_nb.cells if _nbgrader(c)}
     cells, flags = [], []
+    for refusal in refusals:
+        flags.append(f"{refusal.cell}: the check server refused a request for "
+                     f"{refusal.check} ({refusal.why})")
     for gid, points, expected_checks in grade_cells(source_nb):
         logged, foreign = _split_verdicts([v for v in verdicts if v.cell == gid],
                                           expected_checks)
@@ -132,25 +151,34 @@ def score_run(*, source_nb, run_nb, verdicts, violations):
         checks_ok = (bool(logged) and len(logged) >= len(expected_checks)
                      and set(expected_checks) <= {v.check for v in logged} | {None}
                      and all(v.passed for v in logged))
+        executed = sorted({name for v in logged for name in v.executed})
+        used = forbidden.executed_violations(policy.get(gid, []), executed)
+        tampered = any(not v.recorder_intact for v in logged)
         reason = None
-        if gid in violations:
-            reason = "uses " + ", ".join(violations[gid]) + ", which this exercise forbids"
+        if used:
+            reason = ("while the grader called your code, it executed " + ", ".join(used)
+                      + ", which this exercise forbids")
+        elif tampered:
+            reason = "your code disturbed the grader's record of what it executed"
+            flags.append(f"{gid}: the hand-in tampered with the grader's call recorder")
         elif not logged and errors:
             # A visible test failed before the hidden check could run: say which.
-            reason = f"{errors[0].get('ename')}: {errors[0].get('evalue')}"[:500]
+            reason = _error_reason(errors[0])
         elif not logged:
             reason = "the grader's check never ran for this cell"
         elif not checks_ok:
-            reason = next(v.message for v in logged if not v.passed)
+            failed = [v.message for v in logged if not v.passed]
+            reason = failed[0] if failed else "one of the checks this cell calls never ran"
         elif not kernel_ok:
-            reason = f"{errors[0].get('ename')}: {errors[0].get('evalue')}"[:500]
+            reason = (_error_reason(errors[0]) if errors
+                      else "the cell did not finish running")
         earned = points if reason is None else 0.0
         if kernel_ok and not checks_ok:
             flags.append(f"{gid}: the notebook reported success but the grader's check "
                          "did not pass")
         cells.append({
             "grade_id": gid, "points": earned, "max_points": points, "kernel_ok": kernel_ok,
-            "reason": reason,
+            "reason": reason, "executed_forbidden": used,
             "checks": [{"check": v.check, "passed": v.passed, "message": v.message}
                        for v in logged],
         })
@@ -167,27 +195,89 @@ def _student_code(merged_nb):
     return student, context
 
 
+class _NotCells(ValueError):
+    """A notebook whose cells the merge cannot read."""
+
+
 def _check_cells(nb):
-    """Raise ValueError unless `nb` is a list of cells, each with a kind and text.
+    """Raise _NotCells unless `nb` is a list of cells, each with a kind and text.
 
     nbformat only warns about a broken structure; the merge needs these.
     """
     if not isinstance(nb.get("cells"), list):
-        raise ValueError("it has no list of cells")
+        raise _NotCells("it has no list of cells")
     for index, cell in enumerate(nb.cells):
         if not (isinstance(cell, dict) and cell.get("cell_type") in ("code", "markdown", "raw")
                 and isinstance(cell.get("source"), str)):
-            raise ValueError(f"cell {index} is not a code, markdown or raw cell with text")
+            raise _NotCells(f"cell {index} is not a code, markdown or raw cell with text")
+
+
+def grader_key():
+    """The HMAC key that signs results: $AUTOGRADER_KEY_FILE, or a file in the
+    grading user's config folder, made on first use. Never inside the course,
+    so nothing a hand-in or a copied course folder holds can sign a result."""
+    path = Path(os.environ.get(KEY_ENV) or
+                Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+                / "layernorm-course" / "grader.key")
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(32))
+    return path.read_bytes()
+
+
+def _signature(data, key):
+    body = json.dumps({k: v for k, v in data.items() if k != "signature"}, sort_keys=True)
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
+def sign(data, key=None):
+    """`data` with its HMAC signature added."""
+    return {**data, "signature": _signature(data, key or grader_key())}
+
+
+def read_verified(path, key=None):
+    """The result at `path` if its signature verifies; None if absent or unreadable;
+    raises ValueError if it is there but forged or altered."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not hmac.compare_digest(
+            str(data.get("signature", "")), _signature(data, key or grader_key())):
+        raise ValueError(f"{path} does not carry the grader's signature")
+    return data
 
 
 def _write_json_atomically(path, data):
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    """Write through a fresh temporary file beside `path`, then rename it in place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
-def grade_one(*, course, assignment, student, settings):
-    """Grade one student's hand-in; always returns (and writes) a result dict."""
+def _invalid_reason(exc):
+    """Why a file is not a notebook, without quoting a byte of it."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not a readable notebook: the file is not UTF-8 text"
+    if isinstance(exc, _NotCells):
+        return f"not a readable notebook: {exc}"
+    if isinstance(exc, ValueError) and type(exc).__name__ in ("NotJSONError", "JSONDecodeError"):
+        return "not a readable notebook: the file is not JSON"
+    return f"not a readable notebook: it is not in Jupyter's notebook format ({type(exc).__name__})"
+
+
+def grade_one(*, course, assignment, student, settings, unverified=False):
+    """Grade one student's hand-in; always returns (and writes) a signed result.
+
+    unverified: the result this one replaces failed verification (flagged).
+    """
     started = time.monotonic()
     source_nb = nbformat.read(course.source_notebook(assignment), as_version=4)
     release_nb = nbformat.read(course.release_notebook(assignment), as_version=4)
@@ -210,16 +300,18 @@ def grade_one(*, course, assignment, student, settings):
             handin_nb = nbformat.reads(handin.read_text(encoding="utf-8"), as_version=4)
             _check_cells(handin_nb)
         except Exception as exc:  # any unreadable file is a result, not a crash
-            result.update(status="invalid",
-                          reason=f"not a readable notebook: {type(exc).__name__}: {exc}"[:500])
+            result.update(status="invalid", reason=_invalid_reason(exc))
         else:
             _grade_notebook(result, source_nb=source_nb, release_nb=release_nb,
                             handin_nb=handin_nb, out_dir=out_dir, settings=settings,
                             assignment=assignment, student=student,
                             notebook_name=course.notebook_name(assignment),
                             course_root=course.root)
+    if unverified:
+        result["flags"].append(_UNVERIFIED_FLAG)
     result["score"] = sum(c["points"] for c in result["cells"])
     result["seconds"] = round(time.monotonic() - started, 2)
+    result = sign(result)
     _write_json_atomically(out_dir / RESULT_FILE, result)
     return result
 
@@ -230,40 +322,46 @@ def _grade_notebook(result, *, source_nb, release_nb, handin_nb, out_dir, settin
                                  handin_nb=handin_nb)
     result["notes"].extend(notes)
     student_code, context_code = _student_code(merged)
-    found = forbidden.violations(
-        forbidden.load_policy(assignment), student_code, context_code=context_code,
-        grade_ids=[gid for gid, _, _ in grade_cells(source_nb)])
+    policy = forbidden.load_policy(assignment)
+    cells = grade_cells(source_nb)
     scratch = Path(tempfile.mkdtemp(prefix="grade-"))
     try:
         seed = zlib.crc32(f"{student}/{assignment}".encode())
-        run = run_notebook(merged, workdir=scratch / "work", settings=settings, seed=seed,
+        run = run_notebook(merged, workdir=scratch, settings=settings, seed=seed,
+                           cell_checks={gid: checks for gid, _, checks in cells},
+                           record_cells=[gid for gid in policy if policy[gid]],
                            hidden=[course_root])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     nbformat.write(run.notebook, out_dir / notebook_name)
     result["cells"], result["flags"] = score_run(
-        source_nb=source_nb, run_nb=run.notebook, verdicts=run.verdicts, violations=found)
+        source_nb=source_nb, run_nb=run.notebook, verdicts=run.verdicts, policy=policy,
+        refusals=run.refusals)
+    result["flags"].extend(forbidden.static_flags(student_code, context_code=context_code))
     if run.problem:
         result["reason"] = run.problem
         result["flags"].append(run.problem)
     result["run_seconds"] = round(run.seconds, 2)
 
 
-def is_current(result_path, handin_sha):
-    """True when a result on disk was made from this very hand-in."""
+def result_state(result_path, handin_sha):
+    """"current" (a verified result of this very hand-in), "stale" (none, or of
+    another hand-in or grader version) or "unverified" (forged or altered)."""
     try:
-        data = json.loads(result_path.read_text())
-    except (OSError, ValueError):
-        return False
-    return (data.get("handin_sha256") == handin_sha
-            and data.get("grader_version") == GRADER_VERSION)
+        data = read_verified(result_path)
+    except ValueError:
+        return "unverified"
+    if (data is not None and data.get("handin_sha256") == handin_sha
+            and data.get("grader_version") == GRADER_VERSION):
+        return "current"
+    return "stale"
 
 
-def _already_graded(course, assignment, student):
+def _result_state(course, assignment, student):
     handin, _ = find_handin(course.submitted / student / assignment,
                             course.notebook_name(assignment))
     digest = sha256(handin) if handin else None
-    return is_current(course.autograded / student / assignment / RESULT_FILE, digest)
+    return result_state(course.autograded / student / assignment / RESULT_FILE, digest)
 
 
 def grade_assignment(*, course, assignment, settings=None, workers=None, force=False,
@@ -275,8 +373,10 @@ def grade_assignment(*, course, assignment, settings=None, workers=None, force=F
     """
     settings = settings or RunSettings()
     workers = workers or os.cpu_count() or 1
+    grader_key()  # made once here, not by racing workers
     students = course.students(assignment)
-    todo = [s for s in students if force or not _already_graded(course, assignment, s)]
+    states = {s: _result_state(course, assignment, s) for s in students}
+    todo = [s for s in students if force or states[s] != "current"]
     started = time.monotonic()
     done = len(students) - len(todo)
     if done:
@@ -285,7 +385,8 @@ def grade_assignment(*, course, assignment, settings=None, workers=None, force=F
     with ProcessPoolExecutor(max_workers=workers, initializer=_start_worker,
                              initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(grade_one, course=course, assignment=assignment, student=s,
-                               settings=settings): s for s in todo}
+                               settings=settings, unverified=states[s] == "unverified"): s
+                   for s in todo}
         for future in as_completed(futures):
             student = futures[future]
             done += 1
@@ -293,8 +394,11 @@ def grade_assignment(*, course, assignment, settings=None, workers=None, force=F
                 r = future.result()
                 line = f"{r['score']:g}/{r['max_score']:g} {r['status']} ({r['seconds']:.1f} s)"
             except Exception as exc:  # a worker crash is one student's problem
-                _record_crash(course, assignment, student, exc)
-                line = f"grader error: {exc}"
+                line = f"grader error: {type(exc).__name__}: {exc}"[:300]
+                try:
+                    _record_crash(course, assignment, student, exc)
+                except Exception as write_error:  # noqa: BLE001 - nor is a failed write
+                    line += f" (and its result could not be written: {write_error})"[:300]
             print(f"[{done}/{len(students)}] {student}: {line}", file=progress, flush=True)
     results = load_results(course, assignment)
     flagged = sum(1 for r in results if r["flags"])
@@ -332,11 +436,11 @@ def _die_with_the_grader(grader_pid):
 def _record_crash(course, assignment, student, exc):
     out_dir = course.autograded / student / assignment
     out_dir.mkdir(parents=True, exist_ok=True)
-    _write_json_atomically(out_dir / RESULT_FILE, {
+    _write_json_atomically(out_dir / RESULT_FILE, sign({
         "student_id": student, "assignment": assignment, "score": 0.0, "max_score": 0.0,
         "status": "error", "reason": f"grader error: {type(exc).__name__}: {exc}"[:500],
         "flags": ["grader error"], "notes": [], "cells": [], "handin_sha256": None,
-        "grader_version": GRADER_VERSION})
+        "grader_version": GRADER_VERSION}))
 
 
 def load_results(course, assignment):
@@ -345,11 +449,15 @@ def load_results(course, assignment):
     for student in course.students(assignment):
         path = course.autograded / student / assignment / RESULT_FILE
         try:
-            results.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            results.append({"student_id": student, "assignment": assignment, "score": 0.0,
-                            "max_score": 0.0, "status": "ungraded",
-                            "reason": "no grading result yet", "flags": [], "notes": [],
-                            "cells": []})
+            data = read_verified(path)
+            reason = "no grading result yet"
+        except ValueError:
+            data, reason = None, "the result file failed verification: grade again"
+        if data is None:
+            data = {"student_id": student, "assignment": assignment, "score": 0.0,
+                    "max_score": 0.0, "status": "ungraded", "reason": reason,
+                    "flags": [reason] if "verification" in reason else [], "notes": [],
+                    "cells": []}
+        results.append(data)
     return results
 

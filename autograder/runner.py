@@ -5,8 +5,10 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import nbformat
+import zmq
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
@@ -16,8 +18,10 @@ from autograder import sandbox
 from autograder.checkserver import CheckServer
 
 _KILL_GRACE_SECONDS = 15
-_MAX_ERROR_LINE_CHARS = 10_000
-_MAX_TRACEBACK_LINES = 200
+_MAX_ERROR_CHARS = 16_000  # one kept error, traceback included
+_MAX_ERROR_LINES = 120
+_MAX_ZMQ_MESSAGE_BYTES = 16 * 1024**2
+_ALWAYS_PROCESSED = {"status", "execute_input"}
 
 
 @dataclass(frozen=True)
@@ -27,7 +31,9 @@ class RunSettings:
     cell_timeout: seconds any one cell may run (the first code cell gets
     startup_timeout, since it imports the libraries); handin_timeout: seconds
     for the whole notebook, after which the remaining cells are not run;
-    max_output_chars: output kept per hand-in (errors are always kept).
+    max_output_chars: every byte of output the hand-in sends (streams,
+    displays and their updates, widget messages, errors) counts against it;
+    past it only one short error per cell is kept.
     """
 
     cell_timeout: float = 30.0
@@ -54,63 +60,93 @@ class SandboxedKernelManager(AsyncKernelManager):
     def format_kernel_cmd(self, extra_arguments=None):
         return list(self.command_prefix) + super().format_kernel_cmd(extra_arguments)
 
+    def write_connection_file(self, **kwargs):
+        # The kernel runs as another, unprivileged user: it must read this file.
+        super().write_connection_file(**kwargs)
+        os.chmod(self.connection_file, 0o644)
+
 
 def _error_output(name, message):
     return nbformat.v4.new_output("error", ename=name, evalue=message, traceback=[message])
 
 
-def _shortened(text, limit=_MAX_ERROR_LINE_CHARS):
+def _shortened(text, limit):
     text = str(text)
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... [{len(text) - limit} more characters]"
 
 
-def _shortened_error(msg):
-    """A copy of an error message cut to a readable size.
+def _short_error(content, *, with_traceback=True):
+    """An error output cut to a readable, bounded size (at most _MAX_ERROR_CHARS).
 
-    Errors are kept past the output budget, so a hand-in that raises a 100 MB
-    message must not put 100 MB into the graded notebook and the feedback.
+    A hand-in that raises a 100 MB message must not put 100 MB into the graded
+    notebook and the feedback page.
     """
-    content = dict(msg["content"])
-    lines = [_shortened(line) for line in content.get("traceback") or []]
-    if len(lines) > _MAX_TRACEBACK_LINES:
-        half = _MAX_TRACEBACK_LINES // 2
+    lines = [str(line) for line in content.get("traceback") or []] if with_traceback else []
+    if len(lines) > _MAX_ERROR_LINES:
+        half = _MAX_ERROR_LINES // 2
         lines = lines[:half] + [f"... [{len(lines) - 2 * half} more lines]"] + lines[-half:]
-    content.update(ename=_shortened(content.get("ename", ""), 200),
-                   evalue=_shortened(content.get("evalue", "")), traceback=lines)
-    return {**msg, "content": content}
+    budget = _MAX_ERROR_CHARS // 2
+    kept = []
+    for line in lines:
+        line = _shortened(line, max(budget, 200))
+        budget -= len(line)
+        kept.append(line)
+        if budget <= 0:
+            kept.append("... [the rest of the traceback was cut]")
+            break
+    return nbformat.v4.new_output(
+        "error", ename=_shortened(content.get("ename", ""), 200),
+        evalue=_shortened(content.get("evalue", ""), 2000), traceback=kept)
 
 
 class _GradingClient(NotebookClient):
-    """nbclient, telling the check server which cell runs and keeping a deadline."""
+    """nbclient, telling the check server which cell runs, keeping a deadline
+    and an output budget that every message of the hand-in counts against."""
 
-    def __init__(self, nb, *, server, settings, **kwargs):
+    def __init__(self, nb, *, server, settings, on_first_cell, **kwargs):
         super().__init__(nb, **kwargs)
         self.server = server
         self.settings = settings
+        self.on_first_cell = on_first_cell
         self.deadline = None
         self.output_chars = 0
         self.output_capped = False
+        self.cells_with_error = set()
         self.first_code_index = next(
             (i for i, c in enumerate(nb.cells) if c.cell_type == "code"), None)
 
-    def output(self, outs, msg, display_id, cell_index):
-        # Past the hand-in's output budget, only errors are kept: a flood of
-        # prints must not fill the grader's memory or the feedback page.
-        if msg["msg_type"] != "error":
-            self.output_chars += len(json.dumps(msg.get("content", {})))
-            if self.output_chars > self.settings.max_output_chars:
-                if not self.output_capped:
-                    self.output_capped = True
-                    outs.append(nbformat.v4.new_output(
-                        "stream", name="stdout",
-                        text="\n[the grader dropped further output: the hand-in printed "
-                             f"more than {self.settings.max_output_chars} characters]\n"))
+    def _over_budget(self, msg):
+        """Count `msg` against the budget; True once the budget is spent."""
+        self.output_chars += len(json.dumps(msg.get("content", {}), default=str))
+        return self.output_chars > self.settings.max_output_chars
+
+    def _note_cap(self, outs):
+        if not self.output_capped:
+            self.output_capped = True
+            outs.append(nbformat.v4.new_output(
+                "stream", name="stdout",
+                text="\n[the grader dropped further output: the hand-in sent more than "
+                     f"{self.settings.max_output_chars} characters]\n"))
+
+    def process_message(self, msg, cell, cell_index):
+        msg_type = msg["msg_type"]
+        if msg_type in _ALWAYS_PROCESSED:
+            return super().process_message(msg, cell, cell_index)
+        over = self._over_budget(msg)
+        if msg_type == "error":
+            # One short error per cell is always kept: it decides the cell's fate.
+            if cell_index in self.cells_with_error:
                 return None
-        else:
-            msg = _shortened_error(msg)
-        return super().output(outs, msg, display_id, cell_index)
+            self.cells_with_error.add(cell_index)
+            error = _short_error(msg["content"], with_traceback=not over)
+            cell.outputs.append(error)
+            return error
+        if over:
+            self._note_cap(cell.outputs)
+            return None
+        return super().process_message(msg, cell, cell_index)
 
     def cell_timeout_for(self, cell):
         remaining = max(1.0, self.deadline - time.monotonic())
@@ -123,6 +159,7 @@ class _GradingClient(NotebookClient):
                                  store_history=True):
         if self.deadline is None:
             self.deadline = time.monotonic() + self.settings.handin_timeout
+            self.on_first_cell()
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         self.server.current_cell = gid or f"cell {cell_index}"
         if cell.cell_type == "code" and time.monotonic() >= self.deadline:
@@ -141,38 +178,48 @@ class _GradingClient(NotebookClient):
 class RunResult:
     notebook: object
     verdicts: list
+    refusals: list  # requests the check server refused
     problem: str | None  # why the run stopped early, if it did
     seconds: float
 
 
-def run_notebook(nb, *, workdir, settings, seed=0, hidden=()):
-    """Execute `nb` (already rebuilt) in a sandboxed kernel with `workdir` as cwd.
+def run_notebook(nb, *, workdir, settings, cell_checks, record_cells=(), seed=0,
+                 hidden=()):
+    """Execute `nb` (already rebuilt) in a sandboxed kernel.
 
-    hidden: folders the kernel must not see (the course directory).
+    workdir: a fresh host folder for this run's sockets and client package
+    (the kernel itself writes only to its own tmpfs); cell_checks and
+    record_cells: what the check server may serve (see CheckServer); hidden:
+    folders the kernel must not see (the course directory).
     """
-    workdir.mkdir(parents=True, exist_ok=True)
-    client_dir = workdir.parent / f"{workdir.name}.client"
-    sandbox.write_client_package(client_dir)
-    socket_path = workdir / "grader.sock"
+    link_dir, client_dir, host_home = sandbox.prepare_run_dirs(workdir)
+    socket_path = link_dir / "grader.sock"
     started = time.monotonic()
     problem = None
-    group = sandbox.ResourceGroup(f"autograder-{os.getpid()}-{workdir.parent.name}",
+    group = sandbox.ResourceGroup(f"autograder-{os.getpid()}-{Path(workdir).name}",
                                   settings.limits)
-    with CheckServer(socket_path, seed=seed) as server:
+    home = sandbox.kernel_home(use_bwrap=settings.use_bwrap, host_home=host_home)
+    with CheckServer(socket_path, cell_checks=cell_checks, record_cells=record_cells,
+                     seed=seed) as server:
+        os.chmod(socket_path, 0o666)  # the kernel connects as another user
         km = SandboxedKernelManager(
-            kernel_name="python3", transport="ipc", ip=str(workdir / "kernel"),
-            connection_file=str(workdir / "kernel.json"),
+            kernel_name="python3", transport="ipc", ip=str(link_dir / "kernel"),
+            connection_file=str(link_dir / "kernel.json"),
             command_prefix=group.prefix() + sandbox.kernel_prefix(
-                workdir=workdir, client_dir=client_dir, limits=settings.limits,
+                link_dir=link_dir, client_dir=client_dir, limits=settings.limits,
                 use_bwrap=settings.use_bwrap, hidden=hidden))
+        # A hostile kernel must not make the grader hold a huge message.
+        km.context.setsockopt(zmq.MAXMSGSIZE, _MAX_ZMQ_MESSAGE_BYTES)
         client = _GradingClient(
-            nb, server=server, settings=settings, km=km, allow_errors=True,
+            nb, server=server, settings=settings,
+            on_first_cell=lambda: sandbox.close_link_dir(link_dir),
+            km=km, allow_errors=True,
             interrupt_on_timeout=True, startup_timeout=settings.startup_timeout,
             kernel_name="python3", record_timing=False,
-            resources={"metadata": {"path": str(workdir)}})
+            resources={"metadata": {"path": str(link_dir)}})
         client.timeout_func = client.cell_timeout_for
         env = sandbox.kernel_environment(socket_path=socket_path, client_dir=client_dir,
-                                         workdir=workdir)
+                                         home=home)
         killed = threading.Event()
 
         def kill_overdue_run():
@@ -196,5 +243,5 @@ def run_notebook(nb, *, workdir, settings, seed=0, hidden=()):
         finally:
             watchdog.cancel()
             group.kill_all()
-        verdicts = list(server.verdicts)
-    return RunResult(nb, verdicts, problem, time.monotonic() - started)
+        verdicts, refusals = list(server.verdicts), list(server.refusals)
+    return RunResult(nb, verdicts, refusals, problem, time.monotonic() - started)

@@ -2,9 +2,22 @@
 
 bubblewrap gives the kernel no network, a read-only view of the system, no
 view of the course (source/, the gradebook, other students' hand-ins,
-normref's code) and one writable folder: its own working copy. prlimit sets
-resource limits inside it. Where bwrap is missing, the limits still apply and
-a loud warning says the rest does not.
+normref's code, the grader's key) and a size-limited tmpfs as its home, cwd
+and /tmp. The only host folder it can write to is the run's link folder (the
+kernel's sockets), and only until the kernel is up: the runner then closes it
+(`close_link_dir`).
+
+The kernel is never root and holds no capabilities. When the grader runs as
+root, bwrap sets up the mounts and `setpriv` drops the kernel to uid/gid
+65534 with empty capability sets and no-new-privs before it starts, so the
+kernel is an ordinary unprivileged user on the host: it cannot mount,
+unmount, remount, ptrace the grader or read files that are not
+world-readable, and a user namespace it makes for itself cannot uncover the
+locked mounts. When the grader is not root, bwrap's own user namespace maps
+the kernel to uid 65534 with no capabilities and forbids further user
+namespaces. prlimit and a cgroup (where writable) cap memory, processes, CPU,
+file size and open files. Where bwrap is missing, the limits still apply and a
+loud warning says the rest does not.
 """
 
 import os
@@ -19,20 +32,28 @@ from pathlib import Path
 
 from normref.checks import _runner
 
+SANDBOX_UID = SANDBOX_GID = 65534
+HOME_IN_SANDBOX = "/tmp"
+
 # What of normref the sandbox sees: the client half of the checks, no references.
 _CLIENT_FILES = ["normref/checks/__init__.py", "normref/checks/_runner.py",
                  "normref/checks/_wire.py"]
+_HIDDEN_TMPFS_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits for one hand-in's kernel (defaults fit a torch import)."""
+    """Resource limits for one hand-in's kernel (defaults fit a torch import).
+
+    scratch_bytes: the size of the kernel's writable tmpfs (home, cwd, /tmp).
+    """
 
     memory_bytes: int = 2 * 1024**3
     cpu_seconds: int = 600
     processes: int = 512
     file_bytes: int = 64 * 1024**2
     open_files: int = 1024
+    scratch_bytes: int = 256 * 1024**2
 
 
 class ResourceGroup:
@@ -40,9 +61,10 @@ class ResourceGroup:
 
     Where the machine lets us write cgroups (v1 `pids` and `memory`
     controllers, or a v2 hierarchy), the group caps the number of processes and
-    the real memory (RLIMIT_NPROC does not bind root, and RLIMIT_AS counts
-    address space, not memory), and lets the grader kill every process the
-    hand-in left behind. Elsewhere it does nothing and the rlimits stand alone.
+    the real memory (RLIMIT_NPROC counts every process of the sandbox's uid,
+    and RLIMIT_AS counts address space, not memory), and lets the grader kill
+    every process the hand-in left behind. Elsewhere it does nothing and the
+    rlimits stand alone.
     """
 
     def __init__(self, name, limits):
@@ -117,8 +139,12 @@ def bwrap_available():
     return shutil.which("bwrap") is not None
 
 
+def grader_is_root():
+    return os.geteuid() == 0
+
+
 def write_client_package(target):
-    """Copy normref's client half (no reference code) under `target`."""
+    """Copy normref's client half (no reference code) under `target`, world-readable."""
     package_root = _project_root()
     target = Path(target)
     (target / "normref" / "checks").mkdir(parents=True, exist_ok=True)
@@ -128,6 +154,38 @@ def write_client_package(target):
         shutil.copyfile(package_root / relative, target / relative)
     for probes in (package_root / "normref" / "checks").glob("*_probes.py"):
         shutil.copyfile(probes, target / "normref" / "checks" / probes.name)
+    for path in [target, *target.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def prepare_run_dirs(scratch):
+    """(link dir, client dir, host home) under a fresh `scratch` folder.
+
+    The link dir holds the kernel's sockets and connection file: writable by
+    the sandbox until `close_link_dir`. The host home is used only without
+    bwrap (with bwrap the kernel's home is a tmpfs).
+    """
+    scratch = Path(scratch)
+    link, client, home = scratch / "link", scratch / "client", scratch / "home"
+    for folder in (link, client, home):
+        folder.mkdir(parents=True, exist_ok=True)
+    write_client_package(client)
+    scratch.chmod(0o711)
+    link.chmod(0o1777 if grader_is_root() else 0o700)
+    if grader_is_root():
+        os.chown(home, SANDBOX_UID, SANDBOX_GID)
+    home.chmod(0o700)
+    return link, client, home
+
+
+def close_link_dir(link):
+    """Once the kernel has made its sockets: no more files in the link dir.
+
+    The folder belongs to the grader, so an unprivileged kernel cannot open
+    it again.
+    """
+    if grader_is_root():
+        Path(link).chmod(0o755)
 
 
 def _project_root():
@@ -146,54 +204,95 @@ def _rlimit_prefix(limits):
             f"--nofile={limits.open_files}", "--"]
 
 
-def _bwrap_prefix(workdir, client_dir, also_hidden):
-    """bwrap arguments: read-only system, hidden course and temp, one writable dir."""
-    hidden = {*map(Path, also_hidden), Path(tempfile.gettempdir()), Path.home(),
-              Path("/work"), Path("/srv"), Path("/mnt"), _project_root()}
-    args = ["bwrap", "--unshare-all", "--die-with-parent", "--as-pid-1",
+def _drop_privileges_prefix():
+    """setpriv to an unprivileged uid with no capabilities (the grader is root)."""
+    return [shutil.which("setpriv") or "setpriv", f"--reuid={SANDBOX_UID}",
+            f"--regid={SANDBOX_GID}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs", "--"]
+
+
+def hidden_folders(also_hidden=()):
+    """Folders the sandbox covers with an empty tmpfs."""
+    candidates = {*map(Path, also_hidden), Path(tempfile.gettempdir()), Path("/tmp"),
+                  Path.home(), Path("/root"), Path("/home"), Path("/work"), Path("/srv"),
+                  Path("/mnt"), Path("/media"), Path("/opt"), Path("/var"), _project_root()}
+    return sorted(p for p in candidates
+                  if p.is_dir() and p not in (Path("/"), Path(HOME_IN_SANDBOX)))
+
+
+def _bwrap_prefix(*, link_dir, client_dir, hidden, limits):
+    """bwrap arguments: read-only system, hidden course and home, a sized tmpfs to write."""
+    hidden = hidden_folders(hidden)
+    visible = sorted({Path(sys.prefix), Path(sys.base_prefix), Path(client_dir),
+                      Path(link_dir)})
+    args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--as-pid-1",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for path in sorted(hidden):
-        if path.is_dir():
-            args += ["--tmpfs", str(path)]
-    # The interpreter and its packages must stay visible under the hidden folders.
-    for needed in sorted({Path(sys.prefix), Path(sys.base_prefix)}):
+    if not grader_is_root():
+        args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
+                 "--disable-userns", "--cap-drop", "ALL"]
+    for path in hidden:
+        args += ["--size", str(_HIDDEN_TMPFS_BYTES), "--perms", "0755", "--tmpfs", str(path)]
+    # The kernel's only writable place: home, cwd and /tmp on one sized tmpfs.
+    args += ["--size", str(limits.scratch_bytes), "--perms", "1777",
+             "--tmpfs", HOME_IN_SANDBOX]
+    # Folders that lead to what stays visible are made by hand, so that they
+    # are world-readable (bwrap would make them 0700).
+    leading = sorted({a for v in visible for a in v.parents
+                      if any(h in a.parents for h in hidden + [Path(HOME_IN_SANDBOX)])},
+                     key=lambda p: len(p.parts))
+    for folder in leading:
+        args += ["--perms", "0755", "--dir", str(folder)]
+    for needed in sorted({Path(sys.prefix), Path(sys.base_prefix), Path(client_dir)}):
         args += ["--ro-bind", str(needed), str(needed)]
-    args += ["--ro-bind", str(client_dir), str(client_dir),
-             "--bind", str(workdir), str(workdir), "--chdir", str(workdir),
-             "--setenv", "HOME", str(workdir), "--setenv", "TMPDIR", str(workdir)]
+    args += ["--bind", str(link_dir), str(link_dir), "--chdir", HOME_IN_SANDBOX,
+             "--setenv", "HOME", HOME_IN_SANDBOX, "--setenv", "TMPDIR", HOME_IN_SANDBOX]
     return args + ["--"]
 
 
-def kernel_prefix(*, workdir, client_dir, limits, use_bwrap=None, hidden=()):
+def kernel_prefix(*, link_dir, client_dir, limits, use_bwrap=None, hidden=()):
     """The command prefix that puts a kernel in the sandbox.
 
     hidden: more folders to hide (the course directory) besides the system's
-    temp folder, home, /work, /srv, /mnt and the project's own source.
+    temp folder, homes, /work, /srv, /mnt, /opt, /var and the project's own
+    source.
     """
     if use_bwrap is None:
         use_bwrap = bwrap_available()
-    prefix = _bwrap_prefix(workdir, client_dir, hidden) if use_bwrap else []
     if not use_bwrap:
         warnings.warn("bubblewrap (bwrap) is not installed: student code runs with resource "
                       "limits only, and can see the network and this machine's files. "
                       "Install Debian's 'bubblewrap' before grading real hand-ins.",
                       stacklevel=2)
-    return prefix + _rlimit_prefix(limits)
+    prefix = (_bwrap_prefix(link_dir=link_dir, client_dir=client_dir, hidden=hidden,
+                            limits=limits) if use_bwrap else [])
+    prefix += _rlimit_prefix(limits)
+    if grader_is_root():
+        prefix += _drop_privileges_prefix()
+    return prefix
 
 
-def kernel_environment(*, socket_path, client_dir, workdir):
+def kernel_home(*, use_bwrap, host_home):
+    """Where the kernel's home (and cwd, and TMPDIR) is, as the kernel sees it."""
+    if use_bwrap is None:
+        use_bwrap = bwrap_available()
+    return HOME_IN_SANDBOX if use_bwrap else str(host_home)
+
+
+def kernel_environment(*, socket_path, client_dir, home):
     """Environment of the sandboxed kernel: the check client, no secrets."""
     keep = ("PATH", "LANG", "LC_ALL", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update({
         _runner.SOCKET_ENV: str(socket_path),
         "PYTHONPATH": str(client_dir),
-        "HOME": str(workdir),
-        "TMPDIR": str(workdir),
+        "HOME": str(home),
+        "TMPDIR": str(home),
         "MPLBACKEND": "agg",
-        "MPLCONFIGDIR": str(workdir),
+        "MPLCONFIGDIR": str(home),
         "OMP_NUM_THREADS": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "JUPYTER_PLATFORM_DIRS": "1",
+        "TRITON_CACHE_DIR": f"{home}/.triton",
     })
     return env

@@ -52,20 +52,23 @@ def make_cases(name, seed=0):
 def judge(name, cases, outputs, errors):
     """Compare the student's outputs ({"i/key": array}) with the reference.
 
-    Returns {"passed": bool, "message": str}; the message names the first
-    case that failed and what looks wrong, or lists the cases that passed.
+    Returns {"passed": bool, "message": str, "case": label or None}; the
+    message names the first case that failed and what looks wrong (it may
+    quote reference values: it is for the feedback report), or lists the
+    cases that passed; "case" is the label of the first failing case.
     """
     check = _get(name)
     per_case = _wire.unflatten_cases([label for label, _ in cases], outputs)
     for i, (label, case) in enumerate(cases):
         if str(i) in errors:
             message = f"{name}, {label}: your code raised {errors[str(i)]}"
-            return {"passed": False, "message": message}
+            return {"passed": False, "message": message, "case": label, "raised": True}
         try:
             problem = check.judge(case, per_case[i][1])
         except KeyError as missing:
             problem = f"your code returned no value for {missing}"
         if problem:
-            return {"passed": False, "message": f"{name}, {label}: {problem}"}
+            return {"passed": False, "message": f"{name}, {label}: {problem}", "case": label}
     labels = ", ".join(label for label, _ in cases)
-    return {"passed": True, "message": f"{name}: all {len(cases)} cases passed ({labels})"}
+    return {"passed": True, "message": f"{name}: all {len(cases)} cases passed ({labels})",
+            "case": None}

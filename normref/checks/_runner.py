@@ -7,16 +7,36 @@ Two modes, same code path for the student's side:
   cases and the verdict come from the grader over a Unix socket, and only the
   student's outputs, as plain arrays, are sent back. The grader keeps its own
   log of verdicts; what this process prints or raises decides nothing.
+
+While a probe calls the student's code, a recorder can note what torch
+actually executed (see _Recording): the grader asks for it with "record": true
+in its reply to "cases", and gets back, with the outputs, "executed" (sorted
+distinct names) and "recorder_intact". In-process, every check records, and
+the last run's names are left in `last_executed` / `last_recorder_intact`.
 """
 
+import contextlib
 import os
 import socket
+import sys
 
 import numpy as np
 
 from normref.checks import _wire
 
 SOCKET_ENV = "NORMREF_GRADER_SOCKET"
+MAX_EXECUTED = 2000  # names sent to the grader, at most
+
+# The engine's entry points (reverse mode) and forward-mode duals; any of them
+# also records the name "autograd".
+AUTOGRAD_MARK = "autograd"
+_AUTOGRAD_FUNCTIONS = frozenset({
+    "torch.Tensor.backward", "torch.autograd.grad", "torch.autograd.backward",
+    "torch._make_dual", "torch.autograd.forward_ad.make_dual",
+})
+
+last_executed = frozenset()  # in-process: what the last run_check recorded
+last_recorder_intact = True
 
 
 class CheckFailed(AssertionError):
@@ -40,15 +60,314 @@ def to_array(value, *, what="the result"):
     return array.copy()
 
 
-def _probe_all(subject, cases, probe):
+# --- the recorder -------------------------------------------------------------------------
+
+_NAME_CACHE = {}
+_CLASS_CACHE = {}
+_TORCH = {}  # what the recorder uses of torch, taken once torch is there
+
+
+def _function_name(func):
+    """'torch.nn.functional.layer_norm', 'torch.Tensor.add', 'aten::native_layer_norm'."""
+    try:
+        return _NAME_CACHE[func]
+    except (KeyError, TypeError):
+        pass
+    schema = getattr(func, "_schema", None)  # an OpOverload: torch.ops.aten.x.default
+    if schema is not None:
+        name = str(schema.name)
+    elif getattr(func, "_qualified_op_name", None):  # an OpOverloadPacket: torch.ops.aten.x
+        name = str(func._qualified_op_name)
+    else:
+        name = _TORCH["resolve_name"](func)
+        if not name:
+            module = getattr(func, "__module__", None) or "torch"
+            qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+            name = f"{module}.{qualname or type(func).__name__}"
+        name = name.replace("._VariableFunctionsClass.", ".").replace(
+            "torch._C._VariableFunctions.", "torch.")
+    with contextlib.suppress(TypeError):
+        _NAME_CACHE[func] = name
+    return name
+
+
+def _torch_classes(cls):
+    """Qualified names of the torch classes in cls's MRO (a subclass counts as its bases)."""
+    try:
+        return _CLASS_CACHE[cls]
+    except (KeyError, TypeError):
+        pass
+    names = tuple(f"{base.__module__}.{base.__qualname__}" for base in getattr(cls, "__mro__", ())
+                  if str(getattr(base, "__module__", "")).split(".")[0] == "torch")
+    with contextlib.suppress(TypeError):
+        _CLASS_CACHE[cls] = names
+    return names
+
+
+def _load_torch():
+    """Build the two mode classes the first time torch is there (never imports it)."""
+    if _TORCH:
+        return _TORCH
+    import torch  # only called once torch is in sys.modules
+    from torch.overrides import TorchFunctionMode, resolve_name
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    c = torch._C
+    graph_task_id = getattr(c, "_current_graph_task_id", None) or (lambda: -1)
+    f_len, f_at = c._len_torch_function_stack, c._get_function_stack_at
+    d_len, d_at = c._len_torch_dispatch_stack, c._get_dispatch_stack_at
+    all_disabled = c._is_torch_function_all_disabled
+    excluded, python_key = c._dispatch_tls_is_dispatch_key_excluded, c.DispatchKey.Python
+    function_names, autograd_names = _function_name, _AUTOGRAD_FUNCTIONS
+
+    class FunctionRecorder(TorchFunctionMode):
+        """Sees every torch-level function call: F.layer_norm, Tensor.backward, ..."""
+
+        def __init__(self, recording):
+            super().__init__()
+            self.recording = recording
+            self.depth = 0  # > 0 while a torch function we were handed runs
+            self.dispatch = None
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            recording = self.recording
+            name = function_names(func)
+            recording.names.add(name)
+            if name in autograd_names:
+                recording.names.add(AUTOGRAD_MARK)
+            dispatch = self.dispatch
+            if dispatch is not None and not dispatch.depth:
+                n = d_len()
+                if not n or d_at(n - 1) is not dispatch or excluded(python_key):
+                    recording.tampered("the dispatch recorder was not active")
+            self.depth += 1
+            try:
+                return func(*args, **(kwargs or {}))
+            finally:
+                self.depth -= 1
+
+    class DispatchRecorder(TorchDispatchMode):
+        """Sees every aten op however it was reached (modules, subclasses, torch.ops)."""
+
+        def __init__(self, recording, function_recorder):
+            super().__init__()
+            self.recording = recording
+            self.function = function_recorder
+            self.depth = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            recording = self.recording
+            recording.names.add(function_names(func))
+            if graph_task_id() != -1:  # the autograd engine is running a backward pass
+                recording.names.add(AUTOGRAD_MARK)
+            function = self.function
+            if not function.depth and not self.depth:
+                # an op that no torch function led to: torch function must still be on
+                n = f_len()
+                if all_disabled() or not n or f_at(n - 1) is not function:
+                    recording.tampered("the function recorder was not active")
+            self.depth += 1
+            try:
+                return func(*args, **(kwargs or {}))
+            finally:
+                self.depth -= 1
+
+    def module_hook(module, args):
+        _RECORDING_NOW[-1].names.update(_torch_classes(type(module)))
+
+    _TORCH.update(
+        torch=torch, resolve_name=resolve_name, FunctionRecorder=FunctionRecorder,
+        DispatchRecorder=DispatchRecorder, module_hook=module_hook,
+        f_len=f_len, f_at=f_at, d_len=d_len, d_at=d_at, all_disabled=all_disabled,
+        excluded=excluded, python_key=python_key,
+        register_hook=torch.nn.modules.module.register_module_forward_pre_hook,
+        global_hooks=torch.nn.modules.module._global_forward_pre_hooks,
+        handlers={"FunctionRecorder": FunctionRecorder.__dict__["__torch_function__"],
+                  "DispatchRecorder": DispatchRecorder.__dict__["__torch_dispatch__"]},
+    )
+    return _TORCH
+
+
+_RECORDING_NOW = []  # the module hook's target; a stack in case a check nests
+
+
+class _TorchImportWatcher:
+    """A meta-path finder that starts the recorder the moment torch is imported
+    inside the student's call, so numpy-only checks never import torch themselves."""
+
+    def __init__(self, on_import):
+        self.on_import = on_import
+        self.busy = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch" or self.busy:
+            return None
+        self.busy = True
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            self.busy = False
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original, on_import = loader.exec_module, self.on_import
+
+        def exec_module(module):
+            original(module)
+            on_import()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+class _Recording:
+    """What the student's code executed during one check, and whether the
+    recorder stayed in place.
+
+    names: torch functions by qualified name ("torch.nn.functional.layer_norm",
+    "torch.Tensor.backward"), aten ops as "aten::<op>" without the overload,
+    torch classes ("torch.nn.modules.normalization.LayerNorm") of every module
+    called and of the subject itself (a subclass counts as its torch bases),
+    and "autograd" when the autograd engine ran or a forward-mode dual was made.
+    """
+
+    def __init__(self):
+        self.names = set()
+        self.intact = True
+        self.problems = []
+        self._active = None  # (function mode, dispatch mode, expected stacks, hook)
+
+    def tampered(self, why):
+        self.intact = False
+        if len(self.problems) < 20:
+            self.problems.append(why)
+
+    def note_subject(self, subject):
+        items = subject if isinstance(subject, (tuple, list)) else (subject,)
+        for item in items:
+            cls = item if isinstance(item, type) else type(item)
+            if "torch" in sys.modules or any(
+                    str(getattr(b, "__module__", "")).startswith("torch")
+                    for b in getattr(cls, "__mro__", ())):
+                self.names.update(_torch_classes(cls))
+
+    def _start(self):
+        if self._active is not None:
+            return
+        t = _load_torch()
+        f_before = [t["f_at"](i) for i in range(t["f_len"]())]
+        d_before = [t["d_at"](i) for i in range(t["d_len"]())]
+        function = t["FunctionRecorder"](self)
+        dispatch = t["DispatchRecorder"](self, function)
+        function.dispatch = dispatch
+        function.__enter__()
+        dispatch.__enter__()
+        hook = t["register_hook"](t["module_hook"])
+        self._active = (function, dispatch, f_before + [function], d_before + [dispatch], hook)
+
+    def _stop(self):
+        t = _TORCH
+        function, dispatch, f_expected, d_expected, hook = self._active
+        self._active = None
+        f_now = [t["f_at"](i) for i in range(t["f_len"]())]
+        d_now = [t["d_at"](i) for i in range(t["d_len"]())]
+        if len(f_now) != len(f_expected) or any(a is not b for a, b in zip(f_now, f_expected)):
+            self.tampered("the torch function mode stack changed")
+            self._restore(f_expected, t["f_len"], t["torch"]._C._pop_torch_function_stack,
+                          t["torch"]._C._push_on_torch_function_stack)
+        if len(d_now) != len(d_expected) or any(a is not b for a, b in zip(d_now, d_expected)):
+            self.tampered("the torch dispatch mode stack changed")
+            from torch.utils._python_dispatch import _pop_mode, _push_mode
+
+            self._restore(d_expected, t["d_len"], _pop_mode, _push_mode)
+        if t["all_disabled"]() or t["excluded"](t["python_key"]):
+            self.tampered("torch function or Python dispatch was left disabled")
+        if hook.id not in t["global_hooks"]:
+            self.tampered("the module hook was removed")
+        for cls_name, handler in t["handlers"].items():
+            cls = t[cls_name]
+            attr = "__torch_function__" if cls_name == "FunctionRecorder" else "__torch_dispatch__"
+            if cls.__dict__.get(attr) is not handler:
+                self.tampered(f"{cls_name}.{attr} was replaced")
+        for mode in (function, dispatch):
+            if type(mode) not in (t["FunctionRecorder"], t["DispatchRecorder"]) or any(
+                    k.startswith("__torch_") for k in vars(mode)) or mode.recording is not self:
+                self.tampered("a recorder was altered")
+        dispatch.__exit__(None, None, None)
+        function.__exit__(None, None, None)
+        hook.remove()
+
+    @staticmethod
+    def _restore(expected, length, pop, push):
+        """Put a mode stack back to `expected` so that the modes can be exited."""
+        with contextlib.suppress(Exception):
+            while length():
+                pop()
+            for mode in expected:
+                push(mode)
+
+    @contextlib.contextmanager
+    def watching(self):
+        """Record while the body runs; check afterwards that the recorder held."""
+        watcher = None
+        _RECORDING_NOW.append(self)
+        try:
+            if "torch" in sys.modules:
+                self._start()
+            else:
+                watcher = _TorchImportWatcher(self._start)
+                sys.meta_path.insert(0, watcher)
+            yield self
+        finally:
+            if watcher is not None:
+                with contextlib.suppress(ValueError):
+                    sys.meta_path.remove(watcher)
+            if self._active is not None:
+                self._stop()
+            if _RECORDING_NOW and _RECORDING_NOW[-1] is self:
+                _RECORDING_NOW.pop()
+            else:
+                self.tampered("the recorder's own bookkeeping changed")
+            if not _runner_unchanged():
+                self.tampered("the check runner's functions were replaced")
+
+    def executed(self):
+        return sorted(self.names)
+
+
+# --- running a check ----------------------------------------------------------------------
+
+
+def _probe_one(subject, case, probe):
+    """(outputs {key: array}, error text or None) for one case."""
+    try:
+        result = probe(subject, case)
+        return {key: to_array(value) for key, value in result.items()}, None
+    except Exception as exc:  # the student's code may raise anything
+        return {}, f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def _probe_all(subject, cases, probe, recording=None):
+    """Call probe on every case; with a recording, record while each call and
+    its results' conversion run (a result may be a lazy object of the student's)."""
     outputs, errors = {}, {}
     for i, (_, case) in enumerate(cases):
-        try:
-            result = probe(subject, case)
-            for key, value in result.items():
-                outputs[f"{i}/{key}"] = to_array(value)
-        except Exception as exc:  # the student's code may raise anything
-            errors[str(i)] = f"{type(exc).__name__}: {exc}"[:2000]
+        if recording is None:
+            result, error = _probe_one(subject, case, probe)
+        else:
+            with recording.watching():
+                result, error = _probe_one(subject, case, probe)
+        if error is not None:
+            errors[str(i)] = error
+        for key, value in result.items():
+            outputs[f"{i}/{key}"] = value
     return outputs, errors
 
 
@@ -65,17 +384,46 @@ def run_check(name, subject, probe):
     probe(subject, case) -> {key: array} calls the student's code on one case.
     Prints the verdict's message; raises CheckFailed when the check fails.
     """
+    global last_executed, last_recorder_intact
     if os.environ.get(SOCKET_ENV):
         reply, arrays = _ask_grader({"op": "cases", "check": name})
         cases = _wire.unflatten_cases(reply["labels"], arrays)
-        outputs, errors = _probe_all(subject, cases, probe)
-        verdict, _ = _ask_grader({"op": "judge", "check": name, "errors": errors}, outputs)
+        recording = _Recording() if reply.get("record") is True else None
+        if recording is not None:
+            recording.note_subject(subject)
+        outputs, errors = _probe_all(subject, cases, probe, recording)
+        header = {"op": "judge", "check": name, "errors": errors,
+                  "executed": recording.executed()[:MAX_EXECUTED] if recording else [],
+                  "recorder_intact": recording.intact if recording else True}
+        verdict, _ = _ask_grader(header, outputs)
     else:
         from normref.checks import _registry
 
         cases = _registry.make_cases(name)
-        outputs, errors = _probe_all(subject, cases, probe)
+        recording = _Recording()
+        recording.note_subject(subject)
+        outputs, errors = _probe_all(subject, cases, probe, recording)
+        last_executed = frozenset(recording.names)
+        last_recorder_intact = recording.intact
         verdict = _registry.judge(name, cases, outputs, errors)
     if not verdict["passed"]:
         raise CheckFailed(verdict["message"])
     print(verdict["message"])
+
+
+_ORIGINALS = {name: globals()[name] for name in (
+    "run_check", "_probe_all", "_probe_one", "to_array", "_ask_grader", "_Recording",
+    "_load_torch", "_function_name", "_torch_classes", "_TorchImportWatcher")}
+_ORIGINAL_CODE = {name: getattr(value, "__code__", None) for name, value in _ORIGINALS.items()}
+_ORIGINAL_METHODS = {name: getattr(_Recording, name) for name in (
+    "watching", "_start", "_stop", "tampered", "note_subject", "executed")}
+
+
+def _runner_unchanged():
+    """False when this module's functions, or the recorder's methods, were swapped."""
+    here = globals()
+    for name, value in _ORIGINALS.items():
+        if here.get(name) is not value or getattr(value, "__code__", None) is not \
+                _ORIGINAL_CODE[name]:
+            return False
+    return all(getattr(_Recording, name) is value for name, value in _ORIGINAL_METHODS.items())

@@ -221,30 +221,41 @@ def init_like_xiong(model, seed):
 
 
 def _probe_depth_ratio(subject, case):
+    """Run the depth experiment on the grader's seeds, two ways: the student's
+    own last_block_ratio(depth, seeds), and the probe's loop over the same
+    models with the student's TinyLM and grad_norms_by_layer. Only raw
+    numbers come back; the grader reruns the experiment with its reference
+    pieces on the same seeds and compares."""
     torch = _torch()
-    TinyLM, grad_norms_by_layer = subject
+    last_block_ratio, TinyLM, grad_norms_by_layer = subject
     d, heads, vocab = int(case["d_model"]), int(case["n_heads"]), int(case["vocab"])
     seq_len = case["inputs"].shape[-1]
-    last = np.zeros((2, len(case["depths"]), len(case["seeds"])))  # pre/post, depth, seed
+    seeds = tuple(int(seed) for seed in case["seeds"])
+    depths = [int(depth) for depth in case["depths"]]
+    ratios = np.array([float(last_block_ratio(depth, seeds)) for depth in depths])
+    last = np.zeros((2, len(depths), len(seeds)))  # pre/post, depth, seed
     for k, position in enumerate(("pre", "post")):
-        for i, depth in enumerate(case["depths"]):
-            for j, seed in enumerate(case["seeds"]):
-                model = TinyLM(vocab, d, int(depth), heads, position, d_ff=4 * d,
+        for i, depth in enumerate(depths):
+            for j, seed in enumerate(seeds):
+                model = TinyLM(vocab, d, depth, heads, position, d_ff=4 * d,
                                max_len=seq_len)
-                init_like_xiong(model, int(seed))
+                init_like_xiong(model, seed)
                 batch = (torch.from_numpy(case["inputs"][j].copy()),
                          torch.from_numpy(case["targets"][j].copy()))
                 norms = [float(v) for v in grad_norms_by_layer(model, batch)]
                 if len(norms) != depth:
                     raise ValueError(f"{len(norms)} gradient norms for a model of {depth} blocks")
                 last[k, i, j] = norms[-1]
-    return {"last_layer_norms": last}
+    return {"ratios": ratios, "last_layer_norms": last}
 
 
-def check_depth_ratio(TinyLM, grad_norms_by_layer):
-    """Run the depth experiment with your TinyLM and grad_norms_by_layer: the
-    Post-LN / Pre-LN last-layer gradient ratio must grow with depth."""
-    run_check("blocks_depth_ratio", (TinyLM, grad_norms_by_layer), _probe_depth_ratio)
+def check_depth_ratio(last_block_ratio, TinyLM, grad_norms_by_layer):
+    """Check the depth experiment on seeds the grader picks: your
+    last_block_ratio(depth, seeds), and the last-block gradient norms of your
+    TinyLM measured with your grad_norms_by_layer, must both match the same
+    experiment run with the reference blocks."""
+    run_check("blocks_depth_ratio", (last_block_ratio, TinyLM, grad_norms_by_layer),
+              _probe_depth_ratio)
 
 
 ADA_LN_CONTRACT = "to_scale_shift.weight (2 * d_model, d_cond), to_scale_shift.bias (2 * d_model,)"
