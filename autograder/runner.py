@@ -216,7 +216,7 @@ def run_notebook(nb, *, workdir, settings, cell_checks, record_cells=(), seed=0,
             km=km, allow_errors=True,
             interrupt_on_timeout=True, startup_timeout=settings.startup_timeout,
             kernel_name="python3", record_timing=False,
-            resources={"metadata": {"path": str(link_dir)}})
+            resources={"metadata": {"path": str(host_home)}})
         client.timeout_func = client.cell_timeout_for
         env = sandbox.kernel_environment(socket_path=socket_path, client_dir=client_dir,
                                          home=home)

@@ -9,7 +9,8 @@ kernel's sockets), and only until the kernel is up: the runner then closes it
 
 The kernel is never root and holds no capabilities. When the grader runs as
 root, bwrap sets up the mounts and `setpriv` drops the kernel to uid/gid
-65534 with empty capability sets and no-new-privs before it starts, so the
+of its own (1,000,000 + the grading process's pid, see run_uid) with empty
+capability sets and no-new-privs before it starts, so the
 kernel is an ordinary unprivileged user on the host: it cannot mount,
 unmount, remount, ptrace the grader or read files that are not
 world-readable, and a user namespace it makes for itself cannot uncover the
@@ -32,7 +33,8 @@ from pathlib import Path
 
 from normref.checks import _runner
 
-SANDBOX_UID = SANDBOX_GID = 65534
+SANDBOX_UID = SANDBOX_GID = 65534  # inside bwrap's user namespace (grader not root)
+_FIRST_RUN_UID = 1_000_000  # grader is root: one uid per grading process, see run_uid()
 HOME_IN_SANDBOX = "/tmp"
 
 # What of normref the sandbox sees: the client half of the checks, no references.
@@ -143,6 +145,16 @@ def grader_is_root():
     return os.geteuid() == 0
 
 
+def run_uid():
+    """The host uid (and gid) a kernel runs as when the grader is root.
+
+    One per grading process, so that RLIMIT_NPROC, which counts every process
+    of a uid, binds each hand-in alone: a fork bomb in one sandbox must not
+    starve the kernels of hand-ins graded beside it. No account has it.
+    """
+    return _FIRST_RUN_UID + os.getpid()
+
+
 def write_client_package(target):
     """Copy normref's client half (no reference code) under `target`, world-readable."""
     package_root = _project_root()
@@ -173,7 +185,7 @@ def prepare_run_dirs(scratch):
     scratch.chmod(0o711)
     link.chmod(0o1777 if grader_is_root() else 0o700)
     if grader_is_root():
-        os.chown(home, SANDBOX_UID, SANDBOX_GID)
+        os.chown(home, run_uid(), run_uid())
     home.chmod(0o700)
     return link, client, home
 
@@ -206,8 +218,8 @@ def _rlimit_prefix(limits):
 
 def _drop_privileges_prefix():
     """setpriv to an unprivileged uid with no capabilities (the grader is root)."""
-    return [shutil.which("setpriv") or "setpriv", f"--reuid={SANDBOX_UID}",
-            f"--regid={SANDBOX_GID}", "--clear-groups", "--inh-caps=-all",
+    return [shutil.which("setpriv") or "setpriv", f"--reuid={run_uid()}",
+            f"--regid={run_uid()}", "--clear-groups", "--inh-caps=-all",
             "--bounding-set=-all", "--no-new-privs", "--"]
 
 

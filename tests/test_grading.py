@@ -13,7 +13,6 @@ import pytest
 from autograder.cli import example_assignments
 from autograder.collect import collect, student_id_from
 from autograder.course import EXAMPLES_DIR, Course
-from autograder.forbidden import violations
 from autograder.merge import merge_handin
 from conftest import REPO
 
@@ -106,18 +105,6 @@ def test_merge_restores_instructor_cells_and_keeps_student_cells():
     assert any("token_var_correct was deleted" in n for n in notes)
 
 
-def test_forbidden_calls_are_found_through_aliases():
-    policy = {"ln": ["torch.nn.functional.layer_norm", "torch.nn.LayerNorm"]}
-    context = ["import torch"]
-    for code in ["import torch.nn.functional as F\ny = F.layer_norm(x, (4,))",
-                 "from torch.nn import functional\ny = functional.layer_norm(x, (4,))",
-                 "from torch.nn import LayerNorm as Norm\nm = Norm(4)",
-                 "f = getattr(torch.nn.functional, 'layer_norm')"]:
-        assert violations(policy, [code], context_code=context, grade_ids=["ln"]) != {}, code
-    assert violations(policy, ["def layer_norm(x): return x"], grade_ids=["ln"]) == {}
-    assert violations({}, ["import normref"], grade_ids=["ln"]) == {"ln": ["normref"]}
-
-
 @pytest.mark.parametrize("name, student", [
     ("ada.ipynb", "ada"),
     ("lovelaceada_12345_67890_01_the_recipe.ipynb", "lovelaceada_12345"),
@@ -139,10 +126,3 @@ def test_collect_takes_an_lms_zip_and_lists_what_it_cannot_match(course, tmp_pat
     assert any("notes.txt" in item for item in report.unmatched)
     again = collect(course=course, assignment="01_the_recipe", source_path=archive)
     assert sorted(again.unchanged) == ["Dee_Blank_4242", "lovelaceada_12345"]
-
-
-def test_forbidden_attributes_and_keywords_are_found_on_any_object():
-    policy = {"dx": [".backward", ".requires_grad"]}
-    code = "t = torch.tensor(x, requires_grad=True)\nloss = (t * 2).sum()\nloss.backward()"
-    assert violations(policy, [code], grade_ids=["dx"]) == {"dx": [".backward", ".requires_grad"]}
-    assert violations(policy, ["def backward(dy, cache):\n    return dy"], grade_ids=["dx"]) == {}

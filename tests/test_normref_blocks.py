@@ -11,6 +11,7 @@ from torch import nn
 from normref import blocks
 from normref.checks import (
     CheckFailed,
+    blocks_probes,
     check_ada_ln,
     check_depth_ratio,
     check_grad_norms_by_layer,
@@ -271,12 +272,30 @@ class OtherPost(Sublayers):
         return x
 
 
+def last_block_ratio_for(TinyLM, grad_norms_by_layer, reduce=np.median, default=(0, 1, 2)):
+    """The notebook's last_block_ratio(depth, seeds), built on the given pieces."""
+    def last_block_ratio(depth, seeds=default):
+        ratios = []
+        for seed in seeds:
+            batch = blocks.copy_task_batch(16, 8, 16, seed)
+            last = {}
+            for position in ("pre", "post"):
+                model = TinyLM(16, 64, depth, 4, position, max_len=16)
+                blocks_probes.init_like_xiong(model, seed)
+                last[position] = float(grad_norms_by_layer(model, batch)[-1])
+            ratios.append(last["post"] / last["pre"])
+        return float(reduce(ratios))
+
+    return last_block_ratio
+
+
 def test_checks_pass_the_reference(one_thread):
     check_pre_ln_block(blocks.PreLNBlock)
     check_post_ln_block(blocks.PostLNBlock)
     check_tiny_lm(blocks.TinyLM)
     check_grad_norms_by_layer(blocks.grad_norms_by_layer)
-    check_depth_ratio(blocks.TinyLM, blocks.grad_norms_by_layer)
+    check_depth_ratio(last_block_ratio_for(blocks.TinyLM, blocks.grad_norms_by_layer),
+                      blocks.TinyLM, blocks.grad_norms_by_layer)
     check_ada_ln(blocks.AdaLN)
 
 
@@ -417,8 +436,97 @@ def test_grad_norm_check_names_the_mistake():
 
 
 def test_depth_check_fails_when_pre_ln_has_no_final_ln(one_thread):
-    _fails(check_depth_ratio, PreWithoutFinalLN, blocks.grad_norms_by_layer,
-           hint="grows with depth")
+    _fails(check_depth_ratio,
+           last_block_ratio_for(PreWithoutFinalLN, blocks.grad_norms_by_layer),
+           PreWithoutFinalLN, blocks.grad_norms_by_layer,
+           hint="only the Pre-LN models differ")
+
+
+class PostLNOnSublayerOutput(blocks.PostLNBlock):
+    def forward(self, x):
+        x = x + self.ln1(self.attn(x))
+        return x + self.ln2(self.mlp(x))
+
+
+class TinyLMWrongPost(blocks.TinyLM):
+    def __init__(self, vocab, d_model, n_layers, n_heads, norm_position="pre", d_ff=None,
+                 max_len=64):
+        super().__init__(vocab, d_model, n_layers, n_heads, norm_position, d_ff, max_len)
+        if norm_position == "post":
+            self.blocks = nn.ModuleList(PostLNOnSublayerOutput(d_model, n_heads, d_ff)
+                                        for _ in range(n_layers))
+
+
+def test_depth_check_reruns_the_experiment_instead_of_trusting_numbers(one_thread):
+    """Before, the judge only asked whether the student's numbers grew with depth,
+    so made-up numbers passed. Now the grader reruns the experiment with its
+    reference blocks on seeds it picks and compares."""
+    def made_up_norms(model, batch):  # growing with depth for Post-LN, by construction
+        n = len(model.blocks)
+        post = isinstance(model.ln_f, nn.Identity)
+        return [1.0] * (n - 1) + [0.5 * n if post else 1.0]
+
+    def made_up_ratio(depth, seeds=(0, 1, 2)):
+        return {2: 1.2, 6: 1.8, 12: 2.6}[depth]
+
+    right_ratio = last_block_ratio_for(blocks.TinyLM, blocks.grad_norms_by_layer)
+    _fails(check_depth_ratio, made_up_ratio, blocks.TinyLM, made_up_norms,
+           hint="both kinds of model differ")
+    _fails(check_depth_ratio, made_up_ratio, blocks.TinyLM, blocks.grad_norms_by_layer,
+           hint="look at last_block_ratio itself")
+    # real measurements of a wrong Post-LN model still show the ratio growing; they are
+    # not the experiment's numbers, and the grader can tell
+    _fails(check_depth_ratio, last_block_ratio_for(TinyLMWrongPost, blocks.grad_norms_by_layer),
+           TinyLMWrongPost, blocks.grad_norms_by_layer, hint="only the Post-LN models differ")
+    assert right_ratio(12) > 1.5  # the visible test's claim, for the default seeds
+
+
+def test_depth_check_names_slips_in_last_block_ratio(one_thread):
+    pieces = (blocks.TinyLM, blocks.grad_norms_by_layer)
+    _fails(check_depth_ratio, last_block_ratio_for(*pieces, reduce=np.mean), *pieces,
+           hint="not their mean")
+
+    def fixed_seeds(depth, seeds=(0, 1, 2)):
+        return last_block_ratio_for(*pieces)(depth)
+
+    _fails(check_depth_ratio, fixed_seeds, *pieces, hint="use the seeds you are given")
+
+
+def test_depth_check_seeds_change_with_the_grader_seed():
+    from normref.checks import _registry
+
+    seeds = [tuple(_registry.make_cases("blocks_depth_ratio", seed)[0][1]["seeds"])
+             for seed in (0, 1)]
+    assert seeds[0] != seeds[1] and len(seeds[0]) % 2 == 1
+
+
+def test_depth_check_passes_unusual_but_right_code(one_thread):
+    """Other blocks, a TinyLM slicing pos_emb.weight, norms by .backward() in a tensor,
+    and a last_block_ratio that uses torch.median on a tensor of ratios."""
+    class OtherTinyLM(blocks.TinyLM):
+        def __init__(self, vocab, d_model, n_layers, n_heads, norm_position="pre",
+                     d_ff=None, max_len=64):
+            super().__init__(vocab, d_model, n_layers, n_heads, norm_position, d_ff, max_len)
+            kind = OtherPre if norm_position == "pre" else OtherPost
+            self.blocks = nn.ModuleList(kind(d_model, n_heads, d_ff or 4 * d_model)
+                                        for _ in range(n_layers))
+
+        def forward(self, tokens):
+            h = self.tok_emb(tokens) + self.pos_emb.weight[: tokens.shape[1]]
+            for block in self.blocks:
+                h = block(h)
+            return self.head(self.ln_f(h))
+
+    def norms_by_backward(model, batch):
+        model.zero_grad(set_to_none=True)
+        inputs, targets = batch
+        logits = model(inputs)
+        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).backward()
+        return torch.stack([torch.linalg.norm(b.mlp.proj.weight.grad) for b in model.blocks])
+
+    ratio = last_block_ratio_for(OtherTinyLM, norms_by_backward,
+                                 reduce=lambda r: torch.tensor(r).median())
+    check_depth_ratio(ratio, OtherTinyLM, norms_by_backward)
 
 
 class AdaLNNoOffset(blocks.AdaLN):

@@ -450,3 +450,357 @@ def test_judges_pass_the_float64_reference_for_any_seed():
                           "rstd": rstd.astype(np.float32), "padding_written": np.array(0)}
                 assert check.judge(case, output) is None, (name, seed, label, block)
     assert _registry.check_names()
+
+
+# -- what counts as a kernel: a real @triton.jit function whose body stays in Triton --------
+
+from normref.checks import kernels_probes  # noqa: E402
+
+
+@triton.jit
+def numpy_stats_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    """Takes the statistics with numpy from the interpreter's arrays: right numbers."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < N
+    x = tl.load(X + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    values = x.handle.data[mask.handle.data].astype(np.float64)
+    mean = float(np.mean(values))
+    rstd = float(1 / np.sqrt(np.var(values) + eps))
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * row_stride + cols, (x - mean) * rstd * w + b, mask=mask)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+
+
+@triton.jit
+def torch_layer_norm_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps,
+                            BLOCK_SIZE: tl.constexpr):
+    """Calls torch.layer_norm from the kernel body."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    x = tl.load(X + row * row_stride + cols, mask=cols < N, other=0.0)
+    y = torch.layer_norm(x, (N,), eps=eps)
+    tl.store(Y + row * row_stride + cols, y, mask=cols < N)
+
+
+@triton.jit
+def _row_statistics(x, mask, N, eps):
+    mean = tl.sum(x, axis=0) / N
+    xc = tl.where(mask, x - mean, 0.0)
+    return mean, xc, 1 / tl.sqrt(tl.sum(xc * xc, axis=0) / N + eps)
+
+
+@triton.jit
+def helper_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    """Right, with its statistics in a @triton.jit helper."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < N
+    x = tl.load(X + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    mean, xc, rstd = _row_statistics(x, mask, N, eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * row_stride + cols, xc * rstd * w + b, mask=mask)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+
+
+EPS_FLOOR = 0.0  # a global constant a kernel may read
+
+
+@triton.jit
+def unusual_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE: tl.constexpr,
+                   HAS_AFFINE: tl.constexpr = True):
+    """Right: an extra constexpr flag with a default, a global constant, tl.math,
+    tl.static_range, a docstring."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < N
+    x = tl.load(X + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    xc = tl.where(mask, x - mean, 0.0)
+    var = tl.sum(tl.zeros([BLOCK_SIZE], dtype=tl.float32), axis=0)
+    for _ in tl.static_range(1):
+        var += tl.sum(xc * xc, axis=0) / N
+    rstd = tl.math.rsqrt(var + eps + EPS_FLOOR)
+    y = xc * rstd
+    if HAS_AFFINE:
+        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        y = y * w + tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * row_stride + cols, y, mask=mask)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+
+
+@triton.jit
+def _numpy_helper(x):
+    return np.mean(x)
+
+
+@triton.jit
+def bad_helper_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    x = tl.load(X + tl.arange(0, BLOCK_SIZE))
+    tl.store(Y + tl.arange(0, BLOCK_SIZE), x - _numpy_helper(x))
+
+
+@triton.jit
+def builtins_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    x = tl.load(X + tl.arange(0, BLOCK_SIZE))
+    tl.core.builtins.print(x)
+
+
+@triton.jit
+def module_in_a_variable_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps,
+                                BLOCK_SIZE: tl.constexpr):
+    core = tl.core
+    x = tl.load(X + tl.arange(0, BLOCK_SIZE))
+    tl.store(Y + tl.arange(0, BLOCK_SIZE), core.builtins.abs(x))
+
+
+@triton.jit
+def handle_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    x = tl.load(X + tl.arange(0, BLOCK_SIZE))
+    tl.store(Y + tl.arange(0, BLOCK_SIZE), x - x.handle.data.mean())
+
+
+@triton.jit
+def getattr_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    x = tl.load(X + tl.arange(0, BLOCK_SIZE))
+    name = "handle"
+    tl.store(Y + tl.arange(0, BLOCK_SIZE), getattr(x, name))
+
+
+@triton.jit
+def dunder_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    x = tl.load(X + tl.arange(0, BLOCK_SIZE))
+    tl.store(Y + tl.arange(0, BLOCK_SIZE), x.__class__)
+
+
+@triton.jit
+def no_triton_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    pass
+
+
+class SpoofedKernel:
+    """Says it is a kernel (isinstance agrees) and computes y with torch."""
+
+    __class__ = type(correct_kernel)
+
+    def __getitem__(self, grid):
+        def launch(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE):
+            m = grid[0]
+            x = X[: m * row_stride].view(m, row_stride)[:, :N].double()
+            y = F.layer_norm(x, (N,), W[:N].double(), B[:N].double(), eps)
+            Y[: m * row_stride].view(m, row_stride)[:, :N] = y.to(Y.dtype)
+            Mean[:m] = x.mean(-1).float()
+            Rstd[:m] = (1 / torch.sqrt(x.var(-1, unbiased=False) + eps)).float()
+
+        return launch
+
+
+def _refusal(kernel, check=check_kernel_rows):
+    with pytest.raises(CheckFailed) as info:
+        check(kernel)
+    assert "KernelRefused" in str(info.value) or "kernel itself" in str(info.value)
+    return str(info.value)
+
+
+def test_a_spoofed_kernel_object_is_refused():
+    """Before, isinstance(kernel, InterpretedFunction) let any object through whose
+    __class__ said so, and its __getitem__ ran plain torch."""
+    assert isinstance(SpoofedKernel(), type(correct_kernel))
+    assert "not SpoofedKernel" in _refusal(SpoofedKernel())
+
+
+@pytest.mark.parametrize("kernel, words", [
+    (numpy_stats_kernel, "`np` (the module numpy), which is not Triton"),
+    (handle_kernel, "the attribute .handle leads out of Triton"),
+    (torch_layer_norm_kernel, "`torch` (the module torch), which is not Triton"),
+    (bad_helper_kernel, "in _numpy_helper, line"),
+    (builtins_kernel, "tl.core.builtins is not Triton's own"),
+    (module_in_a_variable_kernel, "tl.core is a module"),
+    (getattr_kernel, "`getattr` is not an argument"),
+    (dunder_kernel, "the attribute .__class__"),
+    (no_triton_kernel, "calls no tl. operation"),
+], ids=lambda v: getattr(v, "__name__", "")[:40])
+def test_kernel_bodies_that_leave_triton_are_refused(kernel, words):
+    """Under the interpreter a kernel body is plain Python: the first two give the
+    right numbers through numpy and torch, and passed before."""
+    message = _refusal(kernel)
+    assert words in message, message
+    assert "line" in message or "calls no" in message
+
+
+def test_the_refusal_of_numpy_names_the_line_and_the_rule():
+    message = _refusal(torch_layer_norm_kernel)
+    line = torch_layer_norm_kernel.fn.__code__.co_firstlineno + 7  # torch.layer_norm's line
+    assert f"line {line}:" in message
+    assert "tl.* (and triton.*) operations" in message
+
+
+@pytest.mark.parametrize("kernel", [helper_kernel, unusual_kernel], ids=lambda k: k.__name__)
+@pytest.mark.parametrize("check", ALL_CHECKS, ids=lambda c: c.__name__)
+def test_unusual_but_right_kernels_pass(check, kernel, capsys):
+    check(kernel)
+    assert "cases passed" in capsys.readouterr().out
+
+
+def test_a_replaced_triton_function_is_refused(monkeypatch):
+    def sum_with_numpy(x, axis=None):
+        return np.sum(x)
+
+    monkeypatch.setattr(tl, "sum", sum_with_numpy)
+    assert "tl.sum is not Triton's own" in _refusal(correct_kernel)
+
+
+def test_a_rebound_tl_is_refused(monkeypatch):
+    import types
+
+    fake_tl = types.SimpleNamespace(**{n: getattr(tl, n) for n in dir(tl) if not n.startswith("_")})
+    monkeypatch.setitem(correct_kernel.fn.__globals__, "tl", fake_tl)
+    assert "`tl` (a SimpleNamespace), which is not Triton" in _refusal(correct_kernel)
+
+
+def test_hooks_and_swapped_code_are_refused(monkeypatch):
+    from triton.runtime.interpreter import InterpretedFunction
+
+    hooked = triton.jit(correct_kernel.fn)
+    hooked.add_pre_run_hook(lambda *args, **kwargs: None)
+    assert "pre-run hooks" in _refusal(hooked)
+    swapped = triton.jit(correct_kernel.fn)
+    monkeypatch.setattr(swapped, "rewriter", None, raising=False)
+    assert "changed after @triton.jit" in _refusal(swapped)
+    # a poisoned cache of rewritten functions is dropped: the source checked is what runs
+    cached = triton.jit(correct_kernel.fn)
+    InterpretedFunction.rewritten_fn[cached.fn] = lambda *args, **kwargs: None
+    check_kernel_rows(cached)
+
+
+def test_replaced_launch_machinery_is_refused(monkeypatch):
+    from triton.runtime.interpreter import InterpretedFunction
+
+    def run_with_torch(self, *args, grid, warmup, **kwargs):
+        return None
+
+    monkeypatch.setattr(InterpretedFunction, "run", run_with_torch)
+    assert "InterpretedFunction.run has been replaced" in _refusal(correct_kernel)
+
+
+def test_a_kernel_without_source_is_refused():
+    namespace = {"triton": triton, "tl": tl}
+    exec("@triton.jit\ndef k(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE: "
+         "tl.constexpr):\n    tl.store(Y, tl.load(X))\n", namespace)
+    assert "source code cannot be found" in _refusal(namespace["k"])
+
+
+def test_compiled_kernels_are_checked_the_same_way(tmp_path):
+    """Without the interpreter triton.jit gives a JITFunction: the exact type is
+    required there too, its body is read the same way, and launch hooks are refused."""
+    script = tmp_path / "compiled.py"
+    script.write_text('''
+import triton, triton.language as tl, torch
+from normref.checks import kernels_probes as P
+
+@triton.jit
+def good(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    cols = tl.arange(0, BLOCK_SIZE)
+    tl.store(Y + cols, tl.load(X + cols, mask=cols < N, other=0.0), mask=cols < N)
+
+@triton.jit
+def bad(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE: tl.constexpr):
+    tl.store(Y, torch.layer_norm(X, (N,)))
+
+class Fake:
+    __class__ = triton.runtime.jit.JITFunction
+
+def outcome(kernel):
+    try:
+        return P.verify_kernel_object(kernel)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+print(type(good).__name__)
+print(outcome(good).split(":")[0])
+print(outcome(bad))
+print(outcome(Fake()))
+triton.knobs.runtime.launch_enter_hook.add(lambda *args: None)
+print(outcome(good))
+triton.knobs.runtime.launch_enter_hook.calls.clear()
+good.run = lambda *args, **kwargs: None
+print(outcome(good))
+''')
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    lines = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                           env=env, timeout=300, check=True).stdout.splitlines()
+    assert lines[0] == "JITFunction"
+    assert lines[1] in ("cuda", "RuntimeError")  # passes the checks; a GPU or the hint
+    assert "`torch` (the module torch), which is not Triton" in lines[2]
+    assert "not Fake" in lines[3]
+    assert "launch_enter_hook is set" in lines[4]
+    assert "changed after @triton.jit made it (run)" in lines[5]
+
+
+def test_kernel_object_check_accepts_the_examples_right_and_wrong():
+    """The checks on the object refuse nothing a real attempt writes: all the
+    kernels of this file that are honest Triton pass it."""
+    for kernel in (correct_kernel, padding_counted_kernel, unmasked_load_kernel,
+                   block_divisor_kernel, half_accumulator_kernel, one_pass_variance_kernel,
+                   stride_ignored_kernel, std_saved_kernel, helper_kernel):
+        assert kernels_probes.verify_kernel_object(kernel) in ("cpu", "cuda")
+
+
+EXAMPLES_07 = os.path.join(os.path.dirname(__file__), "..", "autograder", "examples",
+                           "07_fused_kernel")
+SOURCE_07 = os.path.join(os.path.dirname(__file__), "..", "source", "07_fused_kernel",
+                         "07_fused_kernel.ipynb")
+CELL_CHECKS = {"kernel_power_of_two_rows": check_kernel_rows,
+               "kernel_masks_ragged_rows": check_kernel_ragged_rows,
+               "kernel_saves_statistics": check_kernel_statistics,
+               "kernel_half_precision": check_kernel_half_precision}
+
+
+def _notebook_kernel(path):
+    """layer_norm_fwd_kernel as the notebook's kernel cell defines it, its source kept
+    where inspect finds it (IPython keeps a cell's source in linecache the same way)."""
+    import json
+    import linecache
+
+    cells = json.load(open(path))["cells"]
+    source = next("".join(c["source"]) for c in cells
+                  if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "kernel_answer")
+    name = f"<ipython-input-{os.path.basename(path)}>"
+    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+    namespace = {"triton": triton, "tl": tl, "torch": torch, "F": F}
+    exec(compile(source, name, "exec"), namespace)
+    return namespace["layer_norm_fwd_kernel"], cells
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("student", ["ada_perfect", "ben_unusual", "cy_padding_counted",
+                                     "dee_unmasked_load", "eve_half_sums", "fay_block_divisor",
+                                     "gus_blank", "solution"])
+def test_the_examples_and_the_solution_keep_their_scores(student, capsys):
+    import json
+
+    if student == "solution":
+        kernel, cells = _notebook_kernel(SOURCE_07)
+        expected = {c["metadata"]["nbgrader"]["grade_id"]: c["metadata"]["nbgrader"]["points"]
+                    for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
+    else:
+        kernel, _ = _notebook_kernel(os.path.join(EXAMPLES_07, f"{student}.ipynb"))
+        expected = json.load(open(os.path.join(EXAMPLES_07, "expected.json")))[student]
+    scores = {}
+    for cell, check in CELL_CHECKS.items():
+        try:
+            check(kernel)
+            scores[cell] = expected[cell] if expected[cell] else "passed"
+        except CheckFailed as failure:
+            assert "KernelRefused" not in str(failure) or student == "gus_blank", failure
+            scores[cell] = 0
+    assert scores == expected

@@ -448,3 +448,22 @@ def test_cases_cross_the_wire_as_plain_arrays():
         for _, case in _registry.make_cases(name):
             for value in case.values():
                 assert isinstance(value, np.ndarray) and value.dtype != object
+
+
+class NotWrittenYet(NotImplementedError):
+    """A student's own placeholder error: still a NotImplementedError."""
+
+
+class ForwardNotWritten(CorrectLayerNorm):
+    def forward(self, x):
+        raise NotWrittenYet("forward")
+
+
+def test_shape_error_check_judges_the_exception_by_its_classes(capsys):
+    """The probe reports the exception's MRO, so a subclass of NotImplementedError
+    is read as one (before, only its own name was compared)."""
+    message = _outcome("shape_error", ForwardNotWritten)
+    assert "not written yet" in message, message
+    report = module_probes._probe_shape_error(ForwardNotWritten, _registry.make_cases(
+        "my_layer_norm_shape_error")[0][1])
+    assert "builtins.NotImplementedError" in report["error_classes"].tolist()

@@ -362,18 +362,66 @@ def test_norm_errors_check():
             check_norm_output_errors(mistake)
 
 
+def _check_table(table, norm_errors=correct_norm_errors, round_trip=correct_round_trip):
+    check_offset_table(table, norm_errors, round_trip)
+
+
 def test_table_check():
     table = correct_table()
-    check_offset_table(table)
+    _check_table(table)
+    _check_table(table, unusual_norm_errors, unusual_round_trip)
     with pytest.raises(CheckFailed, match="swapped"):
-        check_offset_table({mu: pair[::-1] for mu, pair in table.items()})
+        _check_table({mu: pair[::-1] for mu, pair in table.items()})
     with pytest.raises(CheckFailed, match="mu = 0, 1, 5 and 20"):
-        check_offset_table({mu: table[mu] for mu in (0, 1, 5)})
+        _check_table({mu: table[mu] for mu in (0, 1, 5)})
     with pytest.raises(CheckFailed, match="not a dict"):
-        check_offset_table(None)
+        _check_table(None)
     flat = {mu: (pair[0], table[0][1]) for mu, pair in table.items()}
     with pytest.raises(CheckFailed, match="grow with mu"):
-        check_offset_table(flat)
+        _check_table(flat)
+
+
+# The figures the visible test cell quotes, typed in rather than measured.
+TYPED_IN_TABLE = {0: (0.027, 0.027), 1: (0.027, 0.037), 5: (0.027, 0.13), 20: (0.027, 0.52)}
+
+
+def test_table_check_refuses_figures_the_code_did_not_measure():
+    """Before, the table alone was judged: typed-in figures within 25% passed
+    whatever the functions did. Now the grader has the student's own functions
+    measure new tokens and compares that with the reference on the same tokens."""
+    def not_written(x, round_trip):
+        raise NotImplementedError()
+
+    def made_up(x, round_trip):
+        return 0.027, 0.027
+
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        _check_table(TYPED_IN_TABLE, not_written)
+    with pytest.raises(CheckFailed, match="count only when your own code measures them"):
+        _check_table(TYPED_IN_TABLE, made_up)
+    with pytest.raises(CheckFailed, match="count only when your own code"):
+        _check_table(TYPED_IN_TABLE, correct_norm_errors, no_unscale)
+    with pytest.raises(CheckFailed, match="wrong way round|(layer-norm error, RMSNorm error)"):
+        _check_table(TYPED_IN_TABLE, swapped_norm_errors)
+    with pytest.raises(CheckFailed, match="Float8"):
+        _check_table(TYPED_IN_TABLE, correct_norm_errors, fp8_arithmetic)
+    # functions that measure 20% high (within the 25% allowed) and a table typed in
+    # 15% low (within 25% of the reference too), but not what those functions give
+    def high(x, round_trip):
+        return [1.2 * float(e) for e in correct_norm_errors(x, round_trip)]
+
+    low = {mu: (ln * 0.85, rms * 0.85) for mu, (ln, rms) in correct_table().items()}
+    _check_table({mu: (ln * 1.2, rms * 1.2) for mu, (ln, rms) in correct_table().items()}, high)
+    with pytest.raises(CheckFailed, match="do not type the figures in"):
+        _check_table(low, high)
+
+
+def test_table_check_tokens_change_with_the_seed():
+    a = _registry.make_cases("quant_offset_table", 1)[0][1]["tokens"]
+    b = _registry.make_cases("quant_offset_table", 2)[0][1]["tokens"]
+    assert a.shape == (4, 256, 1024) and a.dtype == np.float32
+    assert not np.array_equal(a, b)
+    assert np.allclose(a.mean(axis=(1, 2)), [0, 1, 5, 20], atol=0.01)
 
 
 def test_grid_quantizer_rounds_to_its_step():

@@ -366,3 +366,60 @@ def test_references_pass_for_any_seed(name, seed):
     outputs, errors = _runner._probe_all(reference, cases, probe)
     verdict = _registry.judge(name, cases, outputs, errors)
     assert verdict["passed"], verdict["message"]
+
+
+# ---------------------------------------------------------------- exception classes
+
+class ShapeError(ValueError):
+    """A student's own error class: a ValueError, as the text asks."""
+
+
+class BatchTooSmall(ShapeError):
+    def __init__(self, n):
+        super().__init__(f"Expected more than 1 value per channel when training, got {n}")
+
+
+def test_a_subclass_of_value_error_counts_as_a_value_error():
+    """Before, the probe sent type(exc).__name__ and the judge compared names, so
+    a ValueError subclass (ShapeError) failed; now the classes of its MRO travel."""
+    correct = make_batch_norm()
+
+    def own_error(x, gamma, beta, running_mean, running_var, training, momentum=0.1,
+                  eps=1e-5):
+        if training and x.shape[0] == 1:
+            raise BatchTooSmall(x.shape[0])
+        return correct(x, gamma, beta, running_mean, running_var, training, momentum, eps)
+
+    check_batch_norm_training(own_error)
+
+    def grouped_own_error(x, num_groups, gamma, beta, eps):
+        if x.shape[1] % num_groups:
+            raise ShapeError(f"num_channels ({x.shape[1]}) must be divisible by num_groups")
+        return _grouped(x, num_groups, gamma, beta, eps, check=False)
+
+    check_group_norm(grouped_own_error)
+
+
+def test_the_probe_reports_the_exception_mro():
+    report = rows_probes._raised(lambda: (_ for _ in ()).throw(BatchTooSmall(1)))
+    assert str(report["raised"]) == "BatchTooSmall"
+    assert "builtins.ValueError" in report["raised_classes"].tolist()
+    assert rows_probes._raised(lambda: None)["raised_classes"].size == 0
+
+
+def test_not_written_and_look_alike_errors_do_not_count():
+    """NotImplementedError is a RuntimeError, but means the answer is blank; a class
+    that is merely named ValueError is not one."""
+    ValueError_ = type("ValueError", (Exception,), {})  # noqa: N806
+
+    def grouped_raising(error):
+        def student(x, num_groups, gamma, beta, eps):
+            if x.shape[1] % num_groups:
+                raise error("channels")
+            return _grouped(x, num_groups, gamma, beta, eps, check=False)
+
+        return student
+
+    assert "raise a ValueError" in _failure(check_group_norm, grouped_raising(NotImplementedError))
+    assert "raise a ValueError" in _failure(check_group_norm, grouped_raising(ValueError_))
+    check_group_norm(grouped_raising(RuntimeError))  # F.group_norm's own error

@@ -242,7 +242,8 @@ from autograder.checkserver import CheckServer
 from normref.checks import _wire
 bomb = _deflated_npz_of_zeros(4608 * 1024 * 1024)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-with CheckServer({str(tmp_path / 's.sock')!r}, cell_checks={{'c': ('layer_norm_token',)}}) as server:
+checks = {{'c': ('layer_norm_token',)}}
+with CheckServer({str(tmp_path / 's.sock')!r}, cell_checks=checks) as server:
     server.current_cell = 'c'
     for op in ('cases', 'judge'):
         with socket.socket(socket.AF_UNIX) as s:

@@ -32,7 +32,7 @@ MAX_EXECUTED = 2000  # names sent to the grader, at most
 AUTOGRAD_MARK = "autograd"
 _AUTOGRAD_FUNCTIONS = frozenset({
     "torch.Tensor.backward", "torch.autograd.grad", "torch.autograd.backward",
-    "torch._make_dual", "torch.autograd.forward_ad.make_dual",
+    "torch._make_dual",
 })
 
 last_executed = frozenset()  # in-process: what the last run_check recorded
@@ -110,6 +110,7 @@ def _load_torch():
         return _TORCH
     import torch  # only called once torch is in sys.modules
     from torch.overrides import TorchFunctionMode, resolve_name
+    from torch.utils import _python_dispatch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     c = torch._C
@@ -173,17 +174,24 @@ def _load_torch():
                 self.depth -= 1
 
     def module_hook(module, args):
-        _RECORDING_NOW[-1].names.update(_torch_classes(type(module)))
+        if _RECORDING_NOW:
+            _RECORDING_NOW[-1].names.update(_torch_classes(type(module)))
 
     _TORCH.update(
         torch=torch, resolve_name=resolve_name, FunctionRecorder=FunctionRecorder,
         DispatchRecorder=DispatchRecorder, module_hook=module_hook,
         f_len=f_len, f_at=f_at, d_len=d_len, d_at=d_at, all_disabled=all_disabled,
         excluded=excluded, python_key=python_key,
+        f_pop=c._pop_torch_function_stack, f_push=c._push_on_torch_function_stack,
+        d_pop=_python_dispatch._pop_mode, d_push=_python_dispatch._push_mode,
+        module_module=torch.nn.modules.module,
         register_hook=torch.nn.modules.module.register_module_forward_pre_hook,
         global_hooks=torch.nn.modules.module._global_forward_pre_hooks,
-        handlers={"FunctionRecorder": FunctionRecorder.__dict__["__torch_function__"],
-                  "DispatchRecorder": DispatchRecorder.__dict__["__torch_dispatch__"]},
+        handlers={
+            ("FunctionRecorder", "__torch_function__"):
+                FunctionRecorder.__dict__["__torch_function__"],
+            ("DispatchRecorder", "__torch_dispatch__"):
+                DispatchRecorder.__dict__["__torch_dispatch__"]},
     )
     return _TORCH
 
@@ -252,24 +260,33 @@ class _Recording:
     def note_subject(self, subject):
         items = subject if isinstance(subject, (tuple, list)) else (subject,)
         for item in items:
-            cls = item if isinstance(item, type) else type(item)
-            if "torch" in sys.modules or any(
-                    str(getattr(b, "__module__", "")).startswith("torch")
-                    for b in getattr(cls, "__mro__", ())):
-                self.names.update(_torch_classes(cls))
+            self.names.update(_torch_classes(item if isinstance(item, type) else type(item)))
 
     def _start(self):
         if self._active is not None:
             return
-        t = _load_torch()
-        f_before = [t["f_at"](i) for i in range(t["f_len"]())]
-        d_before = [t["d_at"](i) for i in range(t["d_len"]())]
-        function = t["FunctionRecorder"](self)
-        dispatch = t["DispatchRecorder"](self, function)
-        function.dispatch = dispatch
-        function.__enter__()
-        dispatch.__enter__()
-        hook = t["register_hook"](t["module_hook"])
+        try:
+            t = _load_torch()
+            f_before = [t["f_at"](i) for i in range(t["f_len"]())]
+            d_before = [t["d_at"](i) for i in range(t["d_len"]())]
+            function = t["FunctionRecorder"](self)
+            dispatch = t["DispatchRecorder"](self, function)
+            function.dispatch = dispatch
+        except Exception as exc:  # a torch broken before the call: nothing can be recorded
+            self.tampered(f"the recorder could not start ({type(exc).__name__})")
+            return
+        entered = []
+        try:
+            for mode in (function, dispatch):
+                mode.__enter__()
+                entered.append(mode)
+            hook = t["register_hook"](t["module_hook"])
+        except Exception as exc:
+            self.tampered(f"the recorder could not start ({type(exc).__name__})")
+            for mode in reversed(entered):
+                with contextlib.suppress(Exception):
+                    mode.__exit__(None, None, None)
+            return
         self._active = (function, dispatch, f_before + [function], d_before + [dispatch], hook)
 
     def _stop(self):
@@ -280,29 +297,28 @@ class _Recording:
         d_now = [t["d_at"](i) for i in range(t["d_len"]())]
         if len(f_now) != len(f_expected) or any(a is not b for a, b in zip(f_now, f_expected)):
             self.tampered("the torch function mode stack changed")
-            self._restore(f_expected, t["f_len"], t["torch"]._C._pop_torch_function_stack,
-                          t["torch"]._C._push_on_torch_function_stack)
+            self._restore(f_expected, t["f_len"], t["f_pop"], t["f_push"])
         if len(d_now) != len(d_expected) or any(a is not b for a, b in zip(d_now, d_expected)):
             self.tampered("the torch dispatch mode stack changed")
-            from torch.utils._python_dispatch import _pop_mode, _push_mode
-
-            self._restore(d_expected, t["d_len"], _pop_mode, _push_mode)
+            self._restore(d_expected, t["d_len"], t["d_pop"], t["d_push"])
         if t["all_disabled"]() or t["excluded"](t["python_key"]):
             self.tampered("torch function or Python dispatch was left disabled")
-        if hook.id not in t["global_hooks"]:
+        if hook.id not in t["global_hooks"] or \
+                t["module_module"]._global_forward_pre_hooks is not t["global_hooks"]:
             self.tampered("the module hook was removed")
-        for cls_name, handler in t["handlers"].items():
-            cls = t[cls_name]
-            attr = "__torch_function__" if cls_name == "FunctionRecorder" else "__torch_dispatch__"
-            if cls.__dict__.get(attr) is not handler:
+        for (cls_name, attr), handler in t["handlers"].items():
+            if t[cls_name].__dict__.get(attr) is not handler:
                 self.tampered(f"{cls_name}.{attr} was replaced")
         for mode in (function, dispatch):
             if type(mode) not in (t["FunctionRecorder"], t["DispatchRecorder"]) or any(
                     k.startswith("__torch_") for k in vars(mode)) or mode.recording is not self:
                 self.tampered("a recorder was altered")
-        dispatch.__exit__(None, None, None)
-        function.__exit__(None, None, None)
-        hook.remove()
+        for undo in (lambda: dispatch.__exit__(None, None, None),
+                     lambda: function.__exit__(None, None, None), hook.remove):
+            try:
+                undo()
+            except Exception as exc:
+                self.tampered(f"the recorder could not be taken down ({type(exc).__name__})")
 
     @staticmethod
     def _restore(expected, length, pop, push):

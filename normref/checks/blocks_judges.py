@@ -1,5 +1,6 @@
 """Unit 05 checks, the grader-facing half: inputs, references, diagnoses."""
 
+import functools
 import math
 
 import numpy as np
@@ -335,21 +336,43 @@ def _judge_grad_norms(case, output):
     return problem
 
 
-# --- the depth experiment (an inequality, never an exact curve) ---
+# --- the depth experiment, rerun by the grader on seeds it picks ---
 
 DEPTHS = (2, 6, 12)
-DEPTH_SEEDS = (0, 1, 2, 3, 4)
-RATIO_AT_12 = 1.5
+N_DEPTH_SEEDS = 5  # odd, so every way of taking a median agrees
+DEPTH_CONFIG = {"vocab": 16, "d_model": 64, "n_heads": 4, "batch": 16, "n_symbols": 8}
+NOTEBOOK_SEEDS = (0, 1, 2)  # last_block_ratio's default in the notebook
 
 
 def _depth_cases(rng):
-    batches = [blocks.copy_task_batch(16, 8, 16, seed) for seed in DEPTH_SEEDS]
-    return [(f"d = 64, 4 heads, depths {list(DEPTHS)}, median over {len(DEPTH_SEEDS)} seeds", {
-        "d_model": np.array(64), "n_heads": np.array(4), "vocab": np.array(16),
-        "depths": np.array(DEPTHS), "seeds": np.array(DEPTH_SEEDS),
+    seeds = sorted(int(s) for s in rng.choice(100_000, size=N_DEPTH_SEEDS, replace=False))
+    c = DEPTH_CONFIG
+    batches = [blocks.copy_task_batch(c["batch"], c["n_symbols"], c["vocab"], seed)
+               for seed in seeds]
+    return [(f"d = 64, 4 heads, depths {list(DEPTHS)}, seeds {seeds}", {
+        "d_model": np.array(c["d_model"]), "n_heads": np.array(c["n_heads"]),
+        "vocab": np.array(c["vocab"]), "depths": np.array(DEPTHS), "seeds": np.array(seeds),
         "inputs": np.stack([b[0].numpy() for b in batches]),
         "targets": np.stack([b[1].numpy() for b in batches]),
     })]
+
+
+@functools.lru_cache(maxsize=8)
+def _reference_last_norms(seeds):
+    """(2 [pre, post], depths, seeds): the last block's mlp.proj gradient norm
+    of the reference TinyLM, initialized as the notebook does, on each seed's
+    copy-task batch. float32, like the student's run."""
+    c = DEPTH_CONFIG
+    last = np.zeros((2, len(DEPTHS), len(seeds)))
+    for j, seed in enumerate(seeds):
+        batch = blocks.copy_task_batch(c["batch"], c["n_symbols"], c["vocab"], seed)
+        for k, position in enumerate(("pre", "post")):
+            for i, depth in enumerate(DEPTHS):
+                model = blocks.TinyLM(c["vocab"], c["d_model"], depth, c["n_heads"], position,
+                                      d_ff=4 * c["d_model"], max_len=2 * c["n_symbols"])
+                probes.init_like_xiong(model, seed)
+                last[k, i, j] = float(blocks.grad_norms_by_layer(model, batch)[-1])
+    return last
 
 
 def depth_ratios(last_layer_norms):
@@ -357,20 +380,68 @@ def depth_ratios(last_layer_norms):
     return np.median(last_layer_norms[1] / last_layer_norms[0], axis=-1)
 
 
-def _judge_depth_ratio(case, output):
-    norms = output["last_layer_norms"]
-    if norms.shape != (2, len(DEPTHS), len(DEPTH_SEEDS)) or not np.all(np.isfinite(norms)):
-        return "the experiment gave no finite gradient norms"
-    if np.any(norms <= 0):
-        return "some last-layer gradient norms are 0: is the last block's mlp.proj used?"
-    ratios = depth_ratios(norms)
-    shown = ", ".join(f"L = {d}: {r:.2f}" for d, r in zip(DEPTHS, ratios))
-    if np.all(np.diff(ratios) > 0) and ratios[-1] > RATIO_AT_12:
+def _norms_problem(norms, expected, seeds):
+    """Which model of the experiment gives other norms than the reference, or None."""
+    if norms.shape != expected.shape:
+        return (f"the experiment gave norms of shape {norms.shape}; expected "
+                f"{expected.shape} (Pre/Post, depths {list(DEPTHS)}, {len(seeds)} seeds)")
+    wrong = {}
+    for k, position in enumerate(("Pre-LN", "Post-LN")):
+        for i, depth in enumerate(DEPTHS):
+            problem = mismatch(norms[k, i], expected[k, i], dtype="float32",
+                               what=f"the last-block gradient norm of your {depth}-block "
+                                    f"{position} TinyLM (one per seed)")
+            if problem:
+                wrong.setdefault(position, problem)
+    if not wrong:
         return None
-    return (f"your Post-LN / Pre-LN ratios of the last block's gradient norm are {shown}; with "
-            f"correct blocks, model and norms the ratio grows with depth and passes "
-            f"{RATIO_AT_12} by L = 12. Check that a Pre-LN TinyLM ends with ln_f and that "
-            "your blocks and grad_norms_by_layer pass their own checks")
+    if len(wrong) == 2:
+        hint = ("both kinds of model differ: check that your blocks, TinyLM and "
+                "grad_norms_by_layer pass their own checks")
+    elif "Pre-LN" in wrong:
+        hint = ("only the Pre-LN models differ: check PreLNBlock, and that a Pre-LN "
+                "TinyLM ends with ln_f before its head")
+    else:
+        hint = ("only the Post-LN models differ: check PostLNBlock (add, then "
+                "normalize: ln1(x + attn(x)))")
+    first = next(iter(wrong.values()))
+    return (f"{first}, rerunning the experiment with the reference blocks on the same "
+            f"seeds {list(seeds)}. Hint: {hint}")
+
+
+def _judge_depth_ratio(case, output):
+    seeds = tuple(int(s) for s in case["seeds"])
+    expected = _reference_last_norms(seeds)
+    norms = np.asarray(output["last_layer_norms"], dtype=np.float64)
+    problem = _norms_problem(norms, expected, seeds)
+    if problem:
+        return problem
+    ratios = np.asarray(output["ratios"])
+    expected_ratios = depth_ratios(expected)
+    problem = mismatch(ratios, expected_ratios, dtype="float32",
+                       what=f"last_block_ratio(depth, seeds={list(seeds)}) for depths "
+                            f"{list(DEPTHS)}")
+    if problem is None:
+        return None
+    if ratios.shape != expected_ratios.shape:
+        return problem
+    per_seed = expected[1] / expected[0]  # depths, seeds
+    candidates = {
+        "divide the Post-LN norm by the Pre-LN one, not the other way round":
+            np.median(expected[0] / expected[1], axis=-1),
+        "take the median of the per-seed ratios, not their mean": per_seed.mean(axis=-1),
+        "divide per seed first, then take the median of the ratios (not a ratio of "
+        "medians)": np.median(expected[1], axis=-1) / np.median(expected[0], axis=-1),
+        "use the seeds you are given, not (0, 1, 2)":
+            depth_ratios(_reference_last_norms(NOTEBOOK_SEEDS)),
+    }
+    for hint, wrong in candidates.items():
+        if matches(ratios, wrong, dtype="float32"):
+            return f"{problem}. Hint: {hint}"
+    return (f"{problem}. Your TinyLM and grad_norms_by_layer measure the right norms on "
+            "these seeds, so look at last_block_ratio itself: copy_task_batch(16, 8, seed), "
+            "both models built with max_len=16 and initialized with init_like_xiong(model, "
+            "seed), the last block's norm, Post-LN over Pre-LN, the median over the seeds")
 
 
 # --- adaLN ---

@@ -11,6 +11,17 @@ loads them gets NaN; the outputs (y, its padding, Mean, Rstd) start as
 UNWRITTEN, so what was never stored and what was stored past N both show; and
 every buffer has room for BLOCK_SIZE lanes of every row, so no kernel can
 touch memory outside it (which can crash the interpreter).
+
+Before launching, the probe makes sure the object is a kernel (verify_kernel_object):
+exactly Triton's JITFunction, or the interpreter's InterpretedFunction under
+TRITON_INTERPRET=1 (type(), not isinstance(), which a __class__ can fool); a Python
+function with its source behind it, decorated with @triton.jit; and a body that
+stays inside Triton. Under the interpreter a kernel body is plain Python that
+could call torch or numpy, so its syntax tree may name only the kernel's
+arguments and locals, tl/triton (the real modules, and their real functions),
+@triton.jit helpers (checked the same way), constants and a few builtins; no
+imports, no dunder or private attributes, no `.handle` (the interpreter's numpy
+data); no hooks that run code at launch, and Triton's launch machinery unchanged.
 """
 
 import numpy as np
@@ -21,16 +32,340 @@ UNWRITTEN = -1024.0  # exact in float16, bfloat16 and float32; no case's output 
 KERNEL_SIGNATURE = "layer_norm_fwd_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE)"
 
 
-def _device_for(kernel):
-    """CPU tensors for the interpreter, CUDA tensors for a compiled kernel."""
-    import torch
-    from triton.runtime.interpreter import InterpretedFunction
+# Builtins a kernel body may call: none of them reaches outside Triton.
+KERNEL_BUILTINS = frozenset({"range", "min", "max", "abs", "int", "float", "bool", "len",
+                             "print", "isinstance", "tuple", "zip", "enumerate"})
+# Attributes a kernel has no use for: the interpreter keeps a tensor's numpy data in
+# `.handle`, and dunder and private attributes lead to Python's internals.
+REFUSED_ATTRIBUTES = frozenset({"handle"})
+# What the interpreter's InterpretedFunction holds; anything else was put there.
+_INTERPRETED_ATTRIBUTES = frozenset({"fn", "rewriter", "kwargs", "pre_run_hooks", "arg_names"})
 
-    if not hasattr(kernel, "__getitem__"):
-        raise TypeError(f"pass the @triton.jit kernel itself ({KERNEL_SIGNATURE}), "
-                        f"not {type(kernel).__name__}")
-    if isinstance(kernel, InterpretedFunction):
+
+class KernelRefused(TypeError):
+    """The object passed is not a Triton kernel the grader can run as one."""
+
+
+def _triton_types():
+    from triton.runtime.interpreter import FunctionRewriter, InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    return JITFunction, InterpretedFunction, FunctionRewriter
+
+
+def _triton_root():
+    import os
+
+    import triton
+
+    return os.path.dirname(os.path.realpath(triton.__file__)) + os.sep
+
+
+def _is_kernel_module(value):
+    """triton or triton.language (and its submodules), the real ones: the only
+    modules a kernel body may name."""
+    import sys
+    import types
+
+    return (type(value) is types.ModuleType and sys.modules.get(value.__name__) is value
+            and (value.__name__ in ("triton", "triton.language")
+                 or value.__name__.startswith("triton.language.")))
+
+
+def _comes_from_triton(value):
+    """True for Triton's own language (tl.load, tl.float32, tl.constexpr, tl.sum,
+    triton.cdiv, ...), false for other modules and for anything put in its place."""
+    import os
+    import types
+
+    if isinstance(value, types.ModuleType):
+        return _is_kernel_module(value)
+    if type(value) is types.FunctionType:
+        filename = os.path.realpath(value.__code__.co_filename)
+        return (filename.startswith(_triton_root())
+                and str(value.__module__ or "").startswith("triton"))
+    if type(value) in _triton_types()[:2]:  # a @triton.jit function of Triton's own
+        return _comes_from_triton(value.fn)
+    if isinstance(value, type):
+        return value.__module__.startswith("triton")
+    if isinstance(value, (types.BuiltinFunctionType, types.MethodType)):
+        return False
+    return type(value).__module__.startswith("triton")
+
+
+def _is_constant(value):
+    import triton.language as tl
+
+    if type(value) is tl.constexpr:
+        value = value.value
+    return value is None or type(value) in (bool, int, float, str)
+
+
+def _dotted(node):
+    """["tl", "math", "sqrt"] for tl.math.sqrt; None for anything else."""
+    import ast
+
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return [node.id] + parts[::-1]
+    return None
+
+
+def _kernel_source(kernel, fn):
+    """The source the kernel runs from: what the interpreter re-reads and executes
+    (from the `def` line on), or what a compiled kernel is compiled from."""
+    import inspect
+    import textwrap
+
+    JITFunction, _, _ = _triton_types()
+    try:
+        lines, _ = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        raise KernelRefused("the kernel's source code cannot be found: define it with "
+                            "@triton.jit in a cell (or a file), not with exec or eval") from None
+    full = textwrap.dedent("".join(lines))
+    defs = [i for i, line in enumerate(lines) if line.strip().startswith("def ")]
+    if len(defs) != 1:
+        raise KernelRefused("the kernel's source must hold exactly one `def` line (no nested "
+                            "functions, no docstring line starting with 'def ')")
+    body = textwrap.dedent("".join(lines[defs[0]:]))
+    if type(kernel) is JITFunction and kernel.src.strip() != body.strip():
+        raise KernelRefused("the kernel's compiled source is not the source of its function")
+    return full, body
+
+
+_ALLOWED = ("Under the interpreter a kernel body is plain Python and could call torch or "
+            "numpy, so the grader accepts only tl.* (and triton.*) operations, the kernel's "
+            "arguments and local variables, @triton.jit helpers, constants and the builtins "
+            + ", ".join(sorted(KERNEL_BUILTINS)))
+
+
+def _check_tree(tree, fn, where, checked, first_line=1):
+    """Refuse names and attributes that reach outside Triton; returns the number
+    of calls into Triton's language that the body (and its helpers) make."""
+    import ast
+    import builtins
+
+    def refuse(node, text):
+        raise KernelRefused(f"{where}, line {first_line + node.lineno - 1}: {text}")
+
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
+        raise KernelRefused(f"{where}: the source should be a single function definition")
+    func = tree.body[0]
+    if not any((_dotted(d.func if isinstance(d, ast.Call) else d) or [""])[-1] == "jit"
+               for d in func.decorator_list):
+        raise KernelRefused(f"{where}: the function is not decorated with @triton.jit")
+    args = func.args
+    local = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+    local |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    local |= {node.id for node in ast.walk(func)
+              if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del))}
+    parents = {child: node for node in ast.walk(func) for child in ast.iter_child_nodes(node)}
+    in_decorators = {id(n) for d in func.decorator_list for n in ast.walk(d)}
+    fn_globals = fn.__globals__
+    triton_calls = 0
+    for node in ast.walk(func):
+        if node is not func and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                  ast.Lambda, ast.ClassDef)):
+            refuse(node, "a kernel body defines no functions or classes of its own")
+        if isinstance(node, ast.Raise):
+            raised = _dotted(node.exc.func if isinstance(node.exc, ast.Call) else node.exc)
+            if raised and raised[-1] == "NotImplementedError":
+                refuse(node, "the kernel still raises NotImplementedError: its body is not "
+                             "written yet")
+            refuse(node, "a kernel body cannot raise Python exceptions (tl.device_assert "
+                         "checks a condition)")
+        if isinstance(node, (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal,
+                             ast.Await, ast.Yield, ast.YieldFrom)):
+            refuse(node, f"`{ast.unparse(node)}` has no place in a kernel body")
+        if isinstance(node, ast.Attribute) and (node.attr.startswith("_")
+                                                or node.attr in REFUSED_ATTRIBUTES):
+            refuse(node, f"the attribute .{node.attr} leads out of Triton (the interpreter "
+                         "keeps numpy arrays and Python internals behind it); use tl "
+                         "operations only")
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+            continue
+        name = node.id
+        if name.startswith("__"):
+            refuse(node, f"`{name}` is Python's internals, not Triton")
+        if name in local:
+            continue
+        if name not in fn_globals:
+            if name in KERNEL_BUILTINS:
+                continue
+            refuse(node, f"`{name}` is not an argument, a local variable, tl or triton, nor "
+                         "one of the builtins a kernel may use ("
+                         + ", ".join(sorted(KERNEL_BUILTINS)) + ")"
+                         + (": it is a Python builtin that leads out of Triton"
+                            if hasattr(builtins, name) else ""))
+        value = fn_globals[name]
+        if type(value) in _triton_types()[:2] and not _comes_from_triton(value):
+            # a @triton.jit helper of the student's: the same rules, and its tl calls count
+            triton_calls += _check_kernel_function(value, checked)
+            continue
+        if _is_constant(value):
+            continue
+        if not _comes_from_triton(value):
+            what = (f"the module {value.__name__}" if isinstance(value, type(builtins))
+                    else f"a {type(value).__name__}")
+            refuse(node, f"the kernel uses `{name}` ({what}), which is not Triton. {_ALLOWED}")
+        # tl.x.y: follow the whole chain; every step must be Triton's own, and it may
+        # not end on a module (a module held in a variable would escape this check)
+        top, parts = node, [name]
+        while isinstance(parents.get(top), ast.Attribute):
+            top = parents[top]
+            parts.append(top.attr)
+        for i, attr in enumerate(parts[1:], start=1):
+            shown = ".".join(parts[: i + 1])
+            if not hasattr(value, attr):
+                refuse(node, f"{shown} does not exist in Triton")
+            value = getattr(value, attr)
+            if not _comes_from_triton(value):
+                refuse(node, f"{shown} is not Triton's own (a module or function from "
+                             "outside Triton, or something put in its place). " + _ALLOWED)
+        if isinstance(value, type(builtins)):
+            refuse(node, f"{'.'.join(parts)} is a module: use its operations "
+                         f"({'.'.join(parts)}.something(...)), do not pass it around")
+        call = parents.get(top)
+        if isinstance(call, ast.Call) and call.func is top and id(call) not in in_decorators:
+            triton_calls += 1
+    return triton_calls
+
+
+def _plain_jit_options(options):
+    """@triton.jit's own options (debug=True, do_not_specialize=[...]) and no callables."""
+    if type(options) is not dict:
+        return False
+    for key, value in options.items():
+        if key in ("launch_metadata", "repr"):
+            if value is not None:
+                return False
+        elif type(value) in (list, tuple):
+            if not all(_is_constant(v) for v in value):
+                return False
+        elif not _is_constant(value):
+            return False
+    return True
+
+
+def _check_kernel_function(kernel, checked):
+    """Check one @triton.jit function (the kernel or a helper it calls)."""
+    import ast
+    import types
+
+    JITFunction, InterpretedFunction, FunctionRewriter = _triton_types()
+    if id(kernel) in checked:
+        return 0
+    checked.add(id(kernel))
+    fn = kernel.fn
+    name = getattr(fn, "__name__", "the kernel")
+    if type(fn) is not types.FunctionType:
+        raise KernelRefused(f"{name} wraps a {type(fn).__name__}, not a Python function with "
+                            "Triton source")
+    if fn.__code__.co_freevars:
+        raise KernelRefused(f"{name} uses variables of an enclosing function "
+                            f"({', '.join(fn.__code__.co_freevars)}); define the kernel at the "
+                            "top level of a cell")
+    defaults = list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
+    if not all(_is_constant(value) for value in defaults):
+        raise KernelRefused(f"{name} has a default argument that is not a constant")
+    if type(kernel) is InterpretedFunction:
+        extra = set(vars(kernel)) - _INTERPRETED_ATTRIBUTES
+        if (extra or type(kernel.rewriter) is not FunctionRewriter
+                or kernel.rewriter.fn is not fn or not _plain_jit_options(kernel.kwargs)):
+            raise KernelRefused(f"{name} has been changed after @triton.jit made it"
+                                + (f" ({', '.join(sorted(extra))})" if extra else ""))
+        # the interpreter caches the rewritten function by fn: run from the source checked here
+        InterpretedFunction.rewritten_fn.pop(fn, None)
+    else:  # a compiled kernel: nothing of the instance may stand in for a method
+        import inspect
+
+        shadowing = sorted(attr for attr in vars(kernel)
+                           if callable(inspect.getattr_static(type(kernel), attr, None))
+                           and not isinstance(inspect.getattr_static(type(kernel), attr),
+                                              property))
+        if shadowing:
+            raise KernelRefused(f"{name} has been changed after @triton.jit made it "
+                                f"({', '.join(shadowing)})")
+    if list(kernel.pre_run_hooks):
+        raise KernelRefused(f"{name} has pre-run hooks: code that runs outside the kernel "
+                            "at each launch")
+    full, body = _kernel_source(kernel, fn)
+    try:
+        tree = ast.parse(full)
+    except SyntaxError as exc:
+        raise KernelRefused(f"the source of {name} does not parse: {exc}") from None
+    return _check_tree(tree, fn, f"in {name}", checked, first_line=fn.__code__.co_firstlineno)
+
+
+def _check_launch_hooks(kernel):
+    """A compiled launch calls Triton's launch and cache hooks: code outside the
+    kernel that could compute the outputs itself. The grading needs none."""
+    from triton import knobs
+    from triton.knobs import HookChain
+
+    if kernel.launch_metadata is not None:
+        raise KernelRefused("the kernel has a launch_metadata hook: code that runs outside "
+                            "the kernel at each launch")
+    runtime = knobs.runtime
+    for name in ("launch_enter_hook", "launch_exit_hook"):
+        chain = getattr(runtime, name)
+        if type(chain) is not HookChain or chain.calls:
+            raise KernelRefused(f"triton.knobs.runtime.{name} is set: code that runs outside "
+                                "the kernel at each launch")
+    for name in ("jit_cache_hook", "jit_post_compile_hook", "add_stages_inspection_hook"):
+        if getattr(runtime, name) is not None:
+            raise KernelRefused(f"triton.knobs.runtime.{name} is set: code that runs outside "
+                                "the kernel when it is compiled")
+
+
+def _launch_machinery_problem():
+    """What of Triton's launch machinery was replaced (methods, the interpreter's
+    cache), or None: the kernel is only what runs if Triton itself runs it."""
+    import os
+
+    from triton.runtime import interpreter, jit
+
+    root = _triton_root()
+    methods = [(jit.KernelInterface, "__getitem__"), (jit.JITFunction, "run"),
+               (interpreter.InterpretedFunction, "run"),
+               (interpreter.InterpretedFunction, "rewrite"),
+               (interpreter.FunctionRewriter, "rewrite_ast"),
+               (interpreter.FunctionRewriter, "_compile_and_exec"),
+               (interpreter.GridExecutor, "__call__")]
+    for cls, attr in methods:
+        method = cls.__dict__.get(attr)
+        code = getattr(method, "__code__", None)
+        if code is None or not os.path.realpath(code.co_filename).startswith(root):
+            return f"{cls.__name__}.{attr}"
+    if type(interpreter.InterpretedFunction.__dict__.get("rewritten_fn")) is not dict:
+        return "InterpretedFunction.rewritten_fn"
+    return None
+
+
+def verify_kernel_object(kernel):
+    """Refuse, with the reason, anything but a real @triton.jit kernel whose body
+    stays inside Triton. Returns "cpu" (interpreter) or "cuda" (compiled)."""
+    import torch
+
+    JITFunction, InterpretedFunction, _ = _triton_types()
+    kind = type(kernel)  # type(), not isinstance(): __class__ can be made to lie
+    if kind is not InterpretedFunction and kind is not JITFunction:
+        raise KernelRefused(f"pass the @triton.jit kernel itself ({KERNEL_SIGNATURE}), "
+                            f"not {kind.__name__}")
+    replaced = _launch_machinery_problem()
+    if replaced:
+        raise KernelRefused(f"Triton's own {replaced} has been replaced: the grader only runs "
+                            "kernels through Triton itself")
+    if not _check_kernel_function(kernel, set()):
+        raise KernelRefused("the kernel's body calls no tl. operation: it must load, compute "
+                            "and store with Triton (tl.load, tl.sum, tl.store, ...)")
+    if kind is InterpretedFunction:
         return "cpu"
+    _check_launch_hooks(kernel)
     if torch.cuda.is_available():
         return "cuda"
     raise RuntimeError("your kernel was compiled for a GPU and there is none: set "
@@ -52,7 +387,7 @@ def _padded(values, width, length, dtype, device):
 def _launch_layer_norm_kernel(kernel, case):
     import torch
 
-    device = _device_for(kernel)
+    device = verify_kernel_object(kernel)
     dtype = getattr(torch, str(case["dtype"]))
     x = torch.from_numpy(np.asarray(case["x"], dtype=np.float32)).to(device)  # M, N
     m, n = x.shape

@@ -188,6 +188,8 @@ def _probe_shape_error(MyLayerNorm, case):
         return {
             "raised": np.array(True),
             "error_type": np.array(type(exc).__name__),
+            "error_classes": np.array([f"{c.__module__}.{c.__qualname__}"
+                                       for c in type(exc).__mro__]),
             "message": np.array(str(exc)[:MAX_MESSAGE]),
         }
     return {"raised": np.array(False)}

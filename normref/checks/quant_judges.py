@@ -281,6 +281,19 @@ def _judge_norm_errors(case, output):
 
 # -- the measured table ------------------------------------------------------
 
+TABLE_SHAPE = (256, 1024)  # the tokens of the exercise: (n_tokens, d)
+
+
+def _table_cases(rng):
+    """Fresh tokens N(mu, 1) for every mu, which the student's own functions
+    measure again: the table's figures are only trusted once the code that
+    made them is seen to measure them."""
+    tokens = np.stack([_f32(mu + rng.normal(size=TABLE_SHAPE)) for mu in TABLE_MUS])
+    return [(f"your table, and your norm_output_errors with your fp8_round_trip (e4m3) on "
+             f"new tokens N(mu, 1) of shape {TABLE_SHAPE} for mu = "
+             f"{', '.join(f'{mu:g}' for mu in TABLE_MUS)}", {"tokens": tokens})]
+
+
 @functools.cache
 def _table_reference(dtype_name="float8_e4m3fn"):
     """{mu: (layer-norm error, RMSNorm error)} measured on tokens N(mu, 1)."""
@@ -292,18 +305,24 @@ def _table_reference(dtype_name="float8_e4m3fn"):
     return table
 
 
+def _measured_reference(tokens, dtype=torch.float8_e4m3fn):
+    """(mus, 2): the reference's (ln_error, rms_error) on the same tokens."""
+    def round_trip(t):
+        return quant.fp8_round_trip(t, dtype)
+
+    return np.array([quant.norm_output_errors(torch.from_numpy(batch.copy()), round_trip)
+                     for batch in tokens], dtype=np.float64)
+
+
 def _within(got, expected):
     return np.allclose(got, expected, rtol=TABLE_RTOL, atol=0)
 
 
-def _judge_table(case, output):
-    mus = tuple(float(mu) for mu in np.atleast_1d(output["mus"]))
-    if mus != TABLE_MUS:
-        return f"the table's keys are {list(mus)}; it needs exactly mu = 0, 1, 5 and 20"
+def _judge_table_figures(ln, rms):
+    """The student's table against the reference figures (seed 0), or None."""
     reference = _table_reference()
     ln_ref = np.array([reference[mu][0] for mu in TABLE_MUS])
     rms_ref = np.array([reference[mu][1] for mu in TABLE_MUS])
-    ln, rms = np.asarray(output["ln"], np.float64), np.asarray(output["rms"], np.float64)
     if _within(ln, ln_ref) and _within(rms, rms_ref):
         return None
     problem = (f"your layer-norm column is {_listed(ln)} and your RMSNorm column "
@@ -320,6 +339,38 @@ def _judge_table(case, output):
     return problem
 
 
+def _judge_table(case, output):
+    mus = tuple(float(mu) for mu in np.atleast_1d(output["mus"]))
+    if mus != TABLE_MUS:
+        return f"the table's keys are {list(mus)}; it needs exactly mu = 0, 1, 5 and 20"
+    ln, rms = np.asarray(output["ln"], np.float64), np.asarray(output["rms"], np.float64)
+    problem = _judge_table_figures(ln, rms)
+    if problem:
+        return problem
+    measured = np.asarray(output["measured"], np.float64)
+    expected = _measured_reference(case["tokens"])
+    if measured.shape != expected.shape:
+        return (f"the new measurement gave an array of shape {measured.shape}; expected "
+                f"{expected.shape} (one (ln_error, rms_error) pair per mu)")
+    if not (np.all(np.isfinite(measured)) and _within(measured, expected)):
+        problem = (f"on new tokens N(mu, 1), your norm_output_errors with your fp8_round_trip "
+                   f"(e4m3) measures layer norm {_listed(measured[:, 0])} and RMSNorm "
+                   f"{_listed(measured[:, 1])}; the same measurement with the reference "
+                   f"gives {_listed(expected[:, 0])} and {_listed(expected[:, 1])} (within "
+                   f"{TABLE_RTOL:.0%}). The table's figures count only when your own code "
+                   "measures them")
+        if _within(measured[:, ::-1], expected):
+            return f"{problem}. Hint: return the pair as (layer-norm error, RMSNorm error)"
+        return (f"{problem}. Hint: make norm_output_errors and fp8_round_trip pass their own "
+                "checks first")
+    if not (_within(ln, measured[:, 0]) and _within(rms, measured[:, 1])):
+        return (f"your table says {_listed(ln)} and {_listed(rms)}, but your own "
+                f"norm_output_errors measures {_listed(measured[:, 0])} and "
+                f"{_listed(measured[:, 1])} on tokens N(mu, 1): fill the table from your "
+                "measurement, do not type the figures in")
+    return None
+
+
 CHECKS = {
     "quant_fp8_max": Check(_fp8_max_cases, _judge_fp8_max),
     "quant_round_trip_e4m3": Check(_round_trip_cases("float8_e4m3fn", 1e4), _judge_round_trip),
@@ -327,6 +378,5 @@ CHECKS = {
     "quant_round_trip_clamp": Check(_clamp_cases, _judge_round_trip),
     "quant_rmse_over_std": Check(_rmse_cases, _judge_rmse),
     "quant_norm_output_errors": Check(_norm_error_cases, _judge_norm_errors),
-    "quant_offset_table": Check(lambda rng: [("your table {mu: (ln_error, rms_error)}", {})],
-                                _judge_table),
+    "quant_offset_table": Check(_table_cases, _judge_table),
 }

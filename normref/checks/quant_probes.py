@@ -69,7 +69,7 @@ def _call_norm_output_errors(norm_output_errors, case):
     return {"ln": np.array(float(ln_error)), "rms": np.array(float(rms_error))}
 
 
-def _table_as_arrays(table, case):
+def _table_as_arrays(table):
     if not hasattr(table, "items"):
         raise TypeError(f"the table is {type(table).__name__}, not a dict "
                         "{mu: (ln_error, rms_error)}")
@@ -80,6 +80,32 @@ def _table_as_arrays(table, case):
     return {"mus": np.array(mus, dtype=np.float64),
             "ln": np.array([row[0] for row in rows]),
             "rms": np.array([row[1] for row in rows])}
+
+
+def _probe_offset_table(subject, case):
+    """The student's table as it stands, and the same measurement redone by the
+    student's norm_output_errors and fp8_round_trip (e4m3, amax scaling) on
+    tokens the grader drew, one batch per mu: the grader recomputes those."""
+    import torch
+
+    table, norm_output_errors, fp8_round_trip = subject
+    report = _table_as_arrays(table)
+    e4m3 = torch.float8_e4m3fn
+
+    def round_trip(t):
+        return fp8_round_trip(t, e4m3)
+
+    measured = []
+    for tokens in case["tokens"]:  # one (n_tokens, d) batch per mu
+        try:
+            ln_error, rms_error = norm_output_errors(_tensor(tokens), round_trip)
+        except (NotImplementedError, RuntimeError) as exc:
+            if "Float8" in str(exc):
+                raise type(exc)(f"{exc} (hint: {FLOAT8_HINT})") from None
+            raise
+        measured.append((float(ln_error), float(rms_error)))
+    report["measured"] = np.array(measured, dtype=np.float64)  # mus, 2
+    return report
 
 
 def check_fp8_max(fp8_max):
@@ -114,6 +140,9 @@ def check_norm_output_errors(norm_output_errors):
     run_check("quant_norm_output_errors", norm_output_errors, _call_norm_output_errors)
 
 
-def check_offset_table(table):
-    """Check the measured table {mu: (ln_error, rms_error)} for e4m3."""
-    run_check("quant_offset_table", table, _table_as_arrays)
+def check_offset_table(table, norm_output_errors, fp8_round_trip):
+    """Check the measured table {mu: (ln_error, rms_error)} for e4m3, and that
+    your norm_output_errors and fp8_round_trip measure the same thing on
+    tokens N(mu, 1) that the grader draws."""
+    run_check("quant_offset_table", (table, norm_output_errors, fp8_round_trip),
+              _probe_offset_table)

@@ -6,8 +6,16 @@ from normref import batchnorm, recipe, rmsnorm
 from normref.checks._registry import Check
 from normref.checks.tolerances import matches, mismatch
 
-# nn.GroupNorm raises ValueError for indivisible channels, F.group_norm RuntimeError
-TORCH_ERRORS = ("ValueError", "RuntimeError")
+# nn.GroupNorm raises ValueError for indivisible channels, F.group_norm RuntimeError;
+# any subclass of either counts (NotImplementedError, a RuntimeError, is a blank answer)
+TORCH_ERRORS = ("builtins.ValueError", "builtins.RuntimeError")
+NOT_WRITTEN = "builtins.NotImplementedError"
+
+
+def raised_as_asked(output):
+    """Did the student's code raise a ValueError (or RuntimeError), or a subclass?"""
+    classes = {str(c) for c in np.atleast_1d(output.get("raised_classes", np.array([])))}
+    return NOT_WRITTEN not in classes and any(error in classes for error in TORCH_ERRORS)
 
 
 def _first_matching_hint(y, candidates, dtype):
@@ -170,7 +178,7 @@ def _running_stat_hint(case, actual, which):
 def _judge_batch_norm_training(case, output):
     if "must_raise" in case:
         raised = str(output["raised"])
-        if raised in TORCH_ERRORS:
+        if raised_as_asked(output):
             return None
         what = "returned normally" if raised == "nothing" else f"raised {raised}"
         return ("a training batch with one value per feature has no variance to measure: "
@@ -315,7 +323,7 @@ def _judge_group_norm(case, output):
     num_groups = int(case["num_groups"])
     if "must_raise" in case:
         raised = str(output["raised"])
-        if raised in TORCH_ERRORS:
+        if raised_as_asked(output):
             return None
         what = "returned normally" if raised == "nothing" else f"raised {raised}"
         return (f"{case['x'].shape[1]} channels cannot be split into {num_groups} equal groups: "

@@ -5,13 +5,20 @@ import numpy as np
 from normref.checks._runner import run_check, to_array
 
 
+def exception_classes(exc):
+    """The qualified names of the classes along the exception's MRO, most derived
+    first: a subclass of ValueError reports builtins.ValueError too."""
+    return np.array([f"{cls.__module__}.{cls.__qualname__}" for cls in type(exc).__mro__])
+
+
 def _raised(call):
-    """Run call(); report the name of the exception it raised, or "nothing"."""
+    """Run call(); report the exception it raised (its name, and every class it
+    is an instance of), or "nothing"."""
     try:
         call()
     except Exception as exc:  # which exception it is, is what gets judged
-        return {"raised": np.array(type(exc).__name__)}
-    return {"raised": np.array("nothing")}
+        return {"raised": np.array(type(exc).__name__), "raised_classes": exception_classes(exc)}
+    return {"raised": np.array("nothing"), "raised_classes": np.array([], dtype=str)}
 
 
 def _call_batch_norm_training(batch_norm, case):
