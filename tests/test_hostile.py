@@ -312,7 +312,9 @@ try:
 except ImportError as exc:
     print("NO REGISTRY", exc)
 '''}),
-            {gid: 0 for gid in GRADE_CELLS}),
+            # It learns nothing (no references in the sandbox) and loses nothing:
+            # importing the grader's client is flagged for a person to look at.
+            points()),
         "test_editor": (dict(cells={"token_mean_answer": WRONG_TOKEN_MEAN,
                                     "token_mean_correct": "pass"},
                              delete=["ln_handles_batches"]),
@@ -517,12 +519,12 @@ def test_the_sandbox_hides_the_course_the_reference_and_the_network(graded):
     assert not (course.root / "pwned.txt").exists() and not (REPO / "pwned.txt").exists()
 
 
-def test_normref_is_neither_importable_nor_allowed(graded):
+def test_normref_references_are_not_importable_and_the_attempt_is_flagged(graded):
     course, results, _ = graded
     text = _run_text(course, "normref_importer")
     assert "NO REFERENCE" in text and "NO REGISTRY" in text
     assert "REFERENCE /" not in text
-    assert all("normref" in c["reason"] for c in results["normref_importer"]["cells"])
+    assert any("normref" in flag for flag in results["normref_importer"]["flags"])
 
 
 def test_edited_and_deleted_test_cells_are_restored(graded):
