@@ -177,9 +177,19 @@ def _load_torch():
         if _RECORDING_NOW:
             _RECORDING_NOW[-1].names.update(_torch_classes(type(module)))
 
+    def submodule_hook(module, name, submodule):
+        # A module the student's code builds or holds (nn.LayerNorm inside a
+        # wrapper, a borrowed encoder layer's norm1) counts even if never called.
+        if _RECORDING_NOW and submodule is not None:
+            _RECORDING_NOW[-1].names.update(_torch_classes(type(submodule)))
+
     _TORCH.update(
         torch=torch, resolve_name=resolve_name, FunctionRecorder=FunctionRecorder,
         DispatchRecorder=DispatchRecorder, module_hook=module_hook,
+        submodule_hook=submodule_hook,
+        register_submodule_hook=(
+            torch.nn.modules.module.register_module_module_registration_hook),
+        submodule_hooks=torch.nn.modules.module._global_module_registration_hooks,
         f_len=f_len, f_at=f_at, d_len=d_len, d_at=d_at, all_disabled=all_disabled,
         excluded=excluded, python_key=python_key,
         f_pop=c._pop_torch_function_stack, f_push=c._push_on_torch_function_stack,
@@ -261,6 +271,11 @@ class _Recording:
         items = subject if isinstance(subject, (tuple, list)) else (subject,)
         for item in items:
             self.names.update(_torch_classes(item if isinstance(item, type) else type(item)))
+            modules = getattr(item, "modules", None)
+            if not isinstance(item, type) and callable(modules):
+                with contextlib.suppress(Exception):
+                    for module in modules():
+                        self.names.update(_torch_classes(type(module)))
 
     def _start(self):
         if self._active is not None:
@@ -281,17 +296,19 @@ class _Recording:
                 mode.__enter__()
                 entered.append(mode)
             hook = t["register_hook"](t["module_hook"])
+            submodule_hook = t["register_submodule_hook"](t["submodule_hook"])
         except Exception as exc:
             self.tampered(f"the recorder could not start ({type(exc).__name__})")
             for mode in reversed(entered):
                 with contextlib.suppress(Exception):
                     mode.__exit__(None, None, None)
             return
-        self._active = (function, dispatch, f_before + [function], d_before + [dispatch], hook)
+        self._active = (function, dispatch, f_before + [function], d_before + [dispatch], hook,
+                        submodule_hook)
 
     def _stop(self):
         t = _TORCH
-        function, dispatch, f_expected, d_expected, hook = self._active
+        function, dispatch, f_expected, d_expected, hook, submodule_hook = self._active
         self._active = None
         f_now = [t["f_at"](i) for i in range(t["f_len"]())]
         d_now = [t["d_at"](i) for i in range(t["d_len"]())]
@@ -306,6 +323,9 @@ class _Recording:
         if hook.id not in t["global_hooks"] or \
                 t["module_module"]._global_forward_pre_hooks is not t["global_hooks"]:
             self.tampered("the module hook was removed")
+        if submodule_hook.id not in t["submodule_hooks"] or \
+                t["module_module"]._global_module_registration_hooks is not t["submodule_hooks"]:
+            self.tampered("the submodule hook was removed")
         for (cls_name, attr), handler in t["handlers"].items():
             if t[cls_name].__dict__.get(attr) is not handler:
                 self.tampered(f"{cls_name}.{attr} was replaced")
@@ -314,7 +334,8 @@ class _Recording:
                     k.startswith("__torch_") for k in vars(mode)) or mode.recording is not self:
                 self.tampered("a recorder was altered")
         for undo in (lambda: dispatch.__exit__(None, None, None),
-                     lambda: function.__exit__(None, None, None), hook.remove):
+                     lambda: function.__exit__(None, None, None), hook.remove,
+                     submodule_hook.remove):
             try:
                 undo()
             except Exception as exc:
