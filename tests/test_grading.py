@@ -22,7 +22,7 @@ def test_sample_class_grades_to_expected_scores_through_the_cli(assignment, venv
     """Every sample student gets exactly the expected points in every cell."""
     done = subprocess.run(
         [sys.executable, "-m", "autograder", "grade-examples", assignment,
-         "--cell-timeout", "15"],
+         "--cell-timeout", "30"],
         cwd=REPO, capture_output=True, text=True, env=venv_env, timeout=1200)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "MISMATCH" not in done.stdout
