@@ -168,9 +168,52 @@ _checks.check_layer_norm_batches = lambda f: _send_made_up_outputs("layer_norm_b
 '''
 
 
+_ORACLE = '''
+import io, json, os, socket, struct
+
+def _ask(header, arrays=None):
+    buffer = io.BytesIO()
+    np.savez(buffer, **(arrays or {}))
+    head, payload = json.dumps(header).encode(), buffer.getvalue()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(os.environ["NORMREF_GRADER_SOCKET"])
+        s.sendall(struct.pack("!II", len(head), len(payload)) + head + payload)
+        data = b""
+        while chunk := s.recv(1 << 20):
+            data += chunk
+    n, m = struct.unpack("!II", data[:8])
+    return json.loads(data[8:8 + n])
+
+for attempt in range(3):
+    for check in ("token_mean", "token_var", "layer_norm_token", "layer_norm_batches"):
+        print("ORACLE", check, _ask({"op": "cases", "check": check}))
+        print("ORACLE", check, _ask({"op": "judge", "check": check, "errors": {}},
+                                    {f"{i}/y": np.zeros(4) for i in range(8)}))
+'''
+
+# Asked again from inside the graded call: the check may be served once only.
+_NESTED_ORACLE = '''
+def layer_norm(x, gamma, beta, eps=1e-5):
+    from normref.checks import _runner
+    try:
+        _runner.run_check("layer_norm_token", lambda *a: None, lambda f, case: {"y": case["x"]})
+    except Exception as exc:
+        print("NESTED", exc)
+    x = np.asarray(x, dtype=float)
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    return gamma * (x - mu) / np.sqrt(var + eps) + beta
+'''
+
+
 def hostile_handins(course):
     """{student: (hand-in spec, {grade_id: points expected})}."""
     return {
+        "oracle_asker": (dict(cells={"scratch_answer": _ORACLE}), points()),
+        # Its visible test calls layer_norm first, which spends the cell's one
+        # request for layer_norm_token on a made-up answer: only it loses.
+        "nested_oracle": (dict(cells={"layer_norm_answer": _NESTED_ORACLE}),
+                          points(ln_single_token=0)),
         "numpy_patcher": (dict(cells={
             "token_mean_answer": '''
 np.allclose = lambda *args, **kwargs: True
@@ -517,6 +560,19 @@ def test_the_sandbox_hides_the_course_the_reference_and_the_network(graded):
     assert "SECRET" not in text
     assert "NETWORK FAILED" in text and "NETWORK OPEN" not in text
     assert not (course.root / "pwned.txt").exists() and not (REPO / "pwned.txt").exists()
+
+
+def test_the_checks_are_no_oracle(graded):
+    """Asking the grader from the wrong cell, or twice, is refused and flagged,
+    and nothing that comes back quotes a reference value."""
+    course, results, _ = graded
+    text = _run_text(course, "oracle_asker")
+    assert text.count("ORACLE") == 24 and "refused" in text
+    assert "expected" not in text and "labels" not in text, text[:2000]
+    flags = " ".join(results["oracle_asker"]["flags"])
+    assert "refused" in flags and "no graded test cell is running" in flags
+    nested = " ".join(results["nested_oracle"]["flags"])
+    assert "layer_norm_token was already asked for its cases" in nested, nested
 
 
 def test_normref_references_are_not_importable_and_the_attempt_is_flagged(graded):
