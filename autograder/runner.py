@@ -58,7 +58,12 @@ class SandboxedKernelManager(AsyncKernelManager):
         return spec
 
     def format_kernel_cmd(self, extra_arguments=None):
-        return list(self.command_prefix) + super().format_kernel_cmd(extra_arguments)
+        # The check client is imported before any student code runs, so that
+        # a package the hand-in writes to its cwd or sys.path cannot stand in
+        # for it, and the recorder keeps the genuine runner to compare with.
+        preload = ["--IPKernelApp.exec_lines=['import normref.checks']"]
+        return (list(self.command_prefix)
+                + super().format_kernel_cmd(list(extra_arguments or []) + preload))
 
     def write_connection_file(self, **kwargs):
         # The kernel runs as another, unprivileged user: it must read this file.

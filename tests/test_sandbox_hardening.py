@@ -94,6 +94,16 @@ PROBES = {
             found['big'] = type(exc).__name__
         found['cwd'] = os.getcwd()
     """,
+    "shadow": """
+        import importlib, sys
+        os.makedirs('normref/checks', exist_ok=True)
+        for init in ('normref/__init__.py', 'normref/checks/__init__.py'):
+            open(init, 'w').write('FAKE = True')
+        importlib.invalidate_caches()
+        import normref.checks
+        found = {'fake': getattr(normref.checks, 'FAKE', False),
+                 'file': normref.checks.__file__, 'cwd_on_path': os.getcwd() in sys.path}
+    """,
     "ptrace": """
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
@@ -171,6 +181,11 @@ def test_writes_go_only_to_a_bounded_tmpfs(run):
     # 100 MiB into a 64 MiB tmpfs: the disk fills, not the host's.
     assert writes["big"] == "OSError", writes
     assert not any(run["course"].rglob("pwned")), "the kernel wrote into the course"
+
+
+def test_a_package_in_the_cwd_cannot_stand_in_for_the_check_client(run):
+    shadow = run["found"]["shadow"]
+    assert shadow["fake"] is False and shadow["file"].startswith(str(run["work"])), shadow
 
 
 def test_the_kernel_cannot_ptrace(run):
