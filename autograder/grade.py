@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 import zlib
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -135,9 +136,11 @@ def score_run(*, source_nb, run_nb, verdicts, policy=None, refusals=()):
     policy = policy or {}
     by_id = {_nbgrader(c).get("grade_id"): c for c in run_nb.cells if _nbgrader(c)}
     cells, flags = [], []
-    for refusal in refusals:
-        flags.append(f"{refusal.cell}: the check server refused a request for "
-                     f"{refusal.check} ({refusal.why})")
+    for (cell_id, check, why), count in Counter(
+            (r.cell, r.check, r.why) for r in refusals).items():
+        times = f", {count} times" if count > 1 else ""
+        flags.append(f"{cell_id}: the check server refused a request for {check} "
+                     f"({why}{times})")
     for gid, points, expected_checks in grade_cells(source_nb):
         logged, foreign = _split_verdicts([v for v in verdicts if v.cell == gid],
                                           expected_checks)
@@ -156,7 +159,7 @@ def score_run(*, source_nb, run_nb, verdicts, policy=None, refusals=()):
         tampered = any(not v.recorder_intact for v in logged)
         reason = None
         if used:
-            reason = ("while the grader called your code, it executed " + ", ".join(used)
+            reason = ("while the grader called your code, it used " + ", ".join(used)
                       + ", which this exercise forbids")
         elif tampered:
             reason = "your code disturbed the grader's record of what it executed"
