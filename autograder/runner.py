@@ -20,7 +20,11 @@ from autograder.checkserver import CheckServer
 _KILL_GRACE_SECONDS = 15
 _MAX_ERROR_CHARS = 16_000  # one kept error, traceback included
 _MAX_ERROR_LINES = 120
-_MAX_ZMQ_MESSAGE_BYTES = 16 * 1024**2
+# The grader's memory for one kernel's messages stays under about
+# _MAX_ZMQ_MESSAGE_BYTES * _MAX_QUEUED_MESSAGES per channel, whatever it sends:
+# past that, ZeroMQ drops (iopub) or holds back (shell) the kernel's messages.
+_MAX_ZMQ_MESSAGE_BYTES = 4 * 1024**2
+_MAX_QUEUED_MESSAGES = 32
 _ALWAYS_PROCESSED = {"status", "execute_input"}
 
 
@@ -64,6 +68,13 @@ class SandboxedKernelManager(AsyncKernelManager):
         preload = ["--IPKernelApp.exec_lines=['import normref.checks']"]
         return (list(self.command_prefix)
                 + super().format_kernel_cmd(list(extra_arguments or []) + preload))
+
+    def client(self, **kwargs):
+        # A hostile kernel must not make the grader hold huge or many messages.
+        kc = super().client(**kwargs)
+        kc.context.setsockopt(zmq.MAXMSGSIZE, _MAX_ZMQ_MESSAGE_BYTES)
+        kc.context.setsockopt(zmq.RCVHWM, _MAX_QUEUED_MESSAGES)
+        return kc
 
     def write_connection_file(self, **kwargs):
         # The kernel runs as another, unprivileged user: it must read this file.
@@ -213,8 +224,6 @@ def run_notebook(nb, *, workdir, settings, cell_checks, record_cells=(), seed=0,
             command_prefix=group.prefix() + sandbox.kernel_prefix(
                 link_dir=link_dir, client_dir=client_dir, limits=settings.limits,
                 use_bwrap=settings.use_bwrap, hidden=hidden))
-        # A hostile kernel must not make the grader hold a huge message.
-        km.context.setsockopt(zmq.MAXMSGSIZE, _MAX_ZMQ_MESSAGE_BYTES)
         client = _GradingClient(
             nb, server=server, settings=settings,
             on_first_cell=lambda: sandbox.close_link_dir(link_dir),
