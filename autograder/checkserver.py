@@ -134,13 +134,16 @@ class CheckServer:
             labels, flat = _wire.flatten_cases(self._cases_for(name))
             return {"labels": labels, "record": cell in self.record_cells}, flat
         errors = {str(k): str(v)[:2000] for k, v in dict(header.get("errors", {})).items()}
-        executed = tuple(sorted({str(n) for n in header.get("executed") or []}))
+        executed = tuple(sorted({str(n)[:200] for n in list(header.get("executed") or [])
+                                 [:MAX_EXECUTED_NAMES + 1]}))
+        # A list at the cap may have been cut: what it left out cannot be judged.
+        intact = (header.get("recorder_intact", True) is True
+                  and len(executed) < MAX_EXECUTED_NAMES)
         verdict = _registry.judge(name, self._cases_for(name), arrays, errors)
         with self._lock:
             self.verdicts.append(Verdict(
                 cell, name, bool(verdict["passed"]), verdict["message"],
-                executed=executed[:MAX_EXECUTED_NAMES],
-                recorder_intact=header.get("recorder_intact", True) is True))
+                executed=executed[:MAX_EXECUTED_NAMES], recorder_intact=intact))
         return student_reply(name, verdict), {}
 
 

@@ -2,16 +2,19 @@
 
 import json
 import os
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from queue import Empty
 
 import nbformat
 import zmq
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
+from nbclient.util import ensure_async
 from traitlets import List
 
 from autograder import sandbox
@@ -25,7 +28,10 @@ _MAX_ERROR_LINES = 120
 # past that, ZeroMQ drops (iopub) or holds back (shell) the kernel's messages.
 _MAX_ZMQ_MESSAGE_BYTES = 4 * 1024**2
 _MAX_QUEUED_MESSAGES = 32
+_MAX_REPLY_BYTES = 64 * 1024**2
+_SEND_TIMEOUT_MS = 5000
 _ALWAYS_PROCESSED = {"status", "execute_input"}
+_INTERRUPT_GRACE_SECONDS = 10
 
 
 @dataclass(frozen=True)
@@ -70,10 +76,20 @@ class SandboxedKernelManager(AsyncKernelManager):
                 + super().format_kernel_cmd(list(extra_arguments or []) + preload))
 
     def client(self, **kwargs):
-        # A hostile kernel must not make the grader hold huge or many messages.
+        # A hostile kernel must not make the grader hold huge or many messages,
+        # nor block it on a send. Replies (shell) may be larger than outputs
+        # (iopub): a long error's reply must arrive, its iopub twin may not.
         kc = super().client(**kwargs)
-        kc.context.setsockopt(zmq.MAXMSGSIZE, _MAX_ZMQ_MESSAGE_BYTES)
         kc.context.setsockopt(zmq.RCVHWM, _MAX_QUEUED_MESSAGES)
+        kc.context.setsockopt(zmq.SNDTIMEO, _SEND_TIMEOUT_MS)
+        create = kc._create_connected_socket
+
+        def create_bounded(channel, identity=None):
+            kc.context.setsockopt(zmq.MAXMSGSIZE, _MAX_REPLY_BYTES if channel == "shell"
+                                  else _MAX_ZMQ_MESSAGE_BYTES)
+            return create(channel, identity)
+
+        kc._create_connected_socket = create_bounded
         return kc
 
     def write_connection_file(self, **kwargs):
@@ -130,6 +146,7 @@ class _GradingClient(NotebookClient):
         self.output_chars = 0
         self.output_capped = False
         self.cells_with_error = set()
+        self.stopped_because = None
         self.first_code_index = next(
             (i for i, c in enumerate(nb.cells) if c.cell_type == "code"), None)
 
@@ -163,6 +180,60 @@ class _GradingClient(NotebookClient):
             self._note_cap(cell.outputs)
             return None
         return super().process_message(msg, cell, cell_index)
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        """Interrupt the cell, then find out within a grace period why it is late.
+
+        The kernel's own reply (a KeyboardInterrupt, usually) is the cell's
+        reply. A kernel that answers a kernel_info request instead is idle: the
+        cell's reply was lost (too large to receive), so the cell fails and the
+        run goes on. A kernel that answers nothing ignores interrupts: it is
+        stopped, and the cells after this one do not run.
+        """
+        await self._async_check_alive()
+        await ensure_async(self.km.interrupt_kernel())
+        try:
+            probe = self.kc.kernel_info()
+        except zmq.ZMQError:  # the kernel cannot even be asked
+            probe = None
+        deadline = time.monotonic() + _INTERRUPT_GRACE_SECONDS
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                msg = await ensure_async(self.kc.shell_channel.get_msg(timeout=remaining))
+            except Empty:
+                break
+            if msg.get("msg_type") == "execute_reply":
+                return msg
+            if msg.get("parent_header", {}).get("msg_id") == probe:
+                return self._fail_cell(cell, "CellTimeout",
+                                       f"the cell ran past its {timeout:.0f} s, or its "
+                                       "reply was too large for the grader to receive")
+        self._fail_cell(cell, "CellTimeout", f"the cell ran past its {timeout:.0f} s and "
+                        "ignored the interrupt: the kernel was stopped")
+        self.stopped_because = (f"a cell ran past its {timeout:.0f} s and ignored the "
+                                "interrupt; the kernel was stopped and later cells were "
+                                "not run")
+        raise DeadKernelError(self.stopped_because)
+
+    async def _check_raise_for_error(self, cell, cell_index, exec_reply):
+        # An error whose iopub message was too large to receive still fails its cell.
+        content = (exec_reply or {}).get("content", {})
+        if cell.get("execution_count") is None and content.get("execution_count"):
+            cell["execution_count"] = content["execution_count"]  # its iopub twin was lost
+        if content.get("status") == "error" and cell_index not in self.cells_with_error:
+            self.cells_with_error.add(cell_index)
+            cell.outputs.append(_short_error(content))
+        return await super()._check_raise_for_error(cell, cell_index, exec_reply)
+
+    def _fail_cell(self, cell, name, message):
+        """Give `cell` one error output (unless it has one); a reply saying so."""
+        if cell is not None:
+            index = self.nb.cells.index(cell) if cell in self.nb.cells else None
+            if index not in self.cells_with_error:
+                self.cells_with_error.add(index)
+                cell.outputs.append(_error_output(name, message))
+        return {"content": {"status": "error", "ename": name, "evalue": message,
+                            "traceback": []}}
 
     def cell_timeout_for(self, cell):
         remaining = max(1.0, self.deadline - time.monotonic())
@@ -248,12 +319,15 @@ def run_notebook(nb, *, workdir, settings, cell_checks, record_cells=(), seed=0,
                                    kill_overdue_run)
         watchdog.start()
         try:
-            client.execute(env=env)
+            # The kernel gets none of the grader's open files: not its terminal, not its log.
+            client.execute(env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
         except DeadKernelError as exc:
             problem = (f"stopped by force after {settings.handin_timeout:.0f} s"
-                       if killed.is_set() else f"the kernel died ({exc})")
-        except (TimeoutError, RuntimeError) as exc:
-            problem = f"the run stopped: {type(exc).__name__}: {exc}"
+                       if killed.is_set() else client.stopped_because
+                       or f"the kernel died ({exc})")
+        except Exception as exc:  # noqa: BLE001 - whatever the kernel sent, a result
+            problem = f"the run stopped: {type(exc).__name__}: {str(exc)[:300]}"
         finally:
             watchdog.cancel()
             group.kill_all()

@@ -227,7 +227,8 @@ def hidden_folders(also_hidden=()):
     """Folders the sandbox covers with an empty tmpfs."""
     candidates = {*map(Path, also_hidden), Path(tempfile.gettempdir()), Path("/tmp"),
                   Path.home(), Path("/root"), Path("/home"), Path("/work"), Path("/srv"),
-                  Path("/mnt"), Path("/media"), Path("/opt"), Path("/var"), _project_root()}
+                  Path("/mnt"), Path("/media"), Path("/opt"), Path("/var"), Path("/run"),
+                  _project_root()}
     return sorted(p for p in candidates
                   if p.is_dir() and p not in (Path("/"), Path(HOME_IN_SANDBOX)))
 
@@ -266,8 +267,8 @@ def kernel_prefix(*, link_dir, client_dir, limits, use_bwrap=None, hidden=()):
     """The command prefix that puts a kernel in the sandbox.
 
     hidden: more folders to hide (the course directory) besides the system's
-    temp folder, homes, /work, /srv, /mnt, /opt, /var and the project's own
-    source.
+    temp folder, homes, /work, /srv, /mnt, /opt, /var, /run (the system's
+    sockets) and the project's own source.
     """
     if use_bwrap is None:
         use_bwrap = bwrap_available()

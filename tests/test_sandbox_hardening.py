@@ -104,6 +104,16 @@ PROBES = {
         found = {'fake': getattr(normref.checks, 'FAKE', False),
                  'file': normref.checks.__file__, 'cwd_on_path': os.getcwd() in sys.path}
     """,
+    "fds": """
+        found = {}
+        for fd in os.listdir('/proc/self/fd'):
+            try:
+                target = os.readlink(f'/proc/self/fd/{fd}')
+                flags = int(open(f'/proc/self/fdinfo/{fd}').read().split('flags:')[1].split()[0], 8)
+            except OSError:
+                continue
+            found[fd] = (target, flags & 3)
+    """,
     "ptrace": """
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
@@ -186,6 +196,14 @@ def test_writes_go_only_to_a_bounded_tmpfs(run):
 def test_a_package_in_the_cwd_cannot_stand_in_for_the_check_client(run):
     shadow = run["found"]["shadow"]
     assert shadow["fake"] is False and shadow["file"].startswith(str(run["work"])), shadow
+
+
+def test_the_kernel_holds_none_of_the_graders_files(run):
+    """No terminal, no log, no file of the host open for writing."""
+    for fd, (target, access) in run["found"]["fds"].items():
+        assert not target.startswith(("/dev/pts", "/dev/tty")), (fd, target)
+        if target.startswith("/") and access != 0:  # open for writing
+            assert target == "/dev/null" or target.startswith("/tmp/"), (fd, target)
 
 
 def test_the_kernel_cannot_ptrace(run):

@@ -19,6 +19,7 @@ import contextlib
 import os
 import socket
 import sys
+import threading
 
 import numpy as np
 
@@ -173,6 +174,26 @@ def _load_torch():
             finally:
                 self.depth -= 1
 
+    class ThreadFunctionRecorder(TorchFunctionMode):
+        """Lives in every thread the student's code starts: while a check is
+        recording, what the thread runs is recorded too (modes are per thread)."""
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if _RECORDING_NOW:
+                name = function_names(func)
+                _RECORDING_NOW[-1].names.add(name)
+                if name in autograd_names:
+                    _RECORDING_NOW[-1].names.add(AUTOGRAD_MARK)
+            return func(*args, **(kwargs or {}))
+
+    class ThreadDispatchRecorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if _RECORDING_NOW:
+                _RECORDING_NOW[-1].names.add(function_names(func))
+                if graph_task_id() != -1:
+                    _RECORDING_NOW[-1].names.add(AUTOGRAD_MARK)
+            return func(*args, **(kwargs or {}))
+
     def module_hook(module, args):
         if _RECORDING_NOW:
             _RECORDING_NOW[-1].names.update(_torch_classes(type(module)))
@@ -186,6 +207,8 @@ def _load_torch():
     _TORCH.update(
         torch=torch, resolve_name=resolve_name, FunctionRecorder=FunctionRecorder,
         DispatchRecorder=DispatchRecorder, module_hook=module_hook,
+        ThreadFunctionRecorder=ThreadFunctionRecorder,
+        ThreadDispatchRecorder=ThreadDispatchRecorder,
         submodule_hook=submodule_hook,
         register_submodule_hook=(
             torch.nn.modules.module.register_module_module_registration_hook),
@@ -354,6 +377,10 @@ class _Recording:
     def watching(self):
         """Record while the body runs; check afterwards that the recorder held."""
         watcher = None
+        alive, reaped = _process_census()
+        if alive:
+            self.tampered("a process of the hand-in's was running while the grader "
+                          "called its code")
         _RECORDING_NOW.append(self)
         try:
             if "torch" in sys.modules:
@@ -374,6 +401,9 @@ class _Recording:
                 self.tampered("the recorder's own bookkeeping changed")
             if not _runner_unchanged():
                 self.tampered("the check runner's functions were replaced")
+            if _process_census() != (alive, reaped):
+                self.tampered("the hand-in's code started a process while the grader "
+                              "called it")
 
     def executed(self):
         return sorted(self.names)
@@ -454,6 +484,41 @@ _ORIGINALS = {name: globals()[name] for name in (
 _ORIGINAL_CODE = {name: getattr(value, "__code__", None) for name, value in _ORIGINALS.items()}
 _ORIGINAL_METHODS = {name: getattr(_Recording, name) for name in (
     "watching", "_start", "_stop", "tampered", "note_subject", "executed")}
+
+
+def _arm_new_thread(frame, event, arg):
+    """Profile hook of every thread started through `threading` after this
+    module loaded: once torch is there, the thread records into whatever check
+    is recording, then the hook removes itself."""
+    if "torch" not in sys.modules:
+        return
+    sys.setprofile(None)
+    try:
+        t = _load_torch()
+        t["ThreadFunctionRecorder"]().__enter__()
+        t["ThreadDispatchRecorder"]().__enter__()
+    except Exception:  # noqa: BLE001 - a broken torch records nothing anywhere
+        return
+
+
+def _process_census():
+    """(children alive, CPU seconds of reaped children) of this process.
+
+    Inside the sandbox the kernel is pid 1 and every other process is one the
+    hand-in started; elsewhere, this process's own children.
+    """
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    alive = 0
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                alive += len(f.read().split())
+    return alive, usage.ru_utime + usage.ru_stime
+
+
+threading.setprofile(_arm_new_thread)
 
 
 def _runner_unchanged():

@@ -87,10 +87,31 @@ def _comes_from_triton(value):
     if type(value) in _triton_types()[:2]:  # a @triton.jit function of Triton's own
         return _comes_from_triton(value.fn)
     if isinstance(value, type):
-        return value.__module__.startswith("triton")
+        return _class_from_triton(value)
     if isinstance(value, (types.BuiltinFunctionType, types.MethodType)):
         return False
-    return type(value).__module__.startswith("triton")
+    return _class_from_triton(type(value))
+
+
+def _class_from_triton(cls):
+    """A class of Triton's own: it says so, and the code of every method along its
+    MRO lives in Triton's package or Python's standard library. `__module__` alone
+    is a string anyone can set."""
+    import os
+    import sysconfig
+
+    if not str(getattr(cls, "__module__", "")).startswith("triton"):
+        return False
+    homes = (_triton_root(), os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep)
+    for klass in cls.__mro__:
+        for value in vars(klass).values():
+            targets = ((value.fget, value.fset, value.fdel) if isinstance(value, property)
+                       else (getattr(value, "__func__", value),))
+            for target in targets:
+                code = getattr(target, "__code__", None)
+                if code is not None and not os.path.realpath(code.co_filename).startswith(homes):
+                    return False
+    return True
 
 
 def _is_constant(value):
