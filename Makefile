@@ -3,8 +3,13 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The student edition: its public GitHub repository, its branch, and a local clone of it.
+REPO_URL ?=
+BRANCH ?= main
+EDITION ?=
+SITE := build/site
 
-.PHONY: setup demo test lab release grade lint
+.PHONY: setup demo test lab release grade lint site publish
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,3 +43,15 @@ grade: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check normref autograder tests
+
+## site REPO_URL=https://github.com/OWNER/NAME: run every lesson, build the static
+## site (build/site/) whose pages link to the edition's notebooks on Binder and Colab
+site: $(STAMP)
+	$(if $(REPO_URL),,$(error make site REPO_URL=https://github.com/OWNER/NAME (the edition's public repository)))
+	$(PY) -m autograder.site --repo-url "$(REPO_URL)" --branch "$(BRANCH)" --out $(SITE)
+
+## publish EDITION=DIR REPO_URL=...: write the student edition, site included, into
+## DIR (a clone of the public repository); nothing is written if it would leak
+publish: site
+	$(if $(EDITION),,$(error make publish EDITION=DIR REPO_URL=... (DIR: a clone of the edition's repository)))
+	$(PY) -m autograder publish "$(EDITION)" --repo-url "$(REPO_URL)" --branch "$(BRANCH)" --site $(SITE)

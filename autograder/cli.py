@@ -8,6 +8,8 @@
   demo                         release, then collect and grade every sample class in
                                this course and print the grade tables
   bench [--handins N]          time stock nbgrader against this pipeline on unit 01
+  publish DIR --repo-url URL   write the student edition (lessons, released assignments,
+                               student environment, README, site) into DIR
 
 Every subcommand takes --course DIR (default: the repository root).
 """
@@ -126,6 +128,12 @@ def cmd_bench(args):
                          workers=args.workers)
 
 
+def cmd_publish(args):
+    from autograder.publish import publish_command
+
+    return publish_command(args)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -169,6 +177,17 @@ def build_parser():
     p.add_argument("--handins", type=int, default=40, help="hand-ins to grade (default 40)")
     p.add_argument("--workers", type=int, default=None,
                    help="this pipeline's parallel hand-ins (default: the number of cores)")
+    p = add("publish", cmd_publish, "write the student edition into DIR")
+    p.add_argument("dir", help="the edition's folder: empty, or a clone of its repository")
+    p.add_argument("--repo-url", required=True,
+                   help="the edition's public GitHub repository, https://github.com/OWNER/NAME")
+    p.add_argument("--branch", default="main", help="its branch (default main)")
+    p.add_argument("--site-url", default=None,
+                   help="where the site is served (default: the repository's GitHub Pages)")
+    site = p.add_mutually_exclusive_group()
+    site.add_argument("--site", default=None,
+                      help="a site built for this edition by `make site` (default: build one)")
+    site.add_argument("--no-site", action="store_true", help="an edition without the site")
     return parser
 
 
