@@ -125,6 +125,14 @@ def _hidden(parts):
     return any(part.startswith(".") or part == "__MACOSX" for part in parts)
 
 
+_HIDDEN_NOTEBOOK = "a hidden notebook (its name starts with a dot): rename it to collect it"
+
+
+def _hidden_notebook(parts):
+    """A notebook whose own name hides it, outside hidden folders: listed, not skipped."""
+    return parts[-1].endswith(".ipynb") and _hidden(parts[-1:]) and not _hidden(parts[:-1])
+
+
 # Folders: walked through directory descriptors, never following a link.
 
 def _folder_candidates(root_fd):
@@ -144,6 +152,8 @@ def _folder_candidates(root_fd):
                 path = (*parts, name)
                 shown = _shown("/".join(path))
                 if _hidden((name,)):
+                    if _hidden_notebook(path):
+                        found.append(_Candidate(shown, path, reason=_HIDDEN_NOTEBOOK))
                     continue
                 try:
                     mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
@@ -233,6 +243,8 @@ def _zip_candidates(archive):
             found.append(_Candidate(shown, parts, reason="unsafe path in zip"))
             continue
         if _hidden(parts):
+            if _hidden_notebook(parts) and not member.is_dir():
+                found.append(_Candidate(shown, parts, reason=_HIDDEN_NOTEBOOK))
             continue
         mode = member.external_attr >> 16
         kind = stat.S_IFMT(mode)

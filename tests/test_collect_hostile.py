@@ -256,3 +256,16 @@ def test_recollecting_a_zip_is_unchanged_and_a_changed_one_names_the_replaced(co
     kept = [p for p in folder.iterdir() if p.name.endswith(".ipynb.bak")]
     assert len(kept) == 1 and kept[0].read_bytes() == _notebook("ada")
     assert _submitted(course, "lovelaceada_12345").read_bytes() == _notebook("ada, second try")
+
+
+def test_a_hidden_notebook_is_listed_not_skipped(course, tmp_path):
+    folder = tmp_path / "hidden"
+    folder.mkdir()
+    (folder / ".ada.ipynb").write_text("{}")
+    (folder / ".DS_Store").write_text("x")
+    (folder / ".ipynb_checkpoints").mkdir()
+    (folder / ".ipynb_checkpoints" / "ada-checkpoint.ipynb").write_text("{}")
+    report = collect(course=course, assignment=ASSIGNMENT, source_path=folder)
+    assert report.collected == []
+    assert [item for item in report.unmatched if ".ada.ipynb" in item]
+    assert not [item for item in report.unmatched if "checkpoint" in item or "DS_Store" in item]
