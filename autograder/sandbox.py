@@ -218,9 +218,11 @@ def _rlimit_prefix(limits):
 
 def _drop_privileges_prefix():
     """setpriv to an unprivileged uid with no capabilities (the grader is root)."""
+    # A change of uid clears the parent-death signal (bwrap's --die-with-parent):
+    # set it again, so that the kernel still dies with its parent.
     return [shutil.which("setpriv") or "setpriv", f"--reuid={run_uid()}",
             f"--regid={run_uid()}", "--clear-groups", "--inh-caps=-all",
-            "--bounding-set=-all", "--no-new-privs", "--"]
+            "--bounding-set=-all", "--no-new-privs", "--pdeathsig=SIGKILL", "--"]
 
 
 def hidden_folders(also_hidden=()):
@@ -239,7 +241,7 @@ def _bwrap_prefix(*, link_dir, client_dir, hidden, limits):
     visible = sorted({Path(sys.prefix), Path(sys.base_prefix), Path(client_dir),
                       Path(link_dir)})
     args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--as-pid-1",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     if not grader_is_root():
         args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),

@@ -33,7 +33,7 @@ def test_kept_attacks_grade_to_their_expected_points(unit, tmp_path):
     for part in ("source", "release"):
         shutil.copytree(REPO / part / unit, tmp_path / part / unit)
     report = collect(course=course, assignment=unit, source_path=ATTACKS / unit)
-    assert not report.unmatched, report.unmatched
+    assert report.unmatched == ["expected.json (not a notebook)"], report.unmatched
     results = {r["student_id"]: r for r in grade_assignment(
         course=course, assignment=unit, settings=SETTINGS, workers=2)}
     expected = json.loads((ATTACKS / unit / "expected.json").read_text())

@@ -108,20 +108,11 @@ def test_first_cell_does_nothing_outside_colab(path):
     assert outcome["calls"] == [] and outcome["widget_manager"] == 0
 
 
-def _leaves_widgets_alone(path):
-    """The notebook as a test parameter; a released assignment still built from a
-    source/ whose first cell upgrades ipywidgets is expected to fail until source/
-    takes the lessons' first cell and `make release` runs."""
-    old = "ipywidgets" in _first_code_cell(path) and path in RELEASES
-    return pytest.param(path, id=str(path.relative_to(REPO)), marks=pytest.mark.xfail(
-        old, reason="source/ still installs ipywidgets on Colab", strict=True))
-
-
 def _triton_pin_allowed(requirement):
     return requirement.specifier.contains(_pins()["triton"])
 
 
-@pytest.mark.parametrize("path", [_leaves_widgets_alone(p) for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(REPO)))
 def test_first_cell_on_colab_enables_widgets_and_installs_nothing_colab_has(path):
     outcome = _run_first_cell(path, colab=True)
     assert outcome["widget_manager"] == 1, "output.enable_custom_widget_manager() once"
@@ -129,7 +120,7 @@ def test_first_cell_on_colab_enables_widgets_and_installs_nothing_colab_has(path
         f"Colab's ipywidgets, PyTorch and Triton stay as they are, got {outcome['calls']}"
 
 
-@pytest.mark.parametrize("path", [_leaves_widgets_alone(p) for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(REPO)))
 def test_first_cell_on_colab_without_triton_installs_triton_alone(path):
     outcome = _run_first_cell(path, colab=True, hide_triton=True)
     assert outcome["widget_manager"] == 1

@@ -507,12 +507,12 @@ def test_patched_comparisons_do_not_pass_wrong_answers(graded):
                                               "token_mean_correct")["reason"]
 
 
-def test_silenced_tracebacks_are_flagged_for_review(graded):
+def test_silenced_tracebacks_still_fail_their_cell(graded):
     _, results, _ = graded
+    """A silenced traceback still fails its cell: the kernel's reply says error."""
     cell = _cell(results["silencer"], "token_mean_correct")
-    assert cell["kernel_ok"] and cell["points"] == 0
-    assert any("token_mean_correct: the notebook reported success" in f
-               for f in results["silencer"]["flags"])
+    assert not cell["kernel_ok"] and cell["points"] == 0
+    assert cell["reason"]
 
 
 def test_a_forbidden_call_costs_the_cells_that_forbid_it(graded):
@@ -537,14 +537,17 @@ def test_a_dead_kernel_keeps_the_points_earned_before_it_died(graded):
 def test_loops_are_interrupted_or_killed(graded):
     _, results, _ = graded
     assert results["looper"]["reason"] == ""
-    assert "stopped by force" in results["sigint_ignorer"]["reason"]
+    assert "ignored the interrupt" in results["sigint_ignorer"]["reason"]
+    assert results["sigint_ignorer"]["seconds"] < SETTINGS.handin_timeout
 
 
 def test_huge_outputs_are_capped(graded):
     course, results, _ = graded
     executed = course.autograded / "flooder" / ASSIGNMENT / NOTEBOOK
     assert executed.stat().st_size < 3 * SETTINGS.max_output_chars
-    assert "the grader dropped further output" in _run_text(course, "flooder")
+    # Past the budget, or too large to receive at all: either way it is not kept.
+    text = _run_text(course, "flooder")
+    assert text.count("spam") < SETTINGS.max_output_chars // 1000
     feedback = course.reports / ASSIGNMENT / "feedback" / "flooder.html"
     assert feedback.stat().st_size < 6 * SETTINGS.max_output_chars
 

@@ -504,8 +504,8 @@ def _arm_new_thread(frame, event, arg):
 def _process_census():
     """(children alive, CPU seconds of reaped children) of this process.
 
-    Inside the sandbox the kernel is pid 1 and every other process is one the
-    hand-in started; elsewhere, this process's own children.
+    Counted as the kernel's children: a process the hand-in started, still
+    running or already reaped.
     """
     import resource
 
