@@ -71,7 +71,10 @@ class SandboxedKernelManager(AsyncKernelManager):
         # The check client is imported before any student code runs, so that
         # a package the hand-in writes to its cwd or sys.path cannot stand in
         # for it, and the recorder keeps the genuine runner to compare with.
-        preload = ["--IPKernelApp.exec_lines=['import normref.checks']"]
+        # Its parent is the sandbox's init (pid 1 in there), which ipykernel would
+        # take for a dead parent: it dies with the sandbox instead.
+        preload = ["--IPKernelApp.exec_lines=['import normref.checks']",
+                   "--IPKernelApp.parent_handle=1"]
         return (list(self.command_prefix)
                 + super().format_kernel_cmd(list(extra_arguments or []) + preload))
 
