@@ -47,6 +47,20 @@ def launch_chromium(playwright):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
 
+def chromium_session():
+    """Yield a headless Chromium for a module's tests (skip when it is missing)."""
+    import pytest
+
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    if not chromium_available():
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    playwright = playwright_api.sync_playwright().start()
+    chromium = launch_chromium(playwright)
+    yield chromium
+    chromium.close()
+    playwright.stop()
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))

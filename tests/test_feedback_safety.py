@@ -267,14 +267,7 @@ def test_hostile_notebook_page_is_inert_on_paper(tmp_path):
 
 @pytest.fixture(scope="module")
 def browser():
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    if not labbrowser.chromium_available():
-        pytest.skip(f"no Chromium at {labbrowser.CHROMIUM} (apt-get install chromium)")
-    playwright = playwright_api.sync_playwright().start()
-    chromium = labbrowser.launch_chromium(playwright)
-    yield chromium
-    chromium.close()
-    playwright.stop()
+    yield from labbrowser.chromium_session()
 
 
 def _open(browser, path):

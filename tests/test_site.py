@@ -125,13 +125,7 @@ def server(site):
 
 @pytest.fixture(scope="module")
 def browser():
-    if not labbrowser.chromium_available():
-        pytest.skip(f"no Chromium at {labbrowser.CHROMIUM} (apt-get install chromium)")
-    playwright = playwright_api.sync_playwright().start()
-    chromium = labbrowser.launch_chromium(playwright)
-    yield chromium
-    chromium.close()
-    playwright.stop()
+    yield from labbrowser.chromium_session()
 
 
 def _pages(folder):
