@@ -33,9 +33,10 @@ lab: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyter lab --notebook-dir=. \
 		$(if $(filter 0,$(shell id -u)),--allow-root)
 
-## release: rebuild release/ from source/ and check it for leaks
+## release [ASSIGNMENT=01_the_recipe]: rebuild release/ (or one assignment) from source/,
+## built aside and leak-checked; a failed build leaves release/ as it was
 release: $(STAMP)
-	$(PY) -m autograder release
+	$(PY) -m autograder release $(ASSIGNMENT)
 
 ## grade ASSIGNMENT=01_the_recipe: grade everyone in submitted/
 grade: $(STAMP)

@@ -25,7 +25,7 @@ from autograder import report
 from autograder.collect import collect
 from autograder.course import EXAMPLES_DIR, Course
 from autograder.grade import grade_assignment
-from autograder.release import release
+from autograder.release import LeakError, ReleaseError, release
 from autograder.runner import RunSettings
 from autograder.sandbox import Limits
 
@@ -72,7 +72,11 @@ def _results_match(results, expected_path):
 
 
 def cmd_release(args):
-    release(course=Course.at(args.course))
+    try:
+        release(course=Course.at(args.course), assignments=args.assignments or None)
+    except (ReleaseError, LeakError) as problem:
+        print(f"release failed: {problem}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -161,7 +165,9 @@ def build_parser():
         p.add_argument("--no-sandbox", action="store_true",
                        help="run kernels without bubblewrap (resource limits only)")
 
-    add("release", cmd_release, "build release/ and check it for leaks")
+    p = add("release", cmd_release, "build release/ and check it for leaks")
+    p.add_argument("assignments", nargs="*",
+                   help="the assignments to rebuild (default: all of them)")
     p = add("collect", cmd_collect, "copy hand-ins into submitted/")
     p.add_argument("assignment")
     p.add_argument("path", help="a folder of hand-ins or an LMS zip")

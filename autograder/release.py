@@ -3,8 +3,10 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
@@ -15,18 +17,36 @@ class LeakError(RuntimeError):
     """The release holds grading material."""
 
 
-def generate(*, course, assignment, log=sys.stderr):
-    """Run `nbgrader generate_assignment` for one assignment into release/."""
+class ReleaseError(RuntimeError):
+    """nbgrader could not build an assignment; the message is one line for a person."""
+
+
+def _nbgrader_failure(output):
+    """The last line of nbgrader's output that says what went wrong."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if "[error]" in line.lower() or "Error" in line or "error" in line:
+            return line[-400:]
+    return lines[-1][-400:] if lines else "no output"
+
+
+def generate(*, course, assignment, into, log=sys.stderr):
+    """Run `nbgrader generate_assignment` for one assignment, writing its release
+    into the course folder `into` (a scratch copy: source/ and a gradebook of its own,
+    so the course's gradebook and submissions never block or see a rebuild)."""
+    shutil.copytree(course.source / assignment, into / "source" / assignment)
     command = [sys.executable, "-m", "nbgrader", "generate_assignment", assignment,
-               "--force", f"--CourseDirectory.root={course.root}",
-               f"--CourseDirectory.db_url=sqlite:///{course.root / 'gradebook.db'}"]
+               "--force", f"--CourseDirectory.root={into}",
+               f"--CourseDirectory.db_url=sqlite:///{into / 'gradebook.db'}"]
     # nbgrader runs alembic from the same environment when it creates the gradebook.
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(command, cwd=course.root, capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        raise RuntimeError(f"nbgrader generate_assignment {assignment} failed:\n"
-                           f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
+        raise ReleaseError(
+            f"release/{assignment} is unchanged: nbgrader could not build "
+            f"source/{assignment}: {_nbgrader_failure(done.stdout + done.stderr)}")
     print(f"released {assignment}", file=log)
+    return into / "release" / assignment
 
 
 def _solution_lines(source_nb):
@@ -44,10 +64,14 @@ def _solution_lines(source_nb):
     return lines
 
 
-def find_leaks(*, course, assignment):
-    """Every place in release/<assignment> that shows grading material."""
+def _shown(path, release_dir, assignment):
+    return f"release/{assignment}/{path.relative_to(release_dir)}"
+
+
+def find_leaks(*, course, assignment, release_dir=None):
+    """Every place in release/<assignment> (or `release_dir`) that shows grading material."""
     leaks = []
-    release_dir = course.release / assignment
+    release_dir = release_dir or course.release / assignment
     secret_lines = set()
     for source in (course.source / assignment).glob("*.ipynb"):
         secret_lines |= _solution_lines(json.loads(source.read_text()))
@@ -55,22 +79,45 @@ def find_leaks(*, course, assignment):
         text = path.read_text(errors="replace")
         for marker in LEAK_MARKERS:
             if marker in text:
-                leaks.append(f"{path.relative_to(course.root)}: contains '{marker}'")
+                leaks.append(f"{_shown(path, release_dir, assignment)}: contains '{marker}'")
         if path.suffix == ".ipynb":
             released = set()
             for cell in json.loads(text)["cells"]:
                 released |= {ln.strip() for ln in "".join(cell.get("source", "")).splitlines()}
             for line in sorted(secret_lines & released):
-                leaks.append(f"{path.relative_to(course.root)}: shows solution text {line!r}")
+                leaks.append(f"{_shown(path, release_dir, assignment)}: shows solution "
+                             f"text {line!r}")
     return leaks
 
 
+def _replace_dir(built, target):
+    """Put `built` at `target` with renames only, so a reader sees the old folder
+    or the new one, and an interrupted swap leaves the old one in place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
+    shutil.rmtree(staged)
+    shutil.copytree(built, staged)
+    retired = None
+    if target.exists():
+        retired = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, retired)
+    os.replace(staged, target)
+    if retired is not None:
+        shutil.rmtree(retired)
+
+
 def release(*, course, assignments=None, log=sys.stderr):
-    """Build and leak-check every assignment (or those named)."""
+    """Build and leak-check every assignment (or those named). Each is built aside
+    and replaces release/<assignment> only when it built and leaks nothing; a
+    failure raises ReleaseError or LeakError and leaves release/ as it was."""
     for assignment in assignments or course.assignments():
-        generate(course=course, assignment=assignment, log=log)
-        leaks = find_leaks(course=course, assignment=assignment)
-        if leaks:
-            raise LeakError("the release leaks grading material:\n  " + "\n  ".join(leaks))
-
-
+        if not (course.source / assignment).is_dir():
+            raise ReleaseError(f"no assignment {assignment!r}: source/ has "
+                               f"{', '.join(course.assignments()) or 'none'}")
+        with tempfile.TemporaryDirectory(prefix="release-") as scratch:
+            built = generate(course=course, assignment=assignment, into=Path(scratch), log=log)
+            leaks = find_leaks(course=course, assignment=assignment, release_dir=built)
+            if leaks:
+                raise LeakError(f"release/{assignment} is unchanged: the build leaks "
+                                "grading material:\n  " + "\n  ".join(leaks))
+            _replace_dir(built, course.release / assignment)

@@ -73,3 +73,25 @@ def test_source_validates_and_untouched_release_fails(path, venv_env):
     assert "NotImplementedError" in done.stdout or "failed" in done.stdout.lower(), \
         done.stdout[-2000:]
     assert "Success!" not in done.stdout
+
+
+def test_failed_release_leaves_the_committed_release_untouched(tmp_path):
+    """A source nbgrader refuses (two cells with one grade id) fails in one line and
+    deletes or changes nothing in release/."""
+    shutil.copytree(REPO / "source", tmp_path / "source", dirs_exist_ok=True)
+    shutil.copytree(REPO / "release", tmp_path / "release")
+    shutil.copy(REPO / "nbgrader_config.py", tmp_path / "nbgrader_config.py")
+    course = Course(tmp_path)
+    source = course.source_notebook("01_the_recipe")
+    nb = json.loads(source.read_text())
+    graded = [c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+    graded[1]["metadata"]["nbgrader"]["grade_id"] = graded[0]["metadata"]["nbgrader"]["grade_id"]
+    source.write_text(json.dumps(nb))
+    before = {p: p.read_bytes() for p in course.release.rglob("*") if p.is_file()}
+    done = subprocess.run([sys.executable, "-m", "autograder", "release", "01_the_recipe",
+                           "--course", str(tmp_path)], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and "release/01_the_recipe is unchanged" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert {p: p.read_bytes() for p in course.release.rglob("*") if p.is_file()} == before
