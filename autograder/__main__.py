@@ -1,3 +1,5 @@
 from autograder.cli import main
 
-raise SystemExit(main())
+# Guarded: Dask's worker processes start by importing the main module again.
+if __name__ == "__main__":
+    raise SystemExit(main())

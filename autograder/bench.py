@@ -1,13 +1,15 @@
 """Stock `nbgrader autograde` against this pipeline, on one class of hand-ins.
 
-    python -m autograder.bench [--handins 40] [--workers N] [--course DIR]
+    python -m autograder.bench [--handins 40] [--workers N] [--course DIR] [--engines]
 
 Both graders get the same hand-ins of unit 01 (the sample students, renamed
 and repeated) in scratch courses, and the same per-cell timeout. Stock
 nbgrader runs them one after the other, hidden tests in the student's kernel;
 this pipeline runs them in parallel, each in its sandbox, with the trusted
 checks answered by the grader. Only grading is timed (not the release, nor
-the reports); the process pool's start is part of ours.
+the reports); the cluster's start is part of ours. With --engines, the same
+hand-ins are graded on Dask and on a plain process pool instead, and the report gives
+hand-ins per minute for each. Both reports end with where one hand-in's time goes.
 """
 
 import argparse
@@ -106,8 +108,9 @@ def time_stock_nbgrader(*, course, handin_folder, assignment=ASSIGNMENT, cell_ti
 
 
 def time_pipeline(*, course, handin_folder, assignment=ASSIGNMENT, workers=None,
-                  cell_timeout=30.0, progress=sys.stderr):
-    """(seconds, {student: score}) for grade_assignment on the hand-ins."""
+                  cell_timeout=30.0, engine="dask", progress=sys.stderr):
+    """(seconds, {student: score}, {student: phases}) for grade_assignment on the
+    hand-ins, on `engine` ("dask" or "pool")."""
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as scratch:
         scratch_course = Course(Path(scratch))
         for part in ("source", "release"):
@@ -118,9 +121,10 @@ def time_pipeline(*, course, handin_folder, assignment=ASSIGNMENT, workers=None,
         started = time.monotonic()
         results = grade_assignment(course=scratch_course, assignment=assignment,
                                    settings=RunSettings(cell_timeout=cell_timeout),
-                                   workers=workers, progress=progress)
+                                   workers=workers, engine=engine, progress=progress)
         seconds = time.monotonic() - started
-        return seconds, {r["student_id"]: float(r["score"]) for r in results}
+        return (seconds, {r["student_id"]: float(r["score"]) for r in results},
+                {r["student_id"]: r.get("phases", {}) for r in results})
 
 
 def _warm_up():
@@ -147,9 +151,9 @@ def run_bench(*, course, handins=40, workers=None, cell_timeout=30.0, progress=s
         stock_seconds, stock = time_stock_nbgrader(course=course, handin_folder=Path(folder),
                                                    cell_timeout=cell_timeout)
         print(f"grading {handins} hand-ins with this pipeline ...", file=progress, flush=True)
-        ours_seconds, ours = time_pipeline(course=course, handin_folder=Path(folder),
-                                           workers=workers, cell_timeout=cell_timeout,
-                                           progress=progress)
+        ours_seconds, ours, phases = time_pipeline(
+            course=course, handin_folder=Path(folder), workers=workers,
+            cell_timeout=cell_timeout, progress=progress)
     return {
         "handins": handins, "workers": workers, "cores": os.cpu_count(),
         "stock_seconds": stock_seconds, "ours_seconds": ours_seconds,
@@ -158,10 +162,65 @@ def run_bench(*, course, handins=40, workers=None, cell_timeout=30.0, progress=s
         "ours_seconds_per_handin": ours_seconds / handins,
         "scores": {s: {"sample": samples[s], "stock": stock.get(s), "ours": ours.get(s)}
                    for s in samples},
+        "phases": mean_phases(phases, samples, PHASE_SAMPLE),
     }
 
 
-def format_report(bench, *, target_ratio=0.6):
+PHASE_SAMPLE = "ada_perfect"  # whose hand-ins the per-phase breakdown averages
+
+
+def mean_phases(phases, samples, sample):
+    """{phase: mean seconds} over the hand-ins copied from `sample`."""
+    runs = [phases[s] for s, name in samples.items() if name == sample and phases.get(s)]
+    keys = sorted({k for run in runs for k in run})
+    return {k: sum(run.get(k, 0.0) for run in runs) / len(runs) for k in keys} if runs else {}
+
+
+def run_engine_bench(*, course, handins=200, workers=None, cell_timeout=30.0,
+                     progress=sys.stderr):
+    """Grade the same hand-ins on a local process pool (the baseline) and on a Dask
+    LocalCluster of as many workers, one after the other on the same cores."""
+    workers = workers or os.cpu_count() or 1
+    found = {"handins": handins, "workers": workers, "cores": os.cpu_count()}
+    with tempfile.TemporaryDirectory(prefix="bench-handins-") as folder:
+        samples = make_handins(folder=Path(folder), handins=handins)
+        _warm_up()
+        for engine in ("pool", "dask"):
+            print(f"grading {handins} hand-ins on {engine} ...", file=progress, flush=True)
+            seconds, scores, phases = time_pipeline(
+                course=course, handin_folder=Path(folder), workers=workers,
+                cell_timeout=cell_timeout, engine=engine, progress=progress)
+            found[engine] = {"seconds": seconds, "per_minute": 60 * handins / seconds,
+                             "scores": scores,
+                             "phases": mean_phases(phases, samples, PHASE_SAMPLE)}
+    found["ratio"] = found["dask"]["per_minute"] / found["pool"]["per_minute"]
+    found["same_scores"] = found["dask"]["scores"] == found["pool"]["scores"]
+    return found
+
+
+def format_engine_report(found):
+    lines = [f"{found['handins']} hand-ins of {ASSIGNMENT}, {found['workers']} workers on "
+             f"{found['cores']} cores"]
+    for engine, label in (("pool", "process pool (baseline)"), ("dask", "Dask LocalCluster")):
+        run = found[engine]
+        lines.append(f"  {label:<24} {run['seconds']:7.1f} s  {run['per_minute']:6.1f} "
+                     "hand-ins per minute")
+    lines.append(f"  Dask / pool throughput: {found['ratio']:.2f} (target at least 0.90)"
+                 + ("" if found["ratio"] >= 0.9 else "  MISSED"))
+    lines.append("  same scores on both: " + ("yes" if found["same_scores"] else "NO"))
+    lines += format_phases(found["dask"]["phases"])
+    return lines
+
+
+def format_phases(phases):
+    """One hand-in's time by phase (the mean over the perfect hand-ins)."""
+    if not phases:
+        return []
+    shown = ", ".join(f"{k} {v:.2f} s" for k, v in phases.items())
+    return [f"  where a perfect hand-in's time goes: {shown}"]
+
+
+def format_report(bench, *, target_ratio=0.25):
     """The benchmark's figures as lines of text."""
     lines = [
         f"{bench['handins']} hand-ins of {ASSIGNMENT} on {bench['cores']} cores",
@@ -182,11 +241,16 @@ def format_report(bench, *, target_ratio=0.6):
             else ""
         lines.append(f"  scores differ for {len(students)} x {sample}: stock {stock}, "
                      f"ours {ours}{why}")
-    return lines
+    return lines + format_phases(bench.get("phases"))
 
 
-def bench_command(*, course, handins=40, workers=None):
-    """Run the benchmark and print its report; returns a process exit status."""
+def bench_command(*, course, handins=40, workers=None, engines=False):
+    """Run the benchmark and print its report; returns a process exit status.
+    engines: compare the Dask path with the process pool instead of stock nbgrader."""
+    if engines:
+        found = run_engine_bench(course=course, handins=handins, workers=workers)
+        print("\n".join(format_engine_report(found)))
+        return 0 if found["same_scores"] else 1
     bench = run_bench(course=course, handins=handins, workers=workers)
     print("\n".join(format_report(bench)))
     honest_differ = [s for s, v in bench["scores"].items()
@@ -203,9 +267,11 @@ def main(argv=None):
                         help="hand-ins to grade (default 40)")
     parser.add_argument("--workers", type=int, default=None,
                         help="this pipeline's parallel hand-ins (default: the number of cores)")
+    parser.add_argument("--engines", action="store_true",
+                        help="compare the Dask path with a process pool instead")
     args = parser.parse_args(argv)
     return bench_command(course=Course.at(args.course), handins=args.handins,
-                         workers=args.workers)
+                         workers=args.workers, engines=args.engines)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,14 @@
   grade ASSIGNMENT             grade everyone submitted, then write reports/ASSIGNMENT/
   grade-examples [ASSIGNMENT]  grade a sample class in a scratch course, compare with
                                its expected.json
-  demo                         release, then collect and grade every sample class in
-                               this course and print the grade tables
+  demo                         release, collect and grade every sample class in a
+                               scratch course (build/demo-course); print the tables
+  roster import FILE           read the LMS class list (Canvas/Moodle/plain CSV) into
+                               roster.json; collect then files hand-ins under its ids
+  deadlines show ASSIGNMENT    due date, late policy, extensions and each hand-in's
+                               lateness (from deadlines.json)
+  new-check NAME --function F --reference MODULE:FUNCTION
+                               scaffold a trusted check for a new exercise
   bench [--handins N]          time stock nbgrader against this pipeline on unit 01
   publish DIR --repo-url URL   write the student edition (lessons, released assignments,
                                student environment, README, site) into DIR
@@ -22,8 +28,10 @@ import tempfile
 from pathlib import Path
 
 from autograder import report
+from autograder.cli_class import register as register_class_commands
 from autograder.collect import collect
-from autograder.course import EXAMPLES_DIR, Course
+from autograder.course import EXAMPLES_DIR, REPO_ROOT, Course
+from autograder.engines import WorkerMismatch
 from autograder.grade import grade_assignment
 from autograder.release import LeakError, ReleaseError, release
 from autograder.runner import RunSettings
@@ -39,8 +47,12 @@ def _settings(args):
 def _grade_and_report(*, course, assignment, args, expected=None):
     results = grade_assignment(course=course, assignment=assignment,
                                settings=_settings(args), workers=args.workers,
-                               force=args.force)
-    folder = report.write_reports(course=course, assignment=assignment, results=results)
+                               force=args.force, students=getattr(args, "student", None),
+                               engine=args.engine, scheduler=args.scheduler,
+                               scale_timeouts=not args.no_scaled_timeouts)
+    folder, results = report.write_reports(
+        course=course, assignment=assignment, results=results,
+        show_hidden_tests=getattr(args, "show_hidden_tests", False))
     print(f"\n{assignment}  (reports in {folder})")
     print(report.grade_table(results, expected=expected))
     return results
@@ -81,14 +93,25 @@ def cmd_release(args):
 
 
 def cmd_collect(args):
-    outcome = collect(course=Course.at(args.course), assignment=args.assignment,
-                      source_path=args.path)
+    from autograder.roster import RosterError
+
+    try:
+        outcome = collect(course=Course.at(args.course), assignment=args.assignment,
+                          source_path=args.path)
+    except (RosterError, FileNotFoundError) as problem:
+        print(f"collect: {problem}", file=sys.stderr)
+        return 2
     print("\n".join(outcome.lines()))
     return 0
 
 
 def cmd_grade(args):
-    _grade_and_report(course=Course.at(args.course), assignment=args.assignment, args=args)
+    try:
+        _grade_and_report(course=Course.at(args.course), assignment=args.assignment,
+                          args=args)
+    except (ValueError, WorkerMismatch) as problem:
+        print(f"grade: {problem}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -112,24 +135,61 @@ def cmd_grade_examples(args):
     return 1 if failures else 0
 
 
+DEMO_COURSE = REPO_ROOT / "build" / "demo-course"
+
+
 def cmd_demo(args):
+    """Release, collect and grade every sample class in a scratch course of its own
+    (build/demo-course, remade on each run): the real course is never touched."""
     course = Course.at(args.course)
-    release(course=course)
+    demo = Course(Path(args.demo_dir) if args.demo_dir else DEMO_COURSE)
+    if demo.root == course.root:
+        print("demo: the demo course cannot be the course itself", file=sys.stderr)
+        return 2
+    marker = demo.root / ".demo-course"
+    if demo.root.exists() and any(demo.root.iterdir()) and not marker.exists():
+        print(f"demo: {demo.root} is not empty and not a demo course: left alone",
+              file=sys.stderr)
+        return 2
+    shutil.rmtree(demo.root, ignore_errors=True)
+    demo.root.mkdir(parents=True)
+    marker.touch()
+    shutil.copytree(course.source, demo.source)
+    shutil.copy(course.root / "nbgrader_config.py", demo.root / "nbgrader_config.py")
+    release(course=demo, assignments=args.assignments or None)
     mismatches = 0
-    for assignment in example_assignments():
-        print("\n".join(collect(course=course, assignment=assignment,
+    for assignment in args.assignments or example_assignments():
+        print("\n".join(collect(course=demo, assignment=assignment,
                                 source_path=EXAMPLES_DIR / assignment).lines()))
-        results = _grade_and_report(course=course, assignment=assignment, args=args,
+        results = _grade_and_report(course=demo, assignment=assignment, args=args,
                                     expected=expected_totals(assignment))
         mismatches += len(_results_match(results, EXAMPLES_DIR / assignment / "expected.json"))
+    print(f"\nThe demo course is {demo.root} (yours is untouched); delete it any time.")
     return 1 if mismatches else 0
+
+
+def cmd_new_check(args):
+    from autograder.scaffold import ScaffoldError, scaffold_check
+
+    try:
+        written = scaffold_check(name=args.name, function=args.function,
+                                 reference=args.reference, shapes=args.shapes)
+    except ScaffoldError as problem:
+        print(f"new-check: {problem}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    print(f"In the exercise's graded cell, after its visible asserts:\n"
+          f"### BEGIN HIDDEN TESTS\nfrom normref.checks import check_{args.name}\n"
+          f"check_{args.name}({args.function})\n### END HIDDEN TESTS")
+    return 0
 
 
 def cmd_bench(args):
     from autograder.bench import bench_command
 
     return bench_command(course=Course.at(args.course), handins=args.handins,
-                         workers=args.workers)
+                         workers=args.workers, engines=args.engines)
 
 
 def cmd_publish(args):
@@ -152,16 +212,29 @@ def build_parser():
 
     def grading_options(p):
         p.add_argument("--workers", type=int, default=None,
-                       help="hand-ins graded at once (default: the number of cores)")
+                       help="hand-ins graded at once on this machine (default: the number "
+                            "of cores); with --scheduler, the cluster's workers decide")
+        p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+                       help="grade on the Dask cluster behind this scheduler (default: a "
+                            "Dask LocalCluster of --workers processes here)")
+        p.add_argument("--engine", choices=("dask", "pool"), default="dask",
+                       help="dask (default) or pool: a local process pool, the "
+                            "benchmark's baseline")
+        p.add_argument("--no-scaled-timeouts", action="store_true",
+                       help="give every cell --cell-timeout, instead of ten times the "
+                            "reference solution's time for that cell (at least 10 s)")
         p.add_argument("--cell-timeout", type=float, default=30.0,
-                       help="seconds one cell may run (default 30; the first code cell "
-                            "gets 120 for imports)")
+                       help="the most seconds one cell may run (default 30; the first "
+                            "code cell gets 120 for imports)")
         p.add_argument("--handin-timeout", type=float, default=300.0,
                        help="seconds one hand-in may run in all (default 300)")
         p.add_argument("--memory-gb", type=float, default=2.0,
                        help="memory limit of a hand-in's kernel (default 2)")
         p.add_argument("--force", action="store_true",
                        help="regrade hand-ins that already have a current result")
+        p.add_argument("--show-hidden-tests", action="store_true",
+                       help="show the hidden tests' code on the feedback pages (default: "
+                            "folded away, so they can be used again next term)")
         p.add_argument("--no-sandbox", action="store_true",
                        help="run kernels without bubblewrap (resource limits only)")
 
@@ -173,16 +246,29 @@ def build_parser():
     p.add_argument("path", help="a folder of hand-ins or an LMS zip")
     p = add("grade", cmd_grade, "grade an assignment and write its reports")
     p.add_argument("assignment")
+    p.add_argument("--student", action="append", metavar="ID",
+                   help="grade only this student (again, even if current); repeatable")
     grading_options(p)
     p = add("grade-examples", cmd_grade_examples, "grade sample classes in a scratch course")
     p.add_argument("assignment", nargs="?")
     grading_options(p)
-    p = add("demo", cmd_demo, "release, then grade every sample class")
+    p = add("demo", cmd_demo, "grade every sample class in a scratch course")
+    p.add_argument("assignments", nargs="*", help="only these units (default: all)")
+    p.add_argument("--demo-dir", default=None,
+                   help="where the scratch course goes (default build/demo-course)")
     grading_options(p)
     p = add("bench", cmd_bench, "time stock nbgrader against this pipeline on unit 01")
     p.add_argument("--handins", type=int, default=40, help="hand-ins to grade (default 40)")
     p.add_argument("--workers", type=int, default=None,
                    help="this pipeline's parallel hand-ins (default: the number of cores)")
+    p = add("new-check", cmd_new_check, "scaffold a trusted check for a new exercise")
+    p.add_argument("name", help="the check's name: check_NAME is what a hidden test calls")
+    p.add_argument("--function", required=True,
+                   help="the name of the student's function the check calls")
+    p.add_argument("--reference", required=True, metavar="MODULE:FUNCTION",
+                   help="the reference it is compared with, e.g. normref.recipe:token_mean")
+    p.add_argument("--shapes", default="4,8 2,3,16",
+                   help='input shapes, space separated (default "4,8 2,3,16")')
     p = add("publish", cmd_publish, "write the student edition into DIR")
     p.add_argument("dir", help="the edition's folder: empty, or a clone of its repository")
     p.add_argument("--repo-url", required=True,
@@ -194,6 +280,7 @@ def build_parser():
     site.add_argument("--site", default=None,
                       help="a site built for this edition by `make site` (default: build one)")
     site.add_argument("--no-site", action="store_true", help="an edition without the site")
+    register_class_commands(sub, add)
     return parser
 
 

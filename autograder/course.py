@@ -46,14 +46,19 @@ class Course:
         return sorted(p.name for p in self.source.iterdir()
                       if p.is_dir() and any(p.glob("*.ipynb")))
 
-    def notebook_name(self, assignment):
-        """The assignment's notebook file name (one notebook per assignment)."""
+    def notebook_names(self, assignment):
+        """The assignment's notebook file names, sorted (nbgrader allows several)."""
         notebooks = sorted(p.name for p in (self.source / assignment).glob("*.ipynb"))
         if not notebooks:
             raise FileNotFoundError(f"source/{assignment} holds no notebook")
+        return notebooks
+
+    def notebook_name(self, assignment):
+        """The notebook file name of a one-notebook assignment."""
+        notebooks = self.notebook_names(assignment)
         if len(notebooks) > 1:
-            raise ValueError(f"source/{assignment} holds {len(notebooks)} notebooks; "
-                             "the grader expects one per assignment")
+            raise ValueError(f"source/{assignment} holds {len(notebooks)} notebooks: "
+                             "use notebook_names")
         return notebooks[0]
 
     def source_notebook(self, assignment):

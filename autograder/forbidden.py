@@ -43,8 +43,13 @@ from autograder.course import POLICIES_DIR
 _transformer = TransformerManager()
 
 
+def policy_path(assignment, policies_dir=POLICIES_DIR):
+    """Where `assignment`'s policy file is (it may not exist)."""
+    return policies_dir / f"{assignment}.json"
+
+
 def _read_policy_file(assignment, policies_dir):
-    path = policies_dir / f"{assignment}.json"
+    path = policy_path(assignment, policies_dir)
     if not path.exists():
         return {}
     data = json.loads(path.read_text())

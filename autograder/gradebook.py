@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.grade import grade_cells
+from autograder.grade import grade_cells, manual_cells
 
 
 def gradebook_url(course):
@@ -33,12 +33,15 @@ def _ensure_assignment(gradebook, *, assignment, notebook, source_nb):
         gradebook.find_notebook(notebook, assignment)
     except MissingEntry:
         gradebook.add_notebook(notebook, assignment)
-    for gid, points, _ in grade_cells(source_nb):
+    kinds = {c.metadata.get("nbgrader", {}).get("grade_id"): c.cell_type
+             for c in source_nb.cells}
+    graded = [(gid, points) for gid, points, _ in grade_cells(source_nb)]
+    for gid, points in graded + manual_cells(source_nb):
         try:
             gradebook.find_grade_cell(gid, notebook, assignment)
         except MissingEntry:
             gradebook.add_grade_cell(gid, notebook, assignment, max_score=points,
-                                     cell_type="code")
+                                     cell_type=kinds.get(gid, "code"))
 
 
 def _grade_row(gradebook, *, gid, notebook, assignment, student):
@@ -55,28 +58,31 @@ def _grade_row(gradebook, *, gid, notebook, assignment, student):
         return grade
 
 
-def _record(gradebook, *, result, assignment, notebook, grade_ids):
+def _record(gradebook, *, result, assignment, notebook, grade_ids, manual_ids):
     student = result["student_id"]
     gradebook.update_or_create_student(student)
     gradebook.update_or_create_submission(assignment, student)
-    earned = {c["grade_id"]: c["points"] for c in result.get("cells", [])}
+    earned = {c["grade_id"]: c["points"] for c in result.get("cells", [])
+              if c.get("notebook", notebook) == notebook}
     for gid in grade_ids:  # a hand-in that could not be run scores 0 in each cell
         grade = _grade_row(gradebook, gid=gid, notebook=notebook, assignment=assignment,
                            student=student)
         grade.auto_score = float(earned.get(gid, 0.0))
         grade.needs_manual_grade = False
+    for gid in manual_ids:  # a person grades these; only say they are waiting
+        grade = _grade_row(gradebook, gid=gid, notebook=notebook, assignment=assignment,
+                           student=student)
+        grade.needs_manual_grade = grade.manual_score is None
     submitted = gradebook.find_submission_notebook(notebook, assignment, student)
     submitted.flagged = bool(result.get("flags"))
     gradebook.db.commit()
 
 
 def write_gradebook(*, course, assignment, results):
-    """Record `results` (from grade_assignment) in the course's gradebook.db."""
+    """Record `results` (from grade_assignment) in the course's gradebook.db, each
+    notebook of the assignment as nbgrader records it."""
     from nbgrader.api import Gradebook
 
-    source_nb = nbformat.read(course.source_notebook(assignment), as_version=4)
-    notebook = course.source_notebook(assignment).stem
-    grade_ids = [gid for gid, _, _ in grade_cells(source_nb)]
     # A new gradebook is stamped by running `alembic`, which lives beside this
     # interpreter: find it even when the virtual environment is not activated.
     bin_dir = str(Path(sys.executable).parent)
@@ -85,8 +91,63 @@ def write_gradebook(*, course, assignment, results):
     with Gradebook(gradebook_url(course)) as gradebook, warnings.catch_warnings():
         # nbgrader's own add_submission sets off SQLAlchemy's "not in session" warnings.
         warnings.filterwarnings("ignore", message="Object of type .* not in session")
-        _ensure_assignment(gradebook, assignment=assignment, notebook=notebook,
-                           source_nb=source_nb)
-        for result in results:
-            _record(gradebook, result=result, assignment=assignment, notebook=notebook,
-                    grade_ids=grade_ids)
+        notebooks = []
+        for name in course.notebook_names(assignment):
+            source_nb = nbformat.read(course.source / assignment / name, as_version=4)
+            notebook = Path(name).stem
+            # Every notebook first: a submission records the notebooks it finds.
+            _ensure_assignment(gradebook, assignment=assignment, notebook=notebook,
+                               source_nb=source_nb)
+            notebooks.append((notebook, [gid for gid, _, _ in grade_cells(source_nb)],
+                              [gid for gid, _ in manual_cells(source_nb)]))
+        for notebook, grade_ids, manual_ids in notebooks:
+            for result in results:
+                _record(gradebook, result=result, assignment=assignment, notebook=notebook,
+                        grade_ids=grade_ids, manual_ids=manual_ids)
+
+
+def scores_by_hand(*, course, assignment):
+    """{student: {(notebook, grade_id): score a person gave in the formgrader}}:
+    manual cells graded, and autograded cells whose score was overridden."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    notebooks = {Path(name).stem for name in course.notebook_names(assignment)}
+    found = {}
+    with Gradebook(gradebook_url(course)) as gradebook:
+        try:
+            submissions = gradebook.find_assignment(assignment).submissions
+        except MissingEntry:
+            return found
+        for submission in submissions:
+            for submitted in submission.notebooks:
+                if submitted.name not in notebooks:
+                    continue
+                for grade in submitted.grades:
+                    if grade.manual_score is not None:
+                        found.setdefault(submission.student.id, {})[
+                            (submitted.name, grade.name)] = float(grade.manual_score)
+    return found
+
+
+def with_scores_by_hand(results, by_hand, *, default_notebook=None):
+    """`results` with the scores a person gave: one total, the formgrader's and
+    `nbgrader export`'s. Cells graded by hand say so; manual cells not graded yet
+    stay pending (None) and are listed in result["pending"]. default_notebook: the
+    notebook of cells that do not name theirs (results of a one-notebook grader)."""
+    merged = []
+    for result in results:
+        given = by_hand.get(result["student_id"], {})
+
+        def key(cell):
+            return (cell.get("notebook", default_notebook), cell["grade_id"])
+
+        cells = [{**c, "points": given[key(c)], "by_hand": True}
+                 if key(c) in given else c for c in result.get("cells", [])]
+        manual = [{**m, "points": given.get(key(m)),
+                   "status": "graded" if key(m) in given else "pending"}
+                  for m in result.get("manual", [])]
+        score = (sum(c["points"] for c in cells)
+                 + sum(m["points"] for m in manual if m["points"] is not None))
+        merged.append({**result, "cells": cells, "manual": manual, "score": score,
+                       "pending": [m["grade_id"] for m in manual if m["points"] is None]})
+    return merged

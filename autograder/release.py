@@ -9,6 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import nbformat
+
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
                 "normref")
 
@@ -106,6 +108,14 @@ def _replace_dir(built, target):
         shutil.rmtree(retired)
 
 
+def _cells_checked_in_kernel(source):
+    """grade_ids of the autograded cells of `source` that call no trusted check."""
+    from autograder.grade import grade_cells
+
+    return [gid for gid, _, checks in grade_cells(nbformat.read(source, as_version=4))
+            if not checks]
+
+
 def release(*, course, assignments=None, log=sys.stderr):
     """Build and leak-check every assignment (or those named). Each is built aside
     and replaces release/<assignment> only when it built and leaks nothing; a
@@ -121,3 +131,10 @@ def release(*, course, assignments=None, log=sys.stderr):
                 raise LeakError(f"release/{assignment} is unchanged: the build leaks "
                                 "grading material:\n  " + "\n  ".join(leaks))
             _replace_dir(built, course.release / assignment)
+        plain = [gid for name in course.notebook_names(assignment)
+                 for gid in _cells_checked_in_kernel(course.source / assignment / name)]
+        if plain:
+            print(f"warning: {assignment}: {len(plain)} graded cell(s) test with plain "
+                  f"asserts only ({', '.join(plain)}). They are scored as nbgrader scores "
+                  "them, inside the student's kernel, which a hand-in can forge; for a "
+                  "trusted check see docs/adding_an_exercise.md", file=log)

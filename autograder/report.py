@@ -1,9 +1,11 @@
 """Exports of one assignment's results, in reports/<assignment>/:
 
-grades.csv (one row per student, failures included), gradescope/<student>.json
-(Gradescope's results format), feedback/<student>.html (the run with each
-check's message) and a plain-text grade table for the terminal; and the
-scores in nbgrader's gradebook.db, for the formgrader.
+grades.csv (one row per student, failures included, hand grades and the late policy
+applied), gradescope/<student>.json (Gradescope's results format),
+feedback/<student>.html (the run with each check's message), summary.html/.txt (where
+the class struggled), with a roster canvas_import.csv and moodle_import.csv, and a
+plain-text grade table for the terminal; and the scores in nbgrader's gradebook.db,
+for the formgrader.
 """
 
 import copy
@@ -11,6 +13,7 @@ import csv
 import html
 import json
 import re
+from pathlib import Path
 
 import bleach  # nbconvert's own HTML sanitizer; it and bs4 are installed with nbconvert
 import nbformat
@@ -18,9 +21,13 @@ from bleach.css_sanitizer import CSSSanitizer
 from bs4 import BeautifulSoup
 from nbconvert import HTMLExporter
 
-from autograder.gradebook import write_gradebook
+from autograder import summary
+from autograder.deadlines import DeadlinesError, apply_late_policy, lateness
+from autograder.grade import IN_KERNEL
+from autograder.gradebook import scores_by_hand, with_scores_by_hand, write_gradebook
 
-GRADE_COLUMNS = ["student_id", "score", "max_score", "status", "reason", "flags"]
+GRADE_COLUMNS = ["student_id", "score", "max_score", "pending", "late", "late_penalty",
+                 "final_score", "status", "reason", "flags"]
 
 
 def write_grades_csv(results, path):
@@ -30,7 +37,11 @@ def write_grades_csv(results, path):
         for r in results:
             writer.writerow({
                 "student_id": r["student_id"], "score": f"{r['score']:g}",
-                "max_score": f"{r['max_score']:g}", "status": r["status"],
+                "max_score": f"{r['max_score']:g}",
+                "pending": " ".join(r.get("pending", [])),
+                "late": (r.get("lateness") or {}).get("note", ""),
+                "late_penalty": f"{(r.get('lateness') or {}).get('penalty_fraction') or 0:g}",
+                "final_score": f"{r.get('final_score', r['score']):g}", "status": r["status"],
                 "reason": r.get("reason", ""), "flags": "; ".join(r.get("flags", [])),
             })
 
@@ -45,8 +56,15 @@ def gradescope_results(result):
         tests.append({"name": cell["grade_id"], "score": cell["points"],
                       "max_score": cell["max_points"], "output": "\n".join(lines),
                       "visibility": "visible"})
-    summary = [result.get("reason") or ""] + result.get("notes", [])
-    return {"score": result["score"], "tests": tests,
+    for cell in result.get("manual", []):
+        tests.append({"name": cell["grade_id"], "score": cell["points"] or 0.0,
+                      "max_score": cell["max_points"], "visibility": "visible",
+                      "output": "graded by hand" if cell["points"] is not None
+                      else "pending: graded by hand later"})
+    late = result.get("lateness") or {}
+    summary = [result.get("reason") or "", late.get("note", "") if late.get("late") else ""]
+    summary += result.get("notes", [])
+    return {"score": result.get("final_score", result["score"]), "tests": tests,
             "output": "\n".join(s for s in summary if s), "visibility": "visible"}
 
 
@@ -71,7 +89,20 @@ SAFE_TAGS = {
     "h4", "h5", "h6", "hr", "i", "img", "ins", "kbd", "li", "main", "mark", "ol", "p", "pre",
     "q", "s", "samp", "small", "span", "strike", "strong", "sub", "summary", "sup", "table",
     "tbody", "td", "tfoot", "th", "thead", "tr", "u", "ul", "var", "wbr",
+} | {  # MathML, as latex2mathml writes the lessons' maths (no scripts, no links)
+    "math", "mi", "mn", "mo", "ms", "mtext", "mspace", "mrow", "mfrac", "msqrt", "mroot",
+    "mstyle", "merror", "mpadded", "mphantom", "menclose", "msub", "msup", "msubsup",
+    "munder", "mover", "munderover", "mtable", "mtr", "mtd", "semantics", "annotation",
 }
+MATHML_ATTRIBUTES = {"display", "mathvariant", "stretchy", "fence", "separator", "accent",
+                     "accentunder", "lspace", "rspace", "displaystyle", "scriptlevel",
+                     "columnalign", "rowspacing", "columnspacing", "linethickness",
+                     "minsize", "maxsize", "movablelimits", "symmetric", "notation",
+                     "largeop", "form", "width", "depth", "height", "xmlns", "encoding"}
+MATH_TAGS = {"math", "mi", "mn", "mo", "ms", "mtext", "mspace", "mrow", "mfrac", "msqrt",
+             "mroot", "mstyle", "merror", "mpadded", "mphantom", "menclose", "msub", "msup",
+             "msubsup", "munder", "mover", "munderover", "mtable", "mtr", "mtd", "semantics",
+             "annotation"}
 # Contents dropped along with the tag (stripping the tag alone would print them as text).
 DROPPED_WITH_CONTENT = ["script", "style", "template", "noscript", "noembed", "noframes",
                         "iframe", "object", "textarea", "title", "xmp", "head"]
@@ -82,11 +113,20 @@ SAFE_CSS_PROPERTIES = ["color", "background-color", "font-weight", "font-style",
 _DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp|svg\+xml);base64,[A-Za-z0-9+/=\s]*",
                          re.IGNORECASE)
 _NUMBER = re.compile(r"\d{1,5}(\.\d{1,3})?(px|%)?")
+_MATH_VALUE = re.compile(r"[A-Za-z0-9 .%#:/_-]{0,80}")
+# $$display$$ and $inline$ maths in markdown, as Jupyter reads it (\$ is a dollar sign).
+_DISPLAY_MATH = re.compile(r"(?<!\\)\$\$(.+?)(?<!\\)\$\$", re.DOTALL)
+_INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\$)(.+?)(?<![\\$])\$")
+_CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.DOTALL)
+_HIDDEN_TESTS = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[ \t]*$",
+                           re.DOTALL | re.MULTILINE)
 
 
 def _safe_attribute(tag, name, value):
     """bleach's attribute filter: a short allow-list, links and images checked by value."""
     value = value.strip()
+    if tag in MATH_TAGS and name in MATHML_ATTRIBUTES:
+        return _MATH_VALUE.fullmatch(value) is not None
     if name in ("class", "id", "title", "style"):  # style: bleach's CSS sanitizer filters it
         return True
     if tag == "a" and name == "href":
@@ -121,21 +161,68 @@ def _sanitize_html(fragment):
     return cleaner.clean(str(soup))
 
 
-def _inert_notebook(nb):
-    """A copy of `nb` with the outputs that would only run code removed."""
+def _mathml(latex, *, display):
+    from latex2mathml.converter import convert
+
+    try:
+        return convert(latex, display="block" if display else "inline")
+    except Exception:  # noqa: BLE001 - maths it cannot read stays as its source text
+        return html.escape(f"$${latex}$$" if display else f"${latex}$")
+
+
+def _markdown_with_mathml(text):
+    """Markdown whose $...$ and $$...$$ maths is MathML, which browsers draw with no
+    script and no network (the page's policy allows neither)."""
+    parts = _CODE.split(text)  # code (odd parts) keeps its dollar signs
+    for i in range(0, len(parts), 2):
+        part = _DISPLAY_MATH.sub(lambda m: _mathml(m.group(1), display=True), parts[i])
+        parts[i] = _INLINE_MATH.sub(lambda m: _mathml(m.group(1), display=False), part)
+    return "".join(parts)
+
+
+def _is_graded(cell):
+    return bool(cell.get("metadata", {}).get("nbgrader", {}).get("grade"))
+
+
+def _quiet_ungraded_error(output):
+    """An ungraded cell's error (an optional part left as it was handed out, a
+    scratch cell) as one grey line: it costs nothing, and the page says so."""
+    return nbformat.v4.new_output(
+        "stream", name="stdout",
+        text=f"(not graded) this cell stopped with {output.get('ename')}: "
+             f"{str(output.get('evalue'))[:300]}\n")
+
+
+def _inert_notebook(nb, *, show_hidden_tests=False):
+    """A copy of `nb` fit for the student's page: outputs that would only run code
+    removed, maths as MathML, hidden tests folded away (unless shown), and the
+    errors of ungraded cells quietened."""
     nb = copy.deepcopy(nb)
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
-        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+        if cell.cell_type == "markdown":
+            cell.source = _markdown_with_mathml(cell.source)
+        if cell.cell_type != "code":
+            continue
+        if not show_hidden_tests:
+            cell.source = _HIDDEN_TESTS.sub("# (hidden tests: the grader ran them)",
+                                            cell.source)
+        outputs = []
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error" and not _is_graded(cell):
+                output = _quiet_ungraded_error(output)
             if "data" in output:
                 for mimetype in [m for m in output.data if m not in SHOWN_MIMETYPES]:
                     del output.data[mimetype]
+            outputs.append(output)
+        cell.outputs = outputs
     return nb
 
 
-def _render_notebook(nb):
+def _render_notebook(nb, *, show_hidden_tests=False):
     """(the template's own <style> sheets, the sanitized notebook body) for `nb`."""
-    page, _ = HTMLExporter(template_name="lab").from_notebook_node(_inert_notebook(nb))
+    page, _ = HTMLExporter(template_name="lab").from_notebook_node(
+        _inert_notebook(nb, show_hidden_tests=show_hidden_tests))
     body_at = re.search(r"<body[^>]*>", page)
     head = page[:body_at.start()] if body_at else ""
     # The head is nbconvert's own (the title in it is escaped): keep its style sheets only.
@@ -154,11 +241,26 @@ def _summary_html(result):
         messages = [c["message"] for c in cell["checks"]]
         if cell["reason"] and cell["reason"] not in messages:
             messages.append(cell["reason"])
+        if cell.get("checked") == IN_KERNEL:
+            messages.append("checked inside your kernel by the visible tests")
+        if cell.get("by_hand"):
+            messages.append("score given by hand")
         rows.append(
             f"<tr>{td}{html.escape(cell['grade_id'])}</td>"
             f"{td}{cell['points']:g} / {cell['max_points']:g}</td>"
             f"{td}{'<br>'.join(html.escape(m) for m in messages)}</td></tr>")
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.get("notes", []))
+    for cell in result.get("manual", []):
+        shown = "pending" if cell["points"] is None else f"{cell['points']:g}"
+        rows.append(f"<tr>{td}{html.escape(cell['grade_id'])}</td>"
+                    f"{td}{shown} / {cell['max_points']:g}</td>"
+                    f"{td}graded by hand{'' if cell['points'] is not None else ' (not yet)'}"
+                    "</td></tr>")
+    late = result.get("lateness") or {}
+    shown_notes = list(result.get("notes", []))
+    if late.get("late"):
+        shown_notes.insert(0, f"{late.get('note', 'late')}; score after the late policy: "
+                              f"{result.get('final_score', result['score']):g}")
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in shown_notes)
     reason = html.escape(result.get("reason") or "")
     return (
         # First in the body, in the normal flow, above everything else and fully opaque.
@@ -182,16 +284,25 @@ NOTEBOOK_BOX_STYLE = ("contain:paint;overflow:auto;position:relative;isolation:i
                       "z-index:0;display:block")
 
 
-def feedback_html(result, executed_notebook_path):
-    """A feedback page: the score table, then the graded run of the notebook.
+def feedback_html(result, executed_notebook_path, *, show_hidden_tests=False):
+    """A feedback page: the score table, then the graded run of the notebook (a
+    path, or a list of paths for an assignment of several notebooks), its hidden
+    tests folded away unless `show_hidden_tests`.
 
     The page is safe to open: the student's markdown and outputs are sanitized, the
     Content-Security-Policy forbids scripts, frames and any loading, and the notebook
     is boxed in below the score table, which it cannot cover."""
-    styles, notebook = "", ""
-    if executed_notebook_path is not None and executed_notebook_path.exists():
-        styles, notebook = _render_notebook(
-            nbformat.read(executed_notebook_path, as_version=4))
+    paths = (executed_notebook_path if isinstance(executed_notebook_path, list)
+             else [executed_notebook_path])
+    paths = [p for p in paths if p is not None and p.exists()]
+    styles, parts = "", []
+    for path in paths:
+        styles, body = _render_notebook(nbformat.read(path, as_version=4),
+                                        show_hidden_tests=show_hidden_tests)
+        heading = (f"<h2 style='font-family:sans-serif'>{html.escape(path.name)}</h2>"
+                   if len(paths) > 1 else "")
+        parts.append(heading + body)
+    notebook = "\n".join(parts)
     title = f"{result['assignment']}: {result['student_id']} (feedback)"
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n"
@@ -206,22 +317,65 @@ def feedback_html(result, executed_notebook_path):
         "</body>\n</html>\n")
 
 
-def write_reports(*, course, assignment, results):
-    """Write every export for `results`; returns the report folder."""
+def _with_lateness(course, assignment, result):
+    """`result` with its lateness (deadlines.json, collect's timestamps) and the score
+    after the late policy; a broken deadlines file is a note, never a lost report."""
+    try:
+        late = lateness(course=course, assignment=assignment, student=result["student_id"])
+    except DeadlinesError as problem:
+        late = {"note": f"lateness unknown: {problem}", "penalty_fraction": 0.0}
+    return {**result, "lateness": late,
+            "final_score": apply_late_policy(result["score"], late)}
+
+
+def write_reports(*, course, assignment, results, show_hidden_tests=False):
+    """Write every export for `results`, with the scores given by hand in the
+    formgrader, so every export shows one total; returns (the report folder, the
+    results with those scores)."""
+    write_gradebook(course=course, assignment=assignment, results=results)
+    names = course.notebook_names(assignment)
+    results = with_scores_by_hand(results, scores_by_hand(course=course, assignment=assignment),
+                                  default_notebook=Path(names[0]).stem)
+    results = [_with_lateness(course, assignment, r) for r in results]
     folder = course.reports / assignment
-    (folder / "gradescope").mkdir(parents=True, exist_ok=True)
     (folder / "feedback").mkdir(parents=True, exist_ok=True)
+    (folder / "gradescope").mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_text(json.dumps(results, indent=1))
     write_grades_csv(results, folder / "grades.csv")
-    notebook_name = course.notebook_name(assignment)
     for r in results:
         student = r["student_id"]
         (folder / "gradescope" / f"{student}.json").write_text(
             json.dumps(gradescope_results(r), indent=1))
-        executed = course.autograded / student / assignment / notebook_name
+        executed = [course.autograded / student / assignment / name for name in names]
         (folder / "feedback" / f"{student}.html").write_text(
-            feedback_html(r, executed if r["status"] == "graded" else None))
-    write_gradebook(course=course, assignment=assignment, results=results)
-    return folder
+            feedback_html(r, executed if r["status"] == "graded" else None,
+                          show_hidden_tests=show_hidden_tests))
+    _write_class_exports(course=course, assignment=assignment, results=results, folder=folder)
+    return folder, results
+
+
+def _write_class_exports(*, course, assignment, results, folder):
+    """summary.html/.txt for the class, and with a roster, the LMS import files."""
+    from autograder.roster import RosterError, load_roster
+
+    found = summary.class_summary(results)
+    (folder / "summary.txt").write_text(summary.summary_text(assignment, found) + "\n")
+    (folder / "summary.html").write_text(summary.summary_html(assignment, found))
+    try:
+        roster = load_roster(course)
+    except RosterError:
+        roster = None
+    if roster is None:
+        return
+    left_out = summary.write_canvas_import(results, roster=roster, assignment=assignment,
+                                           max_score=found["max_score"],
+                                           path=folder / "canvas_import.csv")
+    left_out += summary.write_moodle_import(results, roster=roster, assignment=assignment,
+                                            path=folder / "moodle_import.csv")
+    if left_out:
+        (folder / "lms_import_left_out.txt").write_text(
+            "Not in the LMS import files (no LMS id or e-mail in the roster):\n"
+            + "\n".join(sorted(set(left_out))) + "\n")
 
 
 def grade_table(results, *, expected=None):

@@ -39,7 +39,9 @@ class RunSettings:
     """How long and how big one hand-in's run may be.
 
     cell_timeout: seconds any one cell may run (the first code cell gets
-    startup_timeout, since it imports the libraries); handin_timeout: seconds
+    startup_timeout, since it imports the libraries); cell_timeouts: tighter
+    limits for the cells with these grade ids (scaled from the reference
+    solution's own times, see grade.scaled_timeouts); handin_timeout: seconds
     for the whole notebook, after which the remaining cells are not run;
     max_output_chars: every byte of output the hand-in sends (streams,
     displays and their updates, widget messages, errors) counts against it;
@@ -47,6 +49,7 @@ class RunSettings:
     """
 
     cell_timeout: float = 30.0
+    cell_timeouts: dict = field(default_factory=dict)  # {grade_id: seconds}
     startup_timeout: float = 120.0
     handin_timeout: float = 300.0
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
@@ -152,6 +155,10 @@ class _GradingClient(NotebookClient):
         self.stopped_because = None
         self.first_code_index = next(
             (i for i, c in enumerate(nb.cells) if c.cell_type == "code"), None)
+        self.started_cells = None  # when the first cell started (the kernel is up)
+        self.cell_seconds = {}  # {grade_id or "cell N": seconds}
+        self.phase_seconds = {"imports": 0.0, "answer_cells": 0.0, "test_cells": 0.0,
+                              "other_cells": 0.0}
 
     def _over_budget(self, msg):
         """Count `msg` against the budget; True once the budget is spent."""
@@ -241,14 +248,26 @@ class _GradingClient(NotebookClient):
     def cell_timeout_for(self, cell):
         remaining = max(1.0, self.deadline - time.monotonic())
         index = self.nb.cells.index(cell) if cell in self.nb.cells else None
-        limit = (self.settings.startup_timeout if index == self.first_code_index
-                 else self.settings.cell_timeout)
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if index == self.first_code_index:
+            limit = self.settings.startup_timeout
+        else:
+            limit = self.settings.cell_timeouts.get(gid, self.settings.cell_timeout)
         return min(limit, remaining)
+
+    def _phase_of(self, cell, cell_index):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell_index == self.first_code_index:
+            return "imports"
+        if meta.get("grade") and not meta.get("solution"):
+            return "test_cells"
+        return "answer_cells" if meta.get("solution") else "other_cells"
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None,
                                  store_history=True):
         if self.deadline is None:
-            self.deadline = time.monotonic() + self.settings.handin_timeout
+            self.started_cells = time.monotonic()
+            self.deadline = self.started_cells + self.settings.handin_timeout
             self.on_first_cell()
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         self.server.current_cell = gid or f"cell {cell_index}"
@@ -257,11 +276,16 @@ class _GradingClient(NotebookClient):
                 "HandinTimeout",
                 f"not run: the hand-in used up its {self.settings.handin_timeout:.0f} s")]
             return cell
+        began = time.monotonic()
         try:
             return await super().async_execute_cell(cell, cell_index, execution_count,
                                                     store_history)
         finally:
             self.server.current_cell = None
+            if cell.cell_type == "code":
+                spent = time.monotonic() - began
+                self.cell_seconds[gid or f"cell {cell_index}"] = round(spent, 3)
+                self.phase_seconds[self._phase_of(cell, cell_index)] += spent
 
 
 @dataclass
@@ -271,6 +295,8 @@ class RunResult:
     refusals: list  # requests the check server refused
     problem: str | None  # why the run stopped early, if it did
     seconds: float
+    phases: dict = field(default_factory=dict)  # seconds: kernel_start, imports, ...
+    cell_seconds: dict = field(default_factory=dict)  # {grade_id or "cell N": seconds}
 
 
 def run_notebook(nb, *, workdir, settings, cell_checks, record_cells=(), seed=0,
@@ -335,4 +361,9 @@ def run_notebook(nb, *, workdir, settings, cell_checks, record_cells=(), seed=0,
             watchdog.cancel()
             group.kill_all()
         verdicts, refusals = list(server.verdicts), list(server.refusals)
-    return RunResult(nb, verdicts, refusals, problem, time.monotonic() - started)
+    ended = time.monotonic()
+    phases = {"kernel_start": round((client.started_cells or ended) - started, 3),
+              **{k: round(v, 3) for k, v in client.phase_seconds.items()}}
+    phases["kernel_stop"] = round(ended - started - sum(phases.values()), 3)
+    return RunResult(nb, verdicts, refusals, problem, ended - started, phases,
+                     dict(client.cell_seconds))

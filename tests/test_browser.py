@@ -11,12 +11,12 @@ import re
 import shutil
 import time
 
-import labbrowser
 import nbformat
 import pytest
-from labbrowser import DRIVEN_OUTPUT, PANEL, REDRAWN, open_notebook, run_all_cells
 
+import labbrowser
 from conftest import LESSONS, REPO
+from labbrowser import DRIVEN_OUTPUT, PANEL, REDRAWN, open_notebook, run_all_cells
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 

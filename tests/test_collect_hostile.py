@@ -269,3 +269,130 @@ def test_a_hidden_notebook_is_listed_not_skipped(course, tmp_path):
     assert report.collected == []
     assert [item for item in report.unmatched if ".ada.ipynb" in item]
     assert not [item for item in report.unmatched if "checkpoint" in item or "DS_Store" in item]
+
+
+# Issue 14, items 7 and 11: renamed notebooks, replaced students by name, nbgrader's layout.
+
+def test_an_untitled_notebook_is_collected_with_a_note(course, tmp_path):
+    archive = _zip(tmp_path / "canvas.zip", {
+        "lovelaceada_12345_67890_Untitled.ipynb": _notebook("ada"),
+        f"hopperg_34567_89012_{ASSIGNMENT}-1.ipynb": _notebook("grace, resubmitted"),
+        "ben/Untitled1.ipynb": _notebook("ben"),
+        "Untitled.ipynb": _notebook("whose?"),
+    })
+    report = collect(course=course, assignment=ASSIGNMENT, source_path=archive)
+    assert sorted(report.collected) == ["ben", "hopperg_34567", "lovelaceada_12345"]
+    assert _submitted(course, "lovelaceada_12345").read_bytes() == _notebook("ada")
+    assert report.renamed == {"ben": f"Untitled1.ipynb saved as {NOTEBOOK}",
+                              "lovelaceada_12345": f"Untitled.ipynb saved as {NOTEBOOK}"}
+    assert any("renamed: lovelaceada_12345" in line and "Untitled.ipynb" in line
+               for line in report.lines())
+    assert _listed(report, "Untitled.ipynb (") and "names no student" in report.unmatched[0]
+    assert not (course.submitted / "Untitled").exists()
+
+
+def test_replaced_students_are_named_in_the_report(course, tmp_path):
+    first = {f"{name}_{uid}_1_{NOTEBOOK}": _notebook(name)
+             for name, uid in (("lovelaceada", 1), ("turingalan", 2), ("hopperg", 3))}
+    collect(course=course, assignment=ASSIGNMENT, source_path=_zip(tmp_path / "1.zip", first))
+    second = dict(first)
+    second[f"lovelaceada_1_1_{NOTEBOOK}"] = _notebook("ada again")
+    second[f"hopperg_3_1_{NOTEBOOK}"] = _notebook("grace again")
+    report = collect(course=course, assignment=ASSIGNMENT,
+                     source_path=_zip(tmp_path / "2.zip", second))
+    assert sorted(report.replaced) == ["hopperg_3", "lovelaceada_1"]
+    text = "\n".join(report.lines())
+    assert "replaced: lovelaceada_1" in text and "replaced: hopperg_3" in text
+    assert "turingalan_2" in text  # unchanged, also by name
+
+
+def _nbgrader_course(tmp_path, assignment=ASSIGNMENT, notebooks=(NOTEBOOK,)):
+    """A folder laid out as nbgrader's exchange leaves submitted/."""
+    root = tmp_path / "nbgrader_course"
+    stamps = {"bitdiddle": "2015-02-02 14:58:23.948203 America/Los_Angeles",
+              "hacker": "2015-02-01 09:28:58.749302 America/Los_Angeles"}
+    for student, stamp in stamps.items():
+        folder = root / "submitted" / student / assignment
+        folder.mkdir(parents=True)
+        for name in notebooks:
+            (folder / name).write_bytes(_notebook(f"{student} {name}"))
+        (folder / "jupyter.png").write_bytes(b"\x89PNG fake image " + student.encode())
+        (folder / "timestamp.txt").write_text(stamp)
+        (folder / ".ipynb_checkpoints").mkdir()
+        (folder / ".ipynb_checkpoints" / "x-checkpoint.ipynb").write_text("{}")
+    (root / "source" / assignment).mkdir(parents=True)
+    (root / "source" / assignment / notebooks[0]).write_bytes(_notebook("instructor"))
+    (root / "submitted" / "hacker" / "ps2").mkdir()
+    (root / "submitted" / "hacker" / "ps2" / "problem1.ipynb").write_bytes(_notebook("ps2"))
+    return root
+
+
+def test_nbgrader_submitted_layout_is_collected_with_its_timestamps(course, tmp_path):
+    (course.source / "ps2").mkdir()
+    (course.source / "ps2" / "problem1.ipynb").write_bytes(_notebook("ps2"))
+    root = _nbgrader_course(tmp_path)
+    for source_path in (root / "submitted", root):
+        report = collect(course=course, assignment=ASSIGNMENT, source_path=source_path)
+        assert report.unmatched == [], report.unmatched
+    report = collect(course=course, assignment=ASSIGNMENT, source_path=root / "submitted")
+    assert report.unchanged == ["bitdiddle", "hacker"]
+    folder = course.submitted / "bitdiddle" / ASSIGNMENT
+    assert (folder / NOTEBOOK).read_bytes() == _notebook(f"bitdiddle {NOTEBOOK}")
+    assert (folder / "jupyter.png").read_bytes() == b"\x89PNG fake image bitdiddle"
+    assert (folder / "timestamp.txt").read_text() == "2015-02-02 22:58:23.948203 UTC"
+    assert not (folder / ".ipynb_checkpoints").exists()
+    assert not (course.submitted / "hacker" / "ps2").exists()
+    assert any("ps2" in note for note in report.notes + collect(
+        course=course, assignment=ASSIGNMENT, source_path=root).notes)
+    from autograder.deadlines import lateness
+    info = lateness(course=course, assignment=ASSIGNMENT, student="hacker")
+    assert info["submitted_at"] == "2015-02-01T17:28:58.749302+00:00"
+    assert info["source"] == "nbgrader's timestamp.txt"
+
+
+def test_nbgrader_layout_with_several_notebooks_in_a_zip(tmp_path):
+    root = tmp_path / "course"
+    (root / "source" / "ps1").mkdir(parents=True)
+    for name in ("problem1.ipynb", "problem2.ipynb"):
+        (root / "source" / "ps1" / name).write_bytes(_notebook("instructor"))
+    course = Course(root)
+    tree = _nbgrader_course(tmp_path, "ps1", ("problem1.ipynb", "problem2.ipynb"))
+    archive = tmp_path / "exchange.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for path in sorted((tree / "submitted").rglob("*")):
+            if path.is_file() and "ps1" in path.parts:
+                z.write(path, path.relative_to(tree).as_posix())
+        z.writestr("submitted/hacker/ps1/data/big.bin", b"\0" * 2048)
+        link = zipfile.ZipInfo("submitted/hacker/ps1/secret.txt")
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        z.writestr(link, "/etc/shadow")
+    report = collect(course=course, assignment="ps1", source_path=archive)
+    assert report.collected == ["bitdiddle", "hacker"]
+    folder = course.submitted / "hacker" / "ps1"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        ".handin.json", "data", "jupyter.png", "problem1.ipynb", "problem2.ipynb",
+        "timestamp.txt"]
+    assert (folder / "data" / "big.bin").stat().st_size == 2048
+    assert _listed(report, "secret.txt") and "link" in _listed(report, "secret.txt")[0]
+    sidecar = json.loads((folder / ".handin.json").read_text())
+    assert sidecar["timestamp_source"] == "nbgrader's timestamp.txt"
+    assert sorted(sidecar["files"]) == ["data/big.bin", "jupyter.png", "problem1.ipynb",
+                                        "problem2.ipynb"]
+
+
+def test_an_oversized_extra_file_is_refused_and_the_notebook_kept(course, tmp_path,
+                                                                 monkeypatch):
+    monkeypatch.setattr(collect_module, "MAX_HANDIN_BYTES", 4096, raising=False)
+    root = _nbgrader_course(tmp_path)
+    (root / "submitted" / "hacker" / ASSIGNMENT / "huge.csv").write_bytes(b"1," * 4096)
+    (root / "submitted" / "hacker" / ASSIGNMENT / "link.csv").symlink_to(
+        course.source / ASSIGNMENT / NOTEBOOK)
+    (root / "submitted" / "bitdiddle" / ASSIGNMENT / "timestamp.txt").write_bytes(SECRET)
+    report = collect(course=course, assignment=ASSIGNMENT, source_path=root / "submitted")
+    assert report.collected == ["bitdiddle", "hacker"]
+    assert _listed(report, "huge.csv") and _listed(report, "link.csv")
+    assert not (course.submitted / "hacker" / ASSIGNMENT / "huge.csv").exists()
+    assert not (course.submitted / "hacker" / ASSIGNMENT / "link.csv").exists()
+    assert any("timestamp.txt cannot be read" in note for note in report.notes)
+    assert not any(SECRET.decode() in line for line in report.lines())
+    assert not any(SECRET in data for data in _all_bytes_under(course.submitted))

@@ -14,7 +14,6 @@ import struct
 import zlib
 from html.parser import HTMLParser
 
-import labbrowser
 import nbformat
 import pytest
 from nbformat.v4 import (
@@ -25,6 +24,7 @@ from nbformat.v4 import (
     new_raw_cell,
 )
 
+import labbrowser
 from autograder.report import feedback_html
 
 MARKER = "PWNED"

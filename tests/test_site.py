@@ -26,9 +26,9 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
-import labbrowser
 import pytest
 
+import labbrowser
 from autograder.course import Course
 from autograder.edition import Repository, units
 from autograder.publish import find_edition_leaks

@@ -41,8 +41,16 @@ def mismatch(actual, expected, *, dtype, what="your result"):
     if np.any(np.isnan(a) & ~np.isnan(e)):
         return f"{what} contains NaN where the answer is a number: {_show(a)}"
     if not np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True):
+        gap = np.abs(a - e) - (atol + rtol * np.abs(e))  # > 0 where out of tolerance
+        at = np.unravel_index(int(np.nanargmax(np.where(np.isnan(gap), -np.inf, gap))),
+                              a.shape) if a.ndim else ()
         worst = np.nanmax(np.abs(a - e)) if a.size else 0.0
-        return (f"{what} is {_show(a)}; expected {_show(e)} "
+        shown_alike = _show(a) == _show(e)
+        where = f" at index {tuple(int(i) for i in at)}" if a.ndim else ""
+        detail = (f"; they look alike at the 4 decimals shown, but{where} yours is "
+                  f"{float(a[at]):.12g} and the answer {float(e[at]):.12g}" if shown_alike
+                  else "")
+        return (f"{what} is {_show(a)}; expected {_show(e)}{detail} "
                 f"(largest difference {worst:.3g}, tolerance rtol={rtol:g}, atol={atol:g})")
     return None
 

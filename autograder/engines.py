@@ -1,0 +1,242 @@
+"""Where hand-ins are graded: on a Dask cluster (by default a LocalCluster of
+single-threaded worker processes on this machine, or any cluster behind a scheduler
+address), or on a local process pool, kept as the benchmark's baseline.
+
+Both engines run `grade.grade_task` on HandinTasks and hand each outcome back to the
+caller, which alone writes results. A task carries everything it needs (the
+hand-in's bytes, the notebooks, the policy, the settings), so workers need no shared
+file system, only the same project and packages, which is checked before any task
+is sent. At most a few tasks per worker are in flight, so memory stays bounded
+however large the class.
+"""
+
+import ctypes
+import hashlib
+import importlib.metadata
+import logging
+import os
+import signal
+import sys
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+
+_IN_FLIGHT_PER_WORKER = 3
+_PR_SET_PDEATHSIG = 1
+# What a worker must share with the client, besides the project's own code.
+_PACKAGES = ("numpy", "torch", "nbgrader", "nbclient", "nbformat", "nbconvert",
+             "ipykernel", "jupyter_client", "dask", "distributed", "triton")
+
+
+class WorkerMismatch(RuntimeError):
+    """A worker runs another version of the project or its packages."""
+
+
+def project_fingerprint():
+    """{"project": hash of the grader's and checks' source, "python": version,
+    package: version}: what a worker must match to grade like this machine."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for package in ("autograder", "normref"):
+        for path in sorted((root / package).rglob("*")):
+            if path.is_file() and (path.suffix in (".py", ".json")
+                                   and "examples" not in path.relative_to(root).parts):
+                digest.update(str(path.relative_to(root)).encode() + b"\0")
+                digest.update(path.read_bytes() + b"\0")
+    found = {"project": digest.hexdigest(), "python": sys.version.split()[0]}
+    for package in _PACKAGES:
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+def mismatches(mine, theirs):
+    """The differences between two fingerprints, as phrases."""
+    return [f"{key} {theirs.get(key)} (here {mine.get(key)})"
+            if key != "project" else "another version of the grader or its checks"
+            for key in sorted(set(mine) | set(theirs)) if mine.get(key) != theirs.get(key)]
+
+
+def warm_worker():
+    """Load the judges (and torch) once per worker, before its first hand-in, so
+    that this is not charged to a student's first cell."""
+    from normref.checks import _registry
+
+    _registry.check_names()
+    return os.getpid()
+
+
+def _die_with_parent(parent_pid):
+    """A local worker dies when the process that started it dies: a worker left
+    behind would go on using the machine for a result nobody will write."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no prctl (not Linux): nothing to arm
+        return
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _arm_parent_death_signal():
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no prctl (not Linux)
+        pass
+
+
+def _worker_dies_with_the_grader():
+    """A Dask plugin that makes a LocalCluster's worker processes die with the grader
+    (their nannies live in the grader's process; the kernels die with their worker)."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class WorkerDiesWithGrader(WorkerPlugin):
+        name = "die-with-the-grader"
+
+        def setup(self, worker):
+            _arm_parent_death_signal()
+
+    return WorkerDiesWithGrader()
+
+
+def _start_pool_worker(parent_pid):
+    _die_with_parent(parent_pid)
+    warm_worker()
+
+
+def run_on_pool(tasks, *, workers, on_done):
+    """Grade `tasks` (an iterable) on a local process pool; on_done(task, graded,
+    error) is called in this process as each finishes."""
+    from autograder.grade import grade_task
+
+    tasks = iter(tasks)
+    with ProcessPoolExecutor(max_workers=workers, initializer=_start_pool_worker,
+                             initargs=(os.getpid(),)) as pool:
+        running = {}
+
+        def refill():
+            while len(running) < workers * _IN_FLIGHT_PER_WORKER:
+                task = next(tasks, None)
+                if task is None:
+                    return
+                running[pool.submit(grade_task, task)] = task
+
+        refill()
+        while running:
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                task = running.pop(future)
+                try:
+                    on_done(task, future.result(), None)
+                except Exception as exc:  # noqa: BLE001 - a worker's crash is one student's
+                    on_done(task, None, exc)
+            refill()
+
+
+def _bokeh_available():
+    try:
+        importlib.metadata.version("bokeh")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+class DaskEngine:
+    """A Dask client, on a LocalCluster of `workers` single-threaded processes or on
+    the cluster at `scheduler`; refuses workers that differ from this machine."""
+
+    def __init__(self, *, workers, scheduler=None, log=sys.stderr):
+        from dask.distributed import Client, LocalCluster
+
+        self.cluster = None
+        if scheduler:
+            self.client = Client(scheduler, timeout="30s")
+        else:
+            self.cluster = LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True,
+                dashboard_address=":0" if _bokeh_available() else None,
+                silence_logs=logging.ERROR, worker_dashboard_address=None)
+            self.client = Client(self.cluster)
+        try:
+            if self.cluster is not None:
+                self.client.register_plugin(_worker_dies_with_the_grader())
+            dashboard = self.client.dashboard_link if _bokeh_available() else None
+            where = scheduler or "a LocalCluster on this machine"
+            print(f"Dask: {where}; dashboard {dashboard or '(install bokeh to see it)'}",
+                  file=log, flush=True)
+            self.check_workers()
+            self.client.run(warm_worker)
+        except BaseException:
+            self.close()
+            raise
+
+    def check_workers(self):
+        mine = project_fingerprint()
+        theirs = self.client.run(project_fingerprint)
+        if not theirs:
+            raise WorkerMismatch("the Dask cluster has no workers")
+        wrong = {worker: mismatches(mine, found) for worker, found in theirs.items()
+                 if found != mine}
+        if wrong:
+            lines = [f"{worker}: {', '.join(problems)}" for worker, problems in wrong.items()]
+            raise WorkerMismatch(
+                "refused: these Dask workers run another version than this machine, so "
+                "they could grade differently; install the same project and packages "
+                "there (pip install -r requirements-dev.txt && pip install -e .):\n  "
+                + "\n  ".join(lines))
+        return len(theirs)
+
+    @property
+    def workers(self):
+        return len(self.client.scheduler_info().get("workers", {})) or 1
+
+    def run(self, tasks, *, on_done):
+        """Grade `tasks`; on_done(task, graded, error) is called here as each
+        finishes. A task whose worker died is retried on another one by the
+        scheduler; one that kills workers again and again comes back with an error
+        (KilledWorker), as its own failure."""
+        from dask.distributed import as_completed
+
+        from autograder.grade import grade_task
+
+        tasks = iter(tasks)
+        window = self.workers * _IN_FLIGHT_PER_WORKER
+        running = {}
+
+        def submit():
+            task = next(tasks, None)
+            if task is None:
+                return None
+            key = f"grade-{task.assignment}-{task.student}-{os.urandom(4).hex()}"
+            future = self.client.submit(grade_task, task, key=key, pure=False)
+            running[future.key] = task
+            return future
+
+        first = [f for f in (submit() for _ in range(window)) if f is not None]
+        pending = as_completed(first)
+        for future in pending:
+            task = running.pop(future.key)
+            try:
+                graded = future.result()
+            except Exception as exc:  # noqa: BLE001 - one hand-in's failure is its own
+                on_done(task, None, exc)
+            else:
+                on_done(task, graded, None)
+            future.release()
+            more = submit()
+            if more is not None:
+                pending.add(more)
+
+    def close(self):
+        try:
+            self.client.close()
+        finally:
+            if self.cluster is not None:
+                self.cluster.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
