@@ -108,3 +108,17 @@ class LayerNorm(nn.Module):
             f"elementwise_affine={self.elementwise_affine}, "
             f"bias={self.bias is not None}"
         )
+
+
+class AddLayerNorm(LayerNorm):
+    """Residual add fused with layer norm, as pre-norm transformers call it.
+
+    forward(x, residual=None) -> (residual_sum, normed), both of x's shape:
+    residual_sum = x + residual (x alone when residual is None, the first
+    block), normed = layer norm of residual_sum. The parameters are
+    LayerNorm's (`weight`, `bias`), so nn.LayerNorm's state_dict loads.
+    """
+
+    def forward(self, x, residual=None):
+        residual_sum = x if residual is None else x + residual  # *, n_1, ..., n_k
+        return residual_sum, super().forward(residual_sum)

@@ -1,5 +1,6 @@
-"""Unit 03: normref.torch_ref.LayerNorm against torch.nn.LayerNorm, and the
-MyLayerNorm checks against a correct module and the usual slips."""
+"""Unit 03: normref.torch_ref.LayerNorm and AddLayerNorm against
+torch.nn.LayerNorm, and the MyLayerNorm, AddLayerNorm and question checks
+against correct answers and the usual slips."""
 
 import itertools
 
@@ -10,9 +11,9 @@ from torch import nn
 
 from normref import checks
 from normref.checks import _registry, _runner, module_probes
-from normref.torch_ref import LayerNorm, shape_error_message
+from normref.torch_ref import AddLayerNorm, LayerNorm, shape_error_message
 
-SYLLABUS_MESSAGE = (
+TORCH_2_13_MESSAGE = (
     "Given normalized_shape=[3, 4], expected input with shape [*, 3, 4], "
     "but got input of size[2, 5, 4]"
 )
@@ -147,14 +148,14 @@ def test_reset_parameters_and_factory_arguments():
     assert torch.equal(module.bias, torch.zeros(6, dtype=torch.float64))
 
 
-def test_syllabus_error_message_is_torchs():
+def test_the_lessons_error_message_is_torchs():
     x = torch.randn(2, 5, 4)
     with pytest.raises(RuntimeError) as from_torch:
         nn.LayerNorm([3, 4])(x)
     with pytest.raises(RuntimeError) as from_ours:
         LayerNorm([3, 4])(x)
-    assert str(from_torch.value) == str(from_ours.value) == SYLLABUS_MESSAGE
-    assert shape_error_message((3, 4), (2, 5, 4)) == SYLLABUS_MESSAGE
+    assert str(from_torch.value) == str(from_ours.value) == TORCH_2_13_MESSAGE
+    assert shape_error_message((3, 4), (2, 5, 4)) == TORCH_2_13_MESSAGE
 
 
 @pytest.mark.parametrize(
@@ -178,7 +179,7 @@ def test_every_error_message_is_torchs(normalized_shape, x_shape):
     assert str(from_ours.value) == str(from_torch.value)
 
 
-def test_syllabus_example_hidden_states():
+def test_the_lessons_hidden_states():
     x = torch.randn(8, 20, 512, generator=torch.Generator().manual_seed(0))
     module = LayerNorm(512)
     y = module(x)
@@ -467,3 +468,241 @@ def test_shape_error_check_judges_the_exception_by_its_classes(capsys):
     report = module_probes._probe_shape_error(ForwardNotWritten, _registry.make_cases(
         "my_layer_norm_shape_error")[0][1])
     assert "builtins.NotImplementedError" in report["error_classes"].tolist()
+
+
+# ----- the fused residual add + layer norm: reference against torch ---------------
+
+
+@pytest.mark.parametrize("flags", FLAGS, ids=str)
+@pytest.mark.parametrize("normalized_shape, x_shape", SHAPES, ids=str)
+def test_add_layer_norm_matches_an_add_then_torchs_layer_norm(normalized_shape, x_shape, flags):
+    ours = AddLayerNorm(normalized_shape, **flags)
+    theirs = nn.LayerNorm(normalized_shape, **flags)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for param in theirs.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator))
+    ours.load_state_dict(theirs.state_dict())
+    assert repr(ours).replace("AddLayerNorm", "LayerNorm") == repr(theirs)
+    x = 3 + 2 * torch.randn(x_shape, generator=generator)
+    residual = torch.randn(x_shape, generator=generator)
+    residual_sum, normed = ours(x, residual)
+    torch.testing.assert_close(residual_sum, x + residual)
+    torch.testing.assert_close(normed, theirs(x + residual), rtol=1e-5, atol=1e-5)
+    first_sum, first_normed = ours(x)  # residual=None: the first block
+    assert first_sum is x
+    torch.testing.assert_close(first_normed, theirs(x), rtol=1e-5, atol=1e-5)
+
+
+def test_add_layer_norm_gradients_match_torch():
+    ours, theirs = AddLayerNorm((2, 3)).double(), nn.LayerNorm((2, 3)).double()
+    generator = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for param in theirs.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator, dtype=torch.float64))
+    ours.load_state_dict(theirs.state_dict())
+    x, residual, up_sum, up_normed = (
+        torch.randn(4, 2, 3, dtype=torch.float64, generator=generator) for _ in range(4))
+    grads = []
+    for run_ours in (True, False):
+        xi, ri = x.clone().requires_grad_(True), residual.clone().requires_grad_(True)
+        if run_ours:
+            residual_sum, normed = ours(xi, ri)
+            params = list(ours.parameters())
+        else:
+            residual_sum = xi + ri
+            normed = theirs(residual_sum)
+            params = list(theirs.parameters())
+        ((residual_sum * up_sum).sum() + (normed * up_normed).sum()).backward()
+        grads.append([xi.grad, ri.grad] + [p.grad for p in params])
+    for mine, torch_s in zip(*grads):
+        torch.testing.assert_close(mine, torch_s, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(grads[0][0], grads[0][1])  # d/dx == d/dresidual
+
+
+# ----- the fused residual add + layer norm: the check --------------------------------
+
+
+class CorrectAdd(CorrectLayerNorm):
+    def forward(self, x, residual=None):
+        residual_sum = x if residual is None else x + residual
+        return residual_sum, super().forward(residual_sum)
+
+
+class ScratchAdd(nn.Module):
+    """Correct but unusual: nn.Module from scratch, torch.add, a list back."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+        super().__init__()
+        self.shape = torch.Size(
+            [normalized_shape] if isinstance(normalized_shape, int) else normalized_shape
+        )
+        self.register_buffer("eps_tensor", torch.tensor(eps), persistent=False)
+        ones, zeros = torch.ones(self.shape), torch.zeros(self.shape)
+        self.register_parameter("weight", nn.Parameter(ones) if elementwise_affine else None)
+        affine_bias = elementwise_affine and bias
+        self.register_parameter("bias", nn.Parameter(zeros) if affine_bias else None)
+
+    def forward(self, x, residual=None):
+        stream = x.clone() if residual is None else torch.add(x, residual)
+        flat = stream.reshape(*stream.shape[: stream.dim() - len(self.shape)], -1)
+        var, mean = torch.var_mean(flat, dim=-1, keepdim=True, correction=0)
+        y = ((flat - mean) * torch.rsqrt(var + self.eps_tensor)).reshape(stream.shape)
+        if self.weight is not None:
+            y = y * self.weight
+        if self.bias is not None:
+            y = y + self.bias
+        return [stream, y]
+
+
+class SwappedOutputs(CorrectAdd):
+    def forward(self, x, residual=None):
+        residual_sum, normed = super().forward(x, residual)
+        return normed, residual_sum
+
+
+class NormsX(CorrectAdd):
+    def forward(self, x, residual=None):
+        return (x if residual is None else x + residual), CorrectLayerNorm.forward(self, x)
+
+
+class ResidualRequired(CorrectAdd):
+    def forward(self, x, residual):
+        return super().forward(x, residual)
+
+
+class DetachedSum(CorrectAdd):
+    def forward(self, x, residual=None):
+        residual_sum, normed = super().forward(x, residual)
+        return residual_sum.detach(), normed
+
+
+class OnlyNormed(CorrectAdd):
+    def forward(self, x, residual=None):
+        return super().forward(x, residual)[1]
+
+
+class Submodule(nn.Module):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+        super().__init__()
+        self.norm = CorrectLayerNorm(normalized_shape, eps, elementwise_affine, bias)
+
+    def forward(self, x, residual=None):
+        residual_sum = x if residual is None else x + residual
+        return residual_sum, self.norm(residual_sum)
+
+
+class AddAlwaysBias(CorrectAdd, AlwaysBias):
+    pass
+
+
+class AddUnbiased(CorrectAdd, UnbiasedVariance):
+    pass
+
+
+def _add_outcome(module_class):
+    try:
+        checks.check_add_layer_norm_module(module_class)
+    except checks.CheckFailed as failure:
+        return str(failure)
+    return None
+
+
+@pytest.mark.parametrize(
+    "module_class, words",
+    [
+        (AddLayerNorm, None),
+        (CorrectAdd, None),
+        (ScratchAdd, None),
+        (SwappedOutputs, "in that order"),
+        (NormsX, "not x alone"),
+        (ResidualRequired, "missing 1 required positional argument"),
+        (DetachedSum, "gradient with respect to x"),
+        (OnlyNormed, "returns a pair"),
+        (Submodule, "['norm.weight', 'norm.bias']"),
+        (AddAlwaysBias, "['weight', 'bias']"),
+        (AddUnbiased, "your normed output"),
+    ],
+    ids=lambda v: getattr(v, "__name__", str(v)),
+)
+def test_add_check_passes_correct_modules_and_explains_the_slips(module_class, words, capsys):
+    message = _add_outcome(module_class)
+    if words is None:
+        assert message is None, message
+    else:
+        assert message is not None and words in message, message
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_correct_add_modules_pass_for_any_seed(seed):
+    cases = _registry.make_cases("add_layer_norm_module", seed)
+    for module_class in (CorrectAdd, ScratchAdd, AddLayerNorm):
+        outputs, errors = _runner._probe_all(module_class, cases,
+                                             module_probes._probe_add_layer_norm)
+        verdict = _registry.judge("add_layer_norm_module", cases, outputs, errors)
+        assert verdict["passed"], (module_class.__name__, verdict["message"])
+
+
+# ----- the two questions ----------------------------------------------------------------
+
+
+def _answer_outcome(check, **answers):
+    try:
+        check(**answers)
+    except checks.CheckFailed as failure:
+        return str(failure)
+    return None
+
+
+def test_the_image_answers_are_what_torch_computes():
+    images = torch.randn(16, 3, 32, 32)
+    layer = nn.LayerNorm((3, 32, 32))
+    y = layer(images).detach()
+    assert images.numel() // y[0].numel() == 16 and y[0].numel() == 3072
+    assert sum(p.numel() for p in layer.parameters()) == 6144
+    assert y.mean(dim=(-2, -1)).abs().max() > 1e-3  # channels are not centred
+
+
+@pytest.mark.parametrize(
+    "answers, right",
+    [
+        (dict(IMAGE_MEANS=16, VALUES_PER_MEAN=3072, IMAGE_PARAMETERS=6144,
+              CHANNEL_MEANS_ZERO=False), True),
+        (dict(IMAGE_MEANS=np.int64(16), VALUES_PER_MEAN=3072.0,
+              IMAGE_PARAMETERS=torch.tensor(6144), CHANNEL_MEANS_ZERO=np.bool_(False)), True),
+        (dict(IMAGE_MEANS=48, VALUES_PER_MEAN=1024, IMAGE_PARAMETERS=6144,
+              CHANNEL_MEANS_ZERO=False), False),
+        (dict(IMAGE_MEANS=16, VALUES_PER_MEAN=3072, IMAGE_PARAMETERS=6,
+              CHANNEL_MEANS_ZERO=False), False),
+        (dict(IMAGE_MEANS=16, VALUES_PER_MEAN=3072, IMAGE_PARAMETERS=6144,
+              CHANNEL_MEANS_ZERO=True), False),
+        (dict(IMAGE_MEANS=16, VALUES_PER_MEAN=3072, IMAGE_PARAMETERS=6144), False),
+        (dict(IMAGE_MEANS="16", VALUES_PER_MEAN=3072, IMAGE_PARAMETERS=None,
+              CHANNEL_MEANS_ZERO=False), False),
+    ],
+)
+def test_image_question(answers, right, capsys):
+    message = _answer_outcome(checks.check_image_layer_norm_counts, **answers)
+    assert (message is None) == right, message
+
+
+@pytest.mark.parametrize(
+    "answers, right",
+    [
+        (dict(UNFUSED_PASSES=5, FUSED_PASSES=4), True),
+        (dict(UNFUSED_PASSES=5.0, FUSED_PASSES=np.int32(4)), True),
+        (dict(UNFUSED_PASSES=4, FUSED_PASSES=4), False),
+        (dict(UNFUSED_PASSES=5, FUSED_PASSES=3), False),
+        (dict(UNFUSED_PASSES=5), False),
+    ],
+)
+def test_memory_passes_question(answers, right, capsys):
+    message = _answer_outcome(checks.check_add_norm_memory_passes, **answers)
+    assert (message is None) == right, message
+
+
+def test_new_cases_cross_the_wire_as_plain_arrays():
+    for name in ("add_layer_norm_module", "image_layer_norm_counts", "add_norm_memory_passes"):
+        for _, case in _registry.make_cases(name):
+            for value in case.values():
+                assert isinstance(value, np.ndarray) and value.dtype != object

@@ -668,7 +668,242 @@ def _judge_shape_error(case, output):
     return None
 
 
+# ----- the fused residual add + layer norm ----------------------------------------
+
+
+def _add_cases(rng):
+    def pair(shape, dtype=np.float32, offset=0.0):
+        return {
+            "x": rng.normal(offset, 2.0, size=shape).astype(dtype),
+            "residual": rng.normal(size=shape).astype(dtype),
+        }
+
+    gradients = pair((4, 2, 3), np.float64)
+    gradients["upstream_sum"] = rng.normal(size=(4, 2, 3))
+    gradients["upstream_normed"] = rng.normal(size=(4, 2, 3))
+    return [
+        (
+            "AddLayerNorm(8) on x and residual of shape (4, 8), random gamma, beta",
+            _case(8, "int", **pair((4, 8)), **_random_affine(rng, 8)),
+        ),
+        (
+            "AddLayerNorm((3, 4)) on (2, 5, 3, 4) in float64, random gamma, beta",
+            _case((3, 4), "tuple", **pair((2, 5, 3, 4), np.float64, 3.0),
+                  **_random_affine(rng, (3, 4), np.float64)),
+        ),
+        (
+            "AddLayerNorm(6) called as module(x), residual=None (the first block)",
+            _case(6, "int", x=rng.normal(1.0, 3.0, size=(3, 6)).astype(np.float32),
+                  **_random_affine(rng, 6)),
+        ),
+        (
+            "AddLayerNorm(8, bias=False) with random gamma",
+            _case(8, "int", bias=False, **pair((2, 3, 8)),
+                  set_weight=rng.normal(1.0, 0.5, size=8).astype(np.float32)),
+        ),
+        (
+            "AddLayerNorm((2, 4), eps=0.01, elementwise_affine=False)",
+            _case((2, 4), "tuple", eps=0.01, elementwise_affine=False,
+                  **pair((3, 2, 4), offset=-2.0)),
+        ),
+        (
+            "AddLayerNorm(16) after loading nn.LayerNorm(16)'s state_dict",
+            _case(16, "int", **pair((5, 16)),
+                  torch_weight=rng.normal(size=16).astype(np.float32),
+                  torch_bias=rng.normal(size=16).astype(np.float32)),
+        ),
+        (
+            "AddLayerNorm((2, 3)) in float64: gradients of both outputs reach x, "
+            "residual, weight and bias",
+            _case((2, 3), "tuple", **gradients, **_random_affine(rng, (2, 3), np.float64)),
+        ),
+    ]
+
+
+def _reference_add(case):
+    """(residual_sum, normed, gradients or None) from normref's AddLayerNorm, float64."""
+    import torch
+
+    from normref.torch_ref import AddLayerNorm
+
+    shape, flags = _constructor_arguments(case)
+    module = AddLayerNorm(shape, **flags).double()
+    with torch.no_grad():
+        for name, key in (("weight", "set_weight"), ("bias", "set_bias"),
+                          ("weight", "torch_weight"), ("bias", "torch_bias")):
+            if key in case:
+                getattr(module, name).copy_(torch.from_numpy(np.asarray(case[key], np.float64)))
+    graded = "upstream_sum" in case
+    x = torch.from_numpy(np.asarray(case["x"], np.float64)).requires_grad_(graded)
+    residual = None
+    if "residual" in case:
+        residual = torch.from_numpy(np.asarray(case["residual"], np.float64))
+        residual.requires_grad_(graded)
+    residual_sum, normed = module(x, residual)
+    gradients = None
+    if graded:
+        upstream_sum = torch.from_numpy(np.asarray(case["upstream_sum"], np.float64))
+        upstream_normed = torch.from_numpy(np.asarray(case["upstream_normed"], np.float64))
+        ((residual_sum * upstream_sum).sum() + (normed * upstream_normed).sum()).backward()
+        gradients = {"x_grad": x.grad.numpy(), "residual_grad": residual.grad.numpy(),
+                     "weight_grad": module.weight.grad.numpy(),
+                     "bias_grad": module.bias.grad.numpy()}
+    return residual_sum.detach().numpy(), normed.detach().numpy(), gradients
+
+
+def _likely_add_mistake(case, residual_sum, normed, output):
+    """Name the slip the student's two outputs reproduce, if any."""
+    dtype = np.asarray(case["x"]).dtype
+    x = np.asarray(case["x"], np.float64)
+    y = output.get("y")
+    if y is not None and matches(output.get("sum"), normed, dtype=dtype) and matches(
+            y, residual_sum, dtype=dtype):
+        return "return (residual_sum, normed) in that order"
+    if "residual" in case and matches(output.get("sum"), residual_sum, dtype=dtype):
+        ln_of_x = _reference_output({**case, "x": x})
+        if y is not None and np.shape(y) == ln_of_x.shape and matches(y, ln_of_x, dtype=dtype):
+            return "normalize the sum x + residual, not x alone"
+    if "residual" in case and matches(output.get("sum"), x, dtype=dtype):
+        return "the first output is the sum x + residual, which the next block adds to"
+    return None
+
+
+def _judge_add_layer_norm(case, output):
+    if "load_error" in output:
+        return (
+            f"loading nn.LayerNorm's state_dict failed: {_text(output, 'load_error').rstrip(' .')}."
+            " Name the parameters weight and bias, of shape normalized_shape, directly on the"
+            " module (not inside a submodule)"
+        )
+    if "returned" in output:
+        return (
+            f"your module returned {_text(output, 'returned')}; it returns a pair "
+            "(residual_sum, normed)"
+        )
+    wanted = _split(_expected_parameters(case)["names"])
+    if _split(_text(output, "names")) != wanted:
+        return (
+            f"your module's parameters are {_split(_text(output, 'names'))}; with these "
+            f"arguments nn.LayerNorm's are {wanted}, and yours must be the same, by name"
+        )
+    residual_sum, normed, gradients = _reference_add(case)
+    dtype = np.asarray(case["x"]).dtype
+    for key, expected, what in (("sum", residual_sum, "your residual_sum"),
+                                ("y", normed, "your normed output")):
+        problem = mismatch(output.get(key), expected, dtype=dtype, what=what)
+        if problem:
+            hint = _likely_add_mistake(case, residual_sum, normed, output)
+            return problem + (f". Hint: {hint}" if hint else "")
+    if gradients is None:
+        return None
+    missing = _split(_text(output, "missing"))
+    if missing:
+        return (
+            f"no gradient reached {missing[0].removesuffix('_grad')}: both outputs must stay "
+            "in the autograd graph (torch operations only, nothing detached), and the "
+            "gradient of residual_sum flows to x and residual"
+        )
+    for key, what in (("x_grad", "the gradient with respect to x"),
+                      ("residual_grad", "the gradient with respect to residual"),
+                      ("weight_grad", "the gradient with respect to weight"),
+                      ("bias_grad", "the gradient with respect to bias")):
+        problem = mismatch(output[key], gradients[key], dtype=dtype, what=what)
+        if problem:
+            return problem + (
+                ". The loss uses both outputs: the gradient of x gets residual_sum's "
+                "upstream as well as the part through the norm"
+            )
+    return None
+
+
+# ----- the inline questions -------------------------------------------------------
+
+IMAGE_BATCH = (16, 3, 32, 32)  # (N, C, H, W), normalized over (C, H, W)
+
+_NUMBER = re.compile(r"(?:tensor\()?\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*\)?")
+
+
+def _as_number(text):
+    """16, 16.0, np.int64(16) or tensor(16) as a float; None if not a number."""
+    text = text.strip()
+    for prefix in ("np.int64(", "np.float64(", "np.int32(", "np.float32("):
+        if text.startswith(prefix) and text.endswith(")"):
+            text = text[len(prefix):-1]
+    found = _NUMBER.fullmatch(text)
+    return float(found.group(1)) if found else None
+
+
+def _judge_answers(truths, questions, output):
+    missing = [name for name in truths if name not in output]
+    if missing:
+        return f"no answer given for {', '.join(missing)}"
+    wrong = []
+    for name, truth in truths.items():
+        given = str(output[name])
+        if isinstance(truth, bool):
+            right = given == str(truth)
+        else:
+            right = _as_number(given) == float(truth)
+        if not right:
+            wrong.append(f"{questions[name]} (you answered {given})")
+    return "not yet right: " + "; ".join(wrong) if wrong else None
+
+
+_IMAGE_QUESTIONS = {
+    "IMAGE_MEANS": "how many means the layer computes for the batch",
+    "VALUES_PER_MEAN": "how many numbers each mean averages",
+    "IMAGE_PARAMETERS": "how many learnable numbers the layer holds",
+    "CHANNEL_MEANS_ZERO": "is every channel of every output image centred at 0?",
+}
+
+
+def _image_truths():
+    """Worked out by running the reference on a random batch, not typed in."""
+    import torch
+
+    from normref.torch_ref import LayerNorm
+
+    layer = LayerNorm(IMAGE_BATCH[1:])
+    x = torch.randn(IMAGE_BATCH, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        y = layer(x)
+    per_mean = y[0].numel()
+    return {
+        "IMAGE_MEANS": y.numel() // per_mean,
+        "VALUES_PER_MEAN": per_mean,
+        "IMAGE_PARAMETERS": sum(p.numel() for p in layer.parameters()),
+        "CHANNEL_MEANS_ZERO": bool(y.mean(dim=(-2, -1)).abs().max() < 1e-5),
+    }
+
+
+def _judge_image_counts(case, output):
+    return _judge_answers(_image_truths(), _IMAGE_QUESTIONS, output)
+
+
+# Each kernel reads each full-size input once and writes each full-size output once.
+_UNFUSED_KERNELS = {"x + residual": (2, 1), "layer norm of the sum": (1, 1)}
+_FUSED_KERNELS = {"add and norm in one kernel": (2, 2)}
+
+_PASS_QUESTIONS = {
+    "UNFUSED_PASSES": "full-tensor reads and writes of the add followed by the layer norm",
+    "FUSED_PASSES": "full-tensor reads and writes of the fused AddLayerNorm",
+}
+
+
+def _judge_memory_passes(case, output):
+    truths = {
+        "UNFUSED_PASSES": sum(map(sum, _UNFUSED_KERNELS.values())),
+        "FUSED_PASSES": sum(map(sum, _FUSED_KERNELS.values())),
+    }
+    return _judge_answers(truths, _PASS_QUESTIONS, output)
+
+
 CHECKS = {
+    "add_layer_norm_module": Check(_add_cases, _judge_add_layer_norm),
+    "image_layer_norm_counts": Check(
+        lambda rng: [("your four answers", {})], _judge_image_counts),
+    "add_norm_memory_passes": Check(
+        lambda rng: [("your two counts", {})], _judge_memory_passes),
     "my_layer_norm_parameters": Check(_parameter_cases, _judge_parameters),
     "my_layer_norm_forward": Check(_forward_cases, _judge_forward),
     "my_layer_norm_flags": Check(_flag_cases, _judge_flags),

@@ -42,8 +42,9 @@ def _construct(MyLayerNorm, case):
 
     module = MyLayerNorm(_shape_argument(case), **_keyword_arguments(case))
     if not isinstance(module, nn.Module):
+        name = getattr(MyLayerNorm, "__name__", "MyLayerNorm")
         raise TypeError(
-            "MyLayerNorm must subclass torch.nn.Module (class MyLayerNorm(nn.Module): ...)"
+            f"{name} must subclass torch.nn.Module (class {name}(nn.Module): ...)"
         )
     return module
 
@@ -195,6 +196,67 @@ def _probe_shape_error(MyLayerNorm, case):
     return {"raised": np.array(False)}
 
 
+def _probe_add_layer_norm(AddLayerNorm, case):
+    """Call module(x, residual) (module(x) when the case has no residual);
+    report both outputs and, when the case carries upstream gradients, the
+    gradients of sum(upstream_sum * residual_sum + upstream_normed * normed)."""
+    import torch
+    from torch import nn
+
+    module = _construct(AddLayerNorm, case)
+    report = {"names": np.array(",".join(dict(module.named_parameters())))}
+    x = torch.tensor(case["x"])
+    if x.dtype == torch.float64:
+        module = module.double()
+    if "torch_weight" in case:
+        theirs = nn.LayerNorm(_shape_argument(case)).to(x.dtype)
+        _set_affine(theirs, case["torch_weight"], case["torch_bias"])
+        try:
+            module.load_state_dict(theirs.state_dict())
+        except Exception as exc:  # the student's module may refuse torch's keys
+            report["load_error"] = _error_text(exc)
+            return report
+    else:
+        _set_affine(module, case.get("set_weight"), case.get("set_bias"))
+    graded = "upstream_sum" in case
+    x.requires_grad_(graded)
+    residual = None
+    if "residual" in case:
+        residual = torch.tensor(case["residual"]).requires_grad_(graded)
+        out = module(x, residual)
+    else:
+        out = module(x)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        report["returned"] = np.array(
+            f"a {type(out).__name__}" + (f" of length {len(out)}"
+                                          if isinstance(out, (tuple, list)) else ""))
+        return report
+    residual_sum, normed = out
+    report["sum"], report["y"] = residual_sum, normed
+    if not graded:
+        return report
+    loss = 0.0
+    for output, key in ((residual_sum, "upstream_sum"), (normed, "upstream_normed")):
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            loss = loss + (output * torch.tensor(case[key])).sum()
+    if isinstance(loss, torch.Tensor):
+        loss.backward()
+    gamma, beta = _affine_parameters(module)
+    missing = []
+    for key, tensor in (("x_grad", x), ("residual_grad", residual),
+                        ("weight_grad", gamma), ("bias_grad", beta)):
+        if tensor is None or tensor.grad is None:
+            missing.append(key)
+        else:
+            report[key] = tensor.grad
+    report["missing"] = np.array(",".join(missing))
+    return report
+
+
+def _answers_as_text(answers, case):
+    return {name: np.array(str(value)[:MAX_MESSAGE]) for name, value in answers.items()}
+
+
 def check_my_layer_norm_parameters(MyLayerNorm):
     """Check MyLayerNorm's parameters: names, shapes, dtype, initial values."""
     run_check("my_layer_norm_parameters", MyLayerNorm, _probe_module)
@@ -223,3 +285,18 @@ def check_my_layer_norm_autograd(MyLayerNorm):
 def check_my_layer_norm_shape_error(MyLayerNorm):
     """Check that MyLayerNorm refuses a mismatched input with a clear message."""
     run_check("my_layer_norm_shape_error", MyLayerNorm, _probe_shape_error)
+
+
+def check_add_layer_norm_module(AddLayerNorm):
+    """Check AddLayerNorm(...)(x, residual) -> (residual_sum, normed)."""
+    run_check("add_layer_norm_module", AddLayerNorm, _probe_add_layer_norm)
+
+
+def check_image_layer_norm_counts(**answers):
+    """Check the counts predicted for layer norm over whole images, by keyword."""
+    run_check("image_layer_norm_counts", answers, _answers_as_text)
+
+
+def check_add_norm_memory_passes(**answers):
+    """Check the counted tensor passes of the unfused and fused add + norm."""
+    run_check("add_norm_memory_passes", answers, _answers_as_text)
