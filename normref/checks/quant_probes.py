@@ -10,6 +10,9 @@ from normref.checks._runner import run_check
 
 FLOAT8_HINT = ("arithmetic on float8 tensors is not implemented on the CPU; "
                "cast back with .float() first, then unscale in float32")
+LOUD = 1e5  # how much louder the loud token and the loud channel are
+TOKEN_SET_NAMES = ("plain", "loud token", "loud channel", "RMSNorm, mu = 20")
+SCALING_CHOICES = ("per-tensor", "per-token", "about the same")
 
 
 def _torch_dtype(name):
@@ -28,121 +31,143 @@ def _tensor(array):
     return torch.from_numpy(np.array(array, copy=True))
 
 
-def _call_fp8_max(fp8_max, case):
-    return {"fmax": np.array(float(fp8_max(_torch_dtype(case["dtype"]))))}
-
-
-def _call_round_trip(fp8_round_trip, case):
-    x, dtype = _tensor(case["x"]), _torch_dtype(case["dtype"])
+def _with_float8_hint(call):
     try:
-        if "scale" in case:
-            y = fp8_round_trip(x, dtype, scale=float(case["scale"]))
-        else:
-            y = fp8_round_trip(x, dtype)
+        return call()
     except (NotImplementedError, RuntimeError) as exc:
         if "Float8" in str(exc):
             raise type(exc)(f"{exc} (hint: {FLOAT8_HINT})") from None
         raise
+
+
+def experiment_token_sets(n_tokens=64, d=256, seed=0):
+    """{name: (tokens, keep)}: the experiment's four batches, (n_tokens, d)
+    float32, and the bool mask of the entries whose error is measured (all
+    but the loud ones). The assignment builds the same batches."""
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(seed)
+    plain = torch.randn(n_tokens, d, generator=gen)
+    everywhere = torch.ones(n_tokens, d, dtype=torch.bool)
+    loud_token = plain.clone()
+    loud_token[0] *= LOUD  # token 0 is LOUD times louder
+    quiet_tokens = everywhere.clone()
+    quiet_tokens[0] = False
+    loud_channel = plain.clone()
+    loud_channel[:, 0] += LOUD  # feature 0 sits near LOUD in every token
+    quiet_channels = everywhere.clone()
+    quiet_channels[:, 0] = False
+    rms_out = F.rms_norm(20 + plain, (d,), eps=1e-5)
+    return {"plain": (plain, everywhere),
+            "loud token": (loud_token, quiet_tokens),
+            "loud channel": (loud_channel, quiet_channels),
+            "RMSNorm, mu = 20": (rms_out, everywhere)}
+
+
+def per_tensor_round_trip(x, dtype):
+    """The lesson's round trip: one amax scale for the whole tensor."""
+    import torch
+
+    fmax = torch.finfo(dtype).max
+    amax = x.abs().max()
+    scale = fmax / amax if amax > 0 else 1.0
+    return (x * scale).clamp(-fmax, fmax).to(dtype).float() / scale
+
+
+def masked_error(x, x_rt, keep):
+    """RMSE over std, in float64, on the entries where keep is True."""
+    x64, rt64 = x[keep].double(), x_rt[keep].double()
+    return float((rt64 - x64).pow(2).mean().sqrt() / x64.std(correction=0))
+
+
+def _call_per_token(per_token_round_trip, case):
+    x, dtype = _tensor(case["x"]), _torch_dtype(case["dtype"])
+    y = _with_float8_hint(lambda: per_token_round_trip(x, dtype))
     return {"y": y, "dtype": _dtype_name(y)}
 
 
-def _call_rmse_over_std(rmse_over_std, case):
-    value = rmse_over_std(_tensor(case["x"]), _tensor(case["x_rt"]))
-    return {"value": np.array(float(value))}
+def _call_delayed_scaler(scaler_class, case):
+    """Feed the stream to a new scaler; note each output, the scale after
+    each call, the history's length after each call and the last history."""
+    dtype = _torch_dtype(case["dtype"])
+    scaler = scaler_class(dtype, history_len=int(case["history_len"]))
+    outputs, scales, lengths = [], [], []
+    for x in case["stream"]:
+        y = _with_float8_hint(lambda x=x: scaler(_tensor(x)))
+        if "float8" in str(getattr(y, "dtype", "")):
+            return {"dtype": _dtype_name(y)}
+        outputs.append(np.asarray(y.detach().numpy() if hasattr(y, "detach") else y,
+                                  dtype=np.float64))
+        scales.append(float(scaler.scale))
+        lengths.append(len(scaler.history))
+    return {"y": np.stack(outputs), "scales": np.array(scales),
+            "lengths": np.array(lengths),
+            "history": np.array([float(a) for a in scaler.history], np.float64)}
 
 
-def grid_quantizer(step):
-    """A stand-in quantizer for the checks: round to multiples of `step`
-    (step 0 leaves the tensor as it is). Returns a function of a tensor."""
+def _table_probe(subject, case):
+    """The student's table, and the same measurement redone here: the
+    per-tensor column with the lesson's round trip, the per-token column
+    with the student's per_token_round_trip, on the same batches."""
     import torch
 
-    def round_trip(t):
-        t = t.float()
-        return t.clone() if step == 0 else torch.round(t / step) * step
-
-    return round_trip
-
-
-def _call_norm_output_errors(norm_output_errors, case):
-    x = _tensor(case["x"])
-    ln_error, rms_error = norm_output_errors(x, grid_quantizer(float(case["step"])))
-    return {"ln": np.array(float(ln_error)), "rms": np.array(float(rms_error))}
-
-
-def _table_as_arrays(table):
-    if not hasattr(table, "items"):
+    table, per_token_round_trip = subject
+    if not hasattr(table, "keys"):
         raise TypeError(f"the table is {type(table).__name__}, not a dict "
-                        "{mu: (ln_error, rms_error)}")
-    mus = sorted(table)
-    rows = [tuple(float(v) for v in table[mu]) for mu in mus]
+                        "{name: (per-tensor error, per-token error)}")
+    missing = [name for name in TOKEN_SET_NAMES if name not in table]
+    if missing:
+        raise KeyError(f"the table has no row for {missing}; it needs {list(TOKEN_SET_NAMES)}")
+    rows = [tuple(float(v) for v in table[name]) for name in TOKEN_SET_NAMES]
     if any(len(row) != 2 for row in rows):
-        raise ValueError("each value of the table must be a pair (ln_error, rms_error)")
-    return {"mus": np.array(mus, dtype=np.float64),
-            "ln": np.array([row[0] for row in rows]),
-            "rms": np.array([row[1] for row in rows])}
-
-
-def _probe_offset_table(subject, case):
-    """The student's table as it stands, and the same measurement redone by the
-    student's norm_output_errors and fp8_round_trip (e4m3, amax scaling) on
-    tokens the grader drew, one batch per mu: the grader recomputes those."""
-    import torch
-
-    table, norm_output_errors, fp8_round_trip = subject
-    report = _table_as_arrays(table)
+        raise ValueError("each row must be a pair (per-tensor error, per-token error)")
     e4m3 = torch.float8_e4m3fn
-
-    def round_trip(t):
-        return fp8_round_trip(t, e4m3)
-
     measured = []
-    for tokens in case["tokens"]:  # one (n_tokens, d) batch per mu
-        try:
-            ln_error, rms_error = norm_output_errors(_tensor(tokens), round_trip)
-        except (NotImplementedError, RuntimeError) as exc:
-            if "Float8" in str(exc):
-                raise type(exc)(f"{exc} (hint: {FLOAT8_HINT})") from None
-            raise
-        measured.append((float(ln_error), float(rms_error)))
-    report["measured"] = np.array(measured, dtype=np.float64)  # mus, 2
-    return report
+    for x, keep in experiment_token_sets().values():
+        y = _with_float8_hint(lambda x=x: per_token_round_trip(x.clone(), e4m3))
+        y = torch.as_tensor(y).float()
+        measured.append((masked_error(x, per_tensor_round_trip(x, e4m3), keep),
+                         masked_error(x, y, keep)))
+    return {"table": np.array(rows, np.float64), "measured": np.array(measured, np.float64)}
 
 
-def check_fp8_max(fp8_max):
-    """Check fp8_max(dtype) -> the largest finite value of each fp8 format."""
-    run_check("quant_fp8_max", fp8_max, _call_fp8_max)
+def _answers_as_text(answers, case):
+    return {name: np.array(str(value)) for name, value in answers.items()}
 
 
-def check_fp8_round_trip_e4m3(fp8_round_trip):
-    """Check fp8_round_trip(x, torch.float8_e4m3fn) with amax scaling."""
-    run_check("quant_round_trip_e4m3", fp8_round_trip, _call_round_trip)
+def check_per_token_round_trip(per_token_round_trip):
+    """Check per_token_round_trip(x, dtype): one amax scale per token."""
+    run_check("quant_per_token", per_token_round_trip, _call_per_token)
 
 
-def check_fp8_round_trip_e5m2(fp8_round_trip):
-    """Check fp8_round_trip(x, torch.float8_e5m2) with amax scaling."""
-    run_check("quant_round_trip_e5m2", fp8_round_trip, _call_round_trip)
+def check_delayed_scaler(DelayedScaler):
+    """Check DelayedScaler(dtype, history_len): scales from the amax history."""
+    run_check("quant_delayed_scaler", DelayedScaler, _call_delayed_scaler)
 
 
-def check_fp8_round_trip_clamps(fp8_round_trip):
-    """Check fp8_round_trip(x, dtype, scale=s) with a given scale, where
-    some scaled values lie beyond the format's largest value."""
-    run_check("quant_round_trip_clamp", fp8_round_trip, _call_round_trip)
+def check_delayed_scaler_saturates(DelayedScaler):
+    """Check that a spike beyond the remembered amax saturates at +-fmax."""
+    run_check("quant_delayed_saturation", DelayedScaler, _call_delayed_scaler)
 
 
-def check_rmse_over_std(rmse_over_std):
-    """Check rmse_over_std(x, x_rt) -> RMSE of x_rt against x over std(x)."""
-    run_check("quant_rmse_over_std", rmse_over_std, _call_rmse_over_std)
+def check_scaling_predictions(loud_token, loud_channel, rms_offset):
+    """Check that each prediction is given, as one of the three choices."""
+    run_check("quant_predictions", {"loud_token": loud_token, "loud_channel": loud_channel,
+                                    "rms_offset": rms_offset}, _answers_as_text)
 
 
-def check_norm_output_errors(norm_output_errors):
-    """Check norm_output_errors(x, round_trip) -> (ln_error, rms_error),
-    called with simple rounding quantizers."""
-    run_check("quant_norm_output_errors", norm_output_errors, _call_norm_output_errors)
+def check_scaling_table(table, per_token_round_trip):
+    """Check the table against the same measurement made with your function."""
+    run_check("quant_scaling_table", (table, per_token_round_trip), _table_probe)
 
 
-def check_offset_table(table, norm_output_errors, fp8_round_trip):
-    """Check the measured table {mu: (ln_error, rms_error)} for e4m3, and that
-    your norm_output_errors and fp8_round_trip measure the same thing on
-    tokens N(mu, 1) that the grader draws."""
-    run_check("quant_offset_table", (table, norm_output_errors, fp8_round_trip),
-              _probe_offset_table)
+def check_spike_answer(steps):
+    """Check the number of calls whose scale the spike sets."""
+    run_check("quant_spike_answer", {"steps": steps}, _answers_as_text)
+
+
+def check_scaling_answers(rms_why, channel_fix):
+    """Check the two answers about the experiment."""
+    run_check("quant_scaling_answers", {"rms_why": rms_why, "channel_fix": channel_fix},
+              _answers_as_text)
