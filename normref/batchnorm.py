@@ -92,3 +92,61 @@ def group_norm(x, num_groups, gamma=None, beta=None, eps=1e-5):
     if beta is not None:
         y = y + _per_channel(beta, x64.ndim)
     return y.astype(dtype)
+
+
+def instance_norm(x, eps=1e-5):
+    """Instance norm: each channel of each example over its positions, no affine.
+
+    x: (N, C, *) -> like x. Group norm's limit with one channel per group.
+    """
+    return group_norm(x, np.shape(x)[1], eps=eps)
+
+
+def example_layer_norm(x, eps=1e-5):
+    """Layer norm over everything an example holds, (C, *), no affine.
+
+    x: (N, C, *) -> like x. Group norm's limit with a single group.
+    """
+    return group_norm(x, 1, eps=eps)
+
+
+# How each convention weighs a new batch statistic, and which batch variance
+# it averages: PyTorch's momentum is the weight of the new value and its
+# running_var follows the unbiased variance; CS231n's assignment code (like
+# Keras's documented formula) gives momentum to the old value, and CS231n
+# averages the biased variance.
+CONVENTIONS = {
+    "pytorch": {"weight_on_new": lambda m: m, "unbiased": True},
+    "cs231n": {"weight_on_new": lambda m: 1 - m, "unbiased": False},
+}
+
+
+def batch_norm_train(x, gamma, beta, running_mean, running_var, momentum,
+                     convention="pytorch", eps=1e-5):
+    """One training step of batch norm under either momentum convention.
+
+    x: (N, C) or (N, C, L); gamma, beta, running_mean, running_var: (C,)
+    -> (y like x, new_running_mean (C,), new_running_var (C,))
+
+    y is the same under both conventions (batch mean, biased batch variance).
+    pytorch: running = (1 - momentum) * running + momentum * batch, with the
+    unbiased batch variance (n / (n - 1), n = N * L values per channel).
+    cs231n: running = momentum * running + (1 - momentum) * batch, with the
+    biased batch variance. One value per channel raises ValueError.
+    """
+    rule = CONVENTIONS[convention]
+    x64, dtype = _as_float(x)
+    if x64.ndim not in (2, 3):
+        raise ValueError(f"expected a 2-D or 3-D input, got shape {x64.shape}")
+    n = x64.size // x64.shape[1]  # values per channel
+    if n == 1:
+        raise ValueError("Expected more than 1 value per channel when training")
+    axes = (0,) if x64.ndim == 2 else (0, 2)
+    mean, var = x64.mean(axis=axes), x64.var(axis=axes)  # C, C (biased)
+    batch_var = var * n / (n - 1) if rule["unbiased"] else var  # C
+    new = rule["weight_on_new"](momentum)
+    new_mean = (1 - new) * np.asarray(running_mean, np.float64) + new * mean  # C
+    new_var = (1 - new) * np.asarray(running_var, np.float64) + new * batch_var  # C
+    x_hat = (x64 - _per_channel(mean, x64.ndim)) / np.sqrt(_per_channel(var, x64.ndim) + eps)
+    y = x_hat * _per_channel(gamma, x64.ndim) + _per_channel(beta, x64.ndim)
+    return y.astype(dtype), new_mean.astype(dtype), new_var.astype(dtype)

@@ -6,15 +6,17 @@ import torch
 import torch.nn.functional as F
 
 from normref import batch_norm, group_norm, rms_norm
+from normref.batchnorm import batch_norm_train, example_layer_norm, instance_norm
 from normref.checks import (
     CheckFailed,
     _registry,
     _runner,
-    check_batch_dependence,
-    check_batch_norm_eval,
-    check_batch_norm_training,
+    check_batch_norm_train,
     check_group_norm,
-    check_rms_norm,
+    check_group_norm_limits,
+    check_nudge_answer,
+    check_running_var_answers,
+    check_running_var_prediction,
     rows_probes,
 )
 
@@ -185,111 +187,121 @@ def test_group_norm_divisibility_error_is_torchs(channels, groups):
     assert str(ours.value) == str(torch_error.value)
 
 
-def test_syllabus_divisibility_message():
+def test_divisibility_message_is_torchs_text():
     with pytest.raises(ValueError, match=r"^num_channels \(4\) must be divisible by "
                                          r"num_groups \(3\)$"):
         group_norm(np.zeros((2, 4, 5)), 3)
 
 
+# ---------------------------------------------------------------- group norm's limits vs torch
+
+
+@pytest.mark.parametrize("shape", [(3, 6, 5), (2, 4, 3, 3), (1, 8, 16)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_limits_match_torchs_instance_and_layer_norm(shape, dtype):
+    x = (np.random.default_rng(0).normal(size=shape)
+         + np.arange(shape[1]).reshape((1, -1) + (1,) * (len(shape) - 2))).astype(dtype)
+    t = torch.from_numpy(x)
+    for eps in (1e-5, 1e-3):
+        np.testing.assert_allclose(instance_norm(x, eps), F.instance_norm(t, eps=eps).numpy(),
+                                   atol=TOL[dtype], rtol=TOL[dtype])
+        np.testing.assert_allclose(example_layer_norm(x, eps),
+                                   F.layer_norm(t, shape[1:], eps=eps).numpy(),
+                                   atol=TOL[dtype], rtol=TOL[dtype])
+
+
+# ---------------------------------------------------------------- running statistics
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_pytorch_convention_matches_batchnorm1d_over_several_steps(seed, dtype):
+    rng = np.random.default_rng(seed)
+    shape = _random_shape(rng, 2 + seed % 2)  # (N, C) or (N, C, L)
+    channels, momentum, eps = shape[1], [0.1, 0.3, 0.01][seed % 3], [1e-5, 1e-3][seed % 2]
+    module = torch.nn.BatchNorm1d(channels, eps=eps, momentum=momentum, dtype=DTYPES[dtype])
+    gamma, beta = (rng.normal(size=channels).astype(dtype) for _ in range(2))
+    with torch.no_grad():
+        module.weight.copy_(torch.from_numpy(gamma))
+        module.bias.copy_(torch.from_numpy(beta))
+    mean, var = np.zeros(channels, dtype), np.ones(channels, dtype)
+    for _ in range(4):
+        x = rng.normal(2.0, 3.0, size=shape).astype(dtype)
+        y, mean, var = batch_norm_train(x, gamma, beta, mean, var, momentum, "pytorch", eps)
+        assert y.dtype == mean.dtype == var.dtype == dtype
+        np.testing.assert_allclose(y, module(torch.from_numpy(x)).detach().numpy(),
+                                   atol=TOL[dtype], rtol=TOL[dtype])
+        np.testing.assert_allclose(mean, module.running_mean.numpy(), rtol=TOL[dtype])
+        np.testing.assert_allclose(var, module.running_var.numpy(), rtol=TOL[dtype])
+
+
+def cs231n_batchnorm_train(x, gamma, beta, running_mean, running_var, momentum, eps):
+    """CS231n's batchnorm_forward in "train" mode, transcribed: x (N, D)."""
+    sample_mean = x.mean(axis=0)
+    sample_var = x.var(axis=0)
+    out = gamma * (x - sample_mean) / np.sqrt(sample_var + eps) + beta
+    running_mean = momentum * running_mean + (1 - momentum) * sample_mean
+    running_var = momentum * running_var + (1 - momentum) * sample_var
+    return out, running_mean, running_var
+
+
+@pytest.mark.parametrize("momentum", [0.9, 0.99, 0.5])
+def test_cs231n_convention_matches_cs231ns_update(momentum):
+    rng = np.random.default_rng(3)
+    gamma, beta = rng.normal(size=4), rng.normal(size=4)
+    ours = theirs = (None, np.zeros(4), np.ones(4))
+    for _ in range(5):
+        x = rng.normal(1.0, 2.0, size=(6, 4))
+        ours = batch_norm_train(x, gamma, beta, ours[1], ours[2], momentum, "cs231n")
+        theirs = cs231n_batchnorm_train(x, gamma, beta, theirs[1], theirs[2], momentum, 1e-5)
+        for a, b in zip(ours, theirs):
+            np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+def test_complementary_momenta_share_the_mean_and_differ_in_the_variance():
+    x = np.random.default_rng(4).normal(size=(5, 3, 2))  # n = 10 values per channel
+    start = (np.zeros(3), np.ones(3))
+    y_t, mean_t, var_t = batch_norm_train(x, np.ones(3), np.zeros(3), *start, 0.1, "pytorch")
+    y_c, mean_c, var_c = batch_norm_train(x, np.ones(3), np.zeros(3), *start, 0.9, "cs231n")
+    np.testing.assert_allclose(y_t, y_c)
+    np.testing.assert_allclose(mean_t, mean_c)
+    np.testing.assert_allclose((var_t - 0.9) / (var_c - 0.9), 10 / 9)
+
+
+@pytest.mark.parametrize("convention", ["pytorch", "cs231n"])
+@pytest.mark.parametrize("shape", [(1, 3), (1, 3, 1)])
+def test_one_value_per_channel_raises_and_one_example_of_several_positions_trains(
+        convention, shape):
+    start = (np.zeros(3), np.ones(3))
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        batch_norm_train(np.ones(shape), np.ones(3), np.zeros(3), *start, 0.1, convention)
+    batch_norm_train(np.ones((1, 3, 5)), np.ones(3), np.zeros(3), *start, 0.1, convention)
+
+
+@pytest.mark.parametrize("values", [4, 8])
+def test_the_biased_running_var_settles_at_var_times_n_minus_1_over_n(values):
+    """The experiment of the assignment, and the truth its question is judged by."""
+    rng = np.random.default_rng(5)
+    state = {"pytorch": (np.zeros(64), np.ones(64)), "cs231n": (np.zeros(64), np.ones(64))}
+    momenta, late = {"pytorch": 0.02, "cs231n": 0.98}, {"pytorch": [], "cs231n": []}
+    for step in range(1500):
+        batch = rng.normal(0.0, 2.0, size=(values, 64))
+        for convention, momentum in momenta.items():
+            _, *state[convention] = batch_norm_train(batch, np.ones(64), np.zeros(64),
+                                                     *state[convention], momentum, convention)
+            if step >= 500:
+                late[convention].append(state[convention][1].mean())
+    assert np.mean(late["pytorch"]) == pytest.approx(4.0, abs=0.1)
+    assert np.mean(late["cs231n"]) == pytest.approx(4.0 * (values - 1) / values, abs=0.1)
+
+
 # ---------------------------------------------------------------- typical mistakes
 
 
-def make_batch_norm(*, axis=0, running_var_ddof=1, cs231n_momentum=False,
-                    eval_uses_batch=False, raise_on_one=True, normalize_ddof=0):
-    """A student's batch_norm for x (N, C), with one switch per typical slip."""
-
-    def student_batch_norm(x, gamma, beta, running_mean, running_var, training,
-                           momentum=0.1, eps=1e-5):
-        if training or eval_uses_batch:
-            if training and raise_on_one and x.shape[0] == 1:
-                raise ValueError("Expected more than 1 value per channel when training")
-            mean = x.mean(axis=axis, keepdims=True)
-            var = x.var(axis=axis, ddof=normalize_ddof, keepdims=True)
-        else:
-            mean, var = running_mean, running_var
-        y = gamma * (x - mean) / np.sqrt(var + eps) + beta
-        if training:
-            keep = momentum if cs231n_momentum else 1 - momentum
-            running_mean = keep * running_mean + (1 - keep) * np.squeeze(mean)
-            running_var = keep * running_var + (1 - keep) * x.var(axis=axis,
-                                                                   ddof=running_var_ddof)
-        return y, running_mean, running_var
-
-    return student_batch_norm
-
-
-def _failure(check, function):
+def _failure(check, *subject):
     with pytest.raises(CheckFailed) as failed:
-        check(function)
+        check(*subject)
     return str(failed.value)
-
-
-def test_batch_norm_checks_pass_correct_and_unusual_code():
-    correct = make_batch_norm()
-    check_batch_norm_training(correct)
-    check_batch_norm_eval(correct)
-
-    def einsum_batch_norm(x, gamma, beta, running_mean, running_var, training,
-                          momentum=0.1, eps=1e-5):
-        x = torch.as_tensor(x, dtype=torch.float64)
-        if training:
-            n = x.shape[0]
-            if n < 2:
-                raise ValueError("need two tokens")
-            mean = torch.einsum("nc->c", x) / n
-            var = torch.einsum("nc,nc->c", x - mean, x - mean) / n
-            running_mean = running_mean + momentum * (mean.numpy() - running_mean)
-            running_var = running_var + momentum * (var.numpy() * n / (n - 1) - running_var)
-        else:
-            mean, var = torch.as_tensor(running_mean), torch.as_tensor(running_var)
-        y = torch.as_tensor(gamma) * (x - mean) * torch.rsqrt(var + eps) + torch.as_tensor(beta)
-        return y, running_mean, running_var
-
-    check_batch_norm_training(einsum_batch_norm)
-    check_batch_norm_eval(einsum_batch_norm)
-
-
-@pytest.mark.parametrize("slip,hint", [
-    ({"running_var_ddof": 0}, "unbiased variance of the batch"),
-    ({"cs231n_momentum": True}, "CS231n"),
-    ({"axis": 1}, "axis 0"),
-    ({"normalize_ddof": 1}, "normalize with the biased variance"),
-    ({"raise_on_one": False}, "raise a ValueError"),
-])
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the no-raise slip divides by 0
-def test_training_check_names_the_slip_and_eval_still_passes(slip, hint):
-    student = make_batch_norm(**slip)
-    assert hint in _failure(check_batch_norm_training, student)
-    check_batch_norm_eval(student)  # the slip costs the training cell only
-
-
-def test_eval_check_catches_batch_statistics_in_eval():
-    message = _failure(check_batch_norm_eval, make_batch_norm(eval_uses_batch=True))
-    assert "running mean and variance, not with the batch's" in message
-
-
-def test_eval_check_catches_a_changed_running_statistic():
-    def updates_in_eval(x, gamma, beta, running_mean, running_var, training, momentum, eps):
-        y, _, _ = batch_norm(x, gamma, beta, running_mean, running_var, False, momentum, eps)
-        return y, 0.9 * running_mean, running_var
-
-    assert "leaves the running statistics" in _failure(check_batch_norm_eval, updates_in_eval)
-
-
-def test_rms_norm_check():
-    check_rms_norm(lambda x, gamma, eps: x / np.sqrt(np.mean(x * x, -1, keepdims=True) + eps)
-                   * gamma)
-
-    def with_mean(x, gamma, eps):
-        centred = x - x.mean(-1, keepdims=True)
-        return centred / np.sqrt(np.mean(centred**2, -1, keepdims=True) + eps) * gamma
-
-    assert "does not subtract the mean" in _failure(check_rms_norm, with_mean)
-
-    def eps_outside(x, gamma, eps):
-        return x / (np.sqrt(np.mean(x * x, -1, keepdims=True)) + eps) * gamma
-
-    assert "inside the square root" in _failure(check_rms_norm, eps_outside)
 
 
 def _grouped(x, num_groups, gamma, beta, eps, interleave=False, size_not_count=False,
@@ -328,33 +340,128 @@ def test_group_norm_check():
         assert hint in _failure(check_group_norm, student)
 
 
+def test_limits_check():
+    def instance(x, eps):
+        return _grouped(x, x.shape[1], np.ones(x.shape[1]), np.zeros(x.shape[1]), eps)
+
+    def whole(x, eps):
+        return _grouped(x, 1, np.ones(x.shape[1]), np.zeros(x.shape[1]), eps)
+
+    def over_channels(x, eps):
+        return (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + eps)
+
+    check_group_norm_limits(instance, whole)
+    check_group_norm_limits(lambda x, eps: F.instance_norm(torch.as_tensor(x), eps=eps),
+                            example_layer_norm)
+    assert "num_groups = C" in _failure(check_group_norm_limits, whole, whole)
+    assert "a single group" in _failure(check_group_norm_limits, instance, instance)
+    assert "channels and positions" in _failure(check_group_norm_limits, instance,
+                                                over_channels)
+
+
+def make_batch_norm_train(*, swap=False, unbiased=None, n_from_batch=False,
+                          per_token=False, normalize_unbiased=False, raise_on_one=True):
+    """A student's batch_norm_train, with one switch per typical slip."""
+
+    def student(x, gamma, beta, running_mean, running_var, momentum, convention="pytorch",
+                eps=1e-5):
+        x = np.asarray(x, dtype=float)
+        axes = (0,) if x.ndim == 2 else (0, 2)
+        n = x.shape[0] if n_from_batch else x.size // x.shape[1]
+        if raise_on_one and x.size == x.shape[1]:
+            raise ValueError("one value per channel")
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        mean, var = x.mean(axis=axes), x.var(axis=axes)
+        if per_token:
+            stats = (x.mean(axis=1, keepdims=True), x.var(axis=1, keepdims=True))
+        else:
+            stats = (mean.reshape(shape), var.reshape(shape))
+        spread = stats[1] * n / (n - 1) if normalize_unbiased else stats[1]
+        y = (x - stats[0]) / np.sqrt(spread + eps) * np.reshape(gamma, shape) + np.reshape(
+            beta, shape)
+        pytorch = convention == "pytorch"
+        new = momentum if pytorch != swap else 1 - momentum
+        use_unbiased = pytorch if unbiased is None else unbiased
+        with np.errstate(all="ignore"):
+            batch_var = var * n / (n - 1) if use_unbiased else var
+        return (y, (1 - new) * running_mean + new * mean,
+                (1 - new) * running_var + new * batch_var)
+
+    return student
+
+
+def test_batch_norm_train_check_passes_correct_and_unusual_code():
+    check_batch_norm_train(make_batch_norm_train())
+    check_batch_norm_train(batch_norm_train)
+
+    def torch_arithmetic(x, gamma, beta, running_mean, running_var, momentum,
+                         convention="pytorch", eps=1e-5):
+        t = torch.as_tensor(np.asarray(x, dtype=np.float64)).transpose(0, 1)
+        flat = t.reshape(t.shape[0], -1)  # C, values
+        if flat.shape[1] < 2:
+            raise ValueError("need two values per channel")
+        var, mean = torch.var_mean(flat, dim=1, correction=0)
+        shape = (1, -1) + (1,) * (t.dim() - 2)
+        y = ((torch.as_tensor(x) - mean.reshape(shape)) * torch.rsqrt(var.reshape(shape) + eps)
+             * torch.as_tensor(gamma).reshape(shape) + torch.as_tensor(beta).reshape(shape))
+        keep = 1 - momentum if convention == "pytorch" else momentum
+        target = flat.var(dim=1) if convention == "pytorch" else var  # torch: unbiased
+        return (y, keep * torch.as_tensor(running_mean) + (1 - keep) * mean,
+                keep * torch.as_tensor(running_var) + (1 - keep) * target)
+
+    check_batch_norm_train(torch_arithmetic)
+
+
+@pytest.mark.parametrize("slip,hint", [
+    ({"swap": True}, "weigh the new batch value differently"),
+    ({"unbiased": True}, "CS231n's running_var follows the biased batch variance"),
+    ({"unbiased": False}, "PyTorch's running_var follows the unbiased"),
+    ({"n_from_batch": True}, "N * L for x (N, C, L)"),
+    ({"per_token": True}, "one mean and one variance per channel"),
+    ({"normalize_unbiased": True}, "under both conventions"),
+    ({"raise_on_one": False}, "raise a ValueError"),
+])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the no-raise slip divides by 0
+def test_batch_norm_train_check_names_the_slip(slip, hint):
+    assert hint in _failure(check_batch_norm_train, make_batch_norm_train(**slip))
+
+
 # ---------------------------------------------------------------- questions
 
-RIGHT_ANSWERS = {
-    "layer_norm": False, "rms_norm": False, "group_norm": False,
-    "batch_norm_training": True, "batch_norm_eval": False,
-    "groups_for_layer_norm": 1, "groups_for_instance_norm": 6,
-}
+
+def test_nudge_answer_is_judged_exactly():
+    check_nudge_answer(outputs_moved=2048)
+    check_nudge_answer(outputs_moved=np.int64(2048))
+    for wrong in (4096, 1024, 2 * 64 * 32 * 32, None, "many"):
+        with pytest.raises(CheckFailed, match="OUTPUTS_MOVED"):
+            check_nudge_answer(outputs_moved=wrong)
 
 
-def test_questions_check():
-    check_batch_dependence(**RIGHT_ANSWERS)
-    check_batch_dependence(**{**RIGHT_ANSWERS, "groups_for_instance_norm": 6.0})
-    with pytest.raises(CheckFailed, match="eval mode"):
-        check_batch_dependence(**{**RIGHT_ANSWERS, "batch_norm_eval": True})
-    with pytest.raises(CheckFailed, match="no answer"):
-        check_batch_dependence(**{k: v for k, v in RIGHT_ANSWERS.items() if k != "rms_norm"})
-    with pytest.raises(CheckFailed, match="instance"):
-        check_batch_dependence(**{**RIGHT_ANSWERS, "groups_for_instance_norm": 1})
+def test_a_prediction_counts_when_it_is_a_number_right_or_wrong():
+    check_running_var_prediction(pytorch=4.0, cs231n=3.0)
+    check_running_var_prediction(pytorch=1, cs231n=100.5)
+    for missing in ({"pytorch": None, "cs231n": 3.0}, {"pytorch": 4.0, "cs231n": "three"},
+                    {"pytorch": 4.0, "cs231n": float("nan")}, {"pytorch": 4.0}):
+        with pytest.raises(CheckFailed, match="prediction"):
+            check_running_var_prediction(**missing)
+
+
+def test_running_var_answers_are_judged_within_their_tolerance():
+    check_running_var_answers(cs231n_var_for_8=3.5, pytorch_momentum_like_keras=0.01)
+    check_running_var_answers(cs231n_var_for_8=3.45, pytorch_momentum_like_keras=1 - 0.99)
+    with pytest.raises(CheckFailed, match="CS231N_RUNNING_VAR_FOR_8"):
+        check_running_var_answers(cs231n_var_for_8=4.0, pytorch_momentum_like_keras=0.01)
+    with pytest.raises(CheckFailed, match="PYTORCH_MOMENTUM_LIKE_KERAS"):
+        check_running_var_answers(cs231n_var_for_8=3.5, pytorch_momentum_like_keras=0.99)
 
 
 # ---------------------------------------------------------------- any seed
 
 PROBES = {
-    "rows_batch_norm_training": (rows_probes._call_batch_norm_training, batch_norm),
-    "rows_batch_norm_eval": (rows_probes._call_batch_norm_eval, batch_norm),
-    "rows_rms_norm": (rows_probes._call_rms_norm, rms_norm),
     "rows_group_norm": (rows_probes._call_group_norm, group_norm),
+    "rows_group_norm_limits": (rows_probes._call_group_norm_limits,
+                               (instance_norm, example_layer_norm)),
+    "rows_batch_norm_train": (rows_probes._call_batch_norm_train, batch_norm_train),
 }
 
 
@@ -382,15 +489,14 @@ class BatchTooSmall(ShapeError):
 def test_a_subclass_of_value_error_counts_as_a_value_error():
     """Before, the probe sent type(exc).__name__ and the judge compared names, so
     a ValueError subclass (ShapeError) failed; now the classes of its MRO travel."""
-    correct = make_batch_norm()
+    correct = make_batch_norm_train(raise_on_one=False)
 
-    def own_error(x, gamma, beta, running_mean, running_var, training, momentum=0.1,
-                  eps=1e-5):
-        if training and x.shape[0] == 1:
-            raise BatchTooSmall(x.shape[0])
-        return correct(x, gamma, beta, running_mean, running_var, training, momentum, eps)
+    def own_error(x, gamma, beta, running_mean, running_var, momentum, convention, eps):
+        if np.size(x) == np.shape(x)[1]:
+            raise BatchTooSmall(1)
+        return correct(x, gamma, beta, running_mean, running_var, momentum, convention, eps)
 
-    check_batch_norm_training(own_error)
+    check_batch_norm_train(own_error)
 
     def grouped_own_error(x, num_groups, gamma, beta, eps):
         if x.shape[1] % num_groups:

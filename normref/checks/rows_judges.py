@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from normref import batchnorm, recipe, rmsnorm
+from normref import batchnorm
 from normref.checks._registry import Check
 from normref.checks.tolerances import matches, mismatch
 
@@ -29,248 +29,6 @@ def _first_matching_hint(y, candidates, dtype):
 
 def _with_hint(problem, hint):
     return problem + (f". Hint: {hint}" if hint else "")
-
-
-# ---------------------------------------------------------------- batch norm
-
-
-def _bn_case(x, *, gamma=None, beta=None, running_mean=None, running_var=None,
-             momentum=0.1, eps=1e-5):
-    """x: (steps, N, C) for training cases, (N, C) for eval cases."""
-    c, dtype = x.shape[-1], x.dtype
-    return {
-        "x": x,
-        "gamma": np.ones(c, dtype) if gamma is None else np.asarray(gamma, dtype),
-        "beta": np.zeros(c, dtype) if beta is None else np.asarray(beta, dtype),
-        "running_mean": (np.zeros(c, dtype) if running_mean is None
-                         else np.asarray(running_mean, dtype)),
-        "running_var": (np.ones(c, dtype) if running_var is None
-                        else np.asarray(running_var, dtype)),
-        "momentum": np.array(momentum),
-        "eps": np.array(eps),
-    }
-
-
-def _training_cases(rng):
-    single = _bn_case(rng.normal(size=(1, 1, 3)))
-    single["must_raise"] = np.array(1)
-    return [
-        # square batches first: code that reduces over the wrong axis still runs on them
-        ("3 steps of a batch of 4 tokens, C = 4", _bn_case(rng.normal(size=(3, 4, 4)))),
-        ("5 steps of a batch of 8 tokens, C = 5, data N(3, 2), random gamma and beta",
-         _bn_case(rng.normal(3.0, 2.0, size=(5, 8, 5)), gamma=rng.normal(size=5),
-                  beta=rng.normal(size=5))),
-        ("4 steps with momentum 0.3 and eps 1e-3, starting from running mean 1, var 2",
-         _bn_case(rng.normal(-1.0, 3.0, size=(4, 6, 4)), running_mean=np.ones(4),
-                  running_var=np.full(4, 2.0), momentum=0.3, eps=1e-3)),
-        ("2 steps of a batch of 2 tokens (the smallest batch training allows)",
-         _bn_case(rng.normal(size=(2, 2, 3)))),
-        ("3 steps of a float32 batch of 16 tokens, C = 8",
-         _bn_case(rng.normal(1.0, 2.0, size=(3, 16, 8)).astype(np.float32))),
-        ("a training batch of one token (must raise ValueError)", single),
-    ]
-
-
-def _eval_cases(rng):
-    return [
-        ("a batch of 4 tokens, C = 3, running mean [1, -1, 0.5], var [4, 0.25, 1]",
-         _bn_case(rng.normal(size=(4, 3)), running_mean=[1.0, -1.0, 0.5],
-                  running_var=[4.0, 0.25, 1.0])),
-        ("a single token (a batch of one works in eval mode)",
-         _bn_case(rng.normal(size=(1, 5)), running_mean=rng.normal(size=5),
-                  running_var=rng.uniform(0.5, 2.0, size=5))),
-        ("a batch of 6 tokens, C = 6, random gamma and beta, momentum 0.3",
-         _bn_case(rng.normal(2.0, 3.0, size=(6, 6)), gamma=rng.normal(size=6),
-                  beta=rng.normal(size=6), running_mean=rng.normal(size=6),
-                  running_var=rng.uniform(0.5, 2.0, size=6), momentum=0.3)),
-        ("a float32 batch of 8 tokens, C = 4, eps 1e-3",
-         _bn_case(rng.normal(size=(8, 4)).astype(np.float32),
-                  running_mean=rng.normal(size=4), running_var=rng.uniform(0.5, 2.0, size=4),
-                  eps=1e-3)),
-    ]
-
-
-def _reference_training(case):
-    """The reference's y, running means and running variances, step by step."""
-    mean, var = case["running_mean"], case["running_var"]
-    ys, means, variances = [], [], []
-    for batch in case["x"]:
-        y, mean, var = batchnorm.batch_norm(batch, case["gamma"], case["beta"], mean, var,
-                                            True, float(case["momentum"]), float(case["eps"]))
-        ys.append(y)
-        means.append(mean)
-        variances.append(var)
-    return np.stack(ys), np.stack(means), np.stack(variances)
-
-
-def _running_stats_variant(case, *, unbiased, weight_on_new):
-    """Running statistics per step for a variant of the update rule."""
-    mean = case["running_mean"].astype(np.float64)
-    var = case["running_var"].astype(np.float64)
-    means, variances = [], []
-    for batch in case["x"].astype(np.float64):
-        n = batch.shape[0]
-        batch_var = batch.var(axis=0) * (n / (n - 1) if unbiased else 1.0)
-        mean = (1 - weight_on_new) * mean + weight_on_new * batch.mean(axis=0)
-        var = (1 - weight_on_new) * var + weight_on_new * batch_var
-        means.append(mean)
-        variances.append(var)
-    return np.stack(means), np.stack(variances)
-
-
-def _training_output_hint(case, y):
-    x = case["x"].astype(np.float64)  # steps, N, C
-    gamma, beta, eps = case["gamma"], case["beta"], float(case["eps"])
-    mean0, var0 = x.mean(axis=1, keepdims=True), x.var(axis=1, keepdims=True)
-    row_mean, row_var = x.mean(axis=2, keepdims=True), x.var(axis=2, keepdims=True)
-    all_mean, all_var = x.mean(axis=(1, 2), keepdims=True), x.var(axis=(1, 2), keepdims=True)
-    n = x.shape[1]
-    candidates = {
-        "batch norm normalizes each feature (a column) over the batch: take the mean and "
-        "variance over axis 0 (the tokens), not over each token's features (that is layer "
-        "norm)": gamma * (x - row_mean) / np.sqrt(row_var + eps) + beta,
-        "take one mean and one variance per feature (column), not one for the whole batch":
-            gamma * (x - all_mean) / np.sqrt(all_var + eps) + beta,
-        "normalize with the biased variance (divide by N); the unbiased one (N - 1) is only "
-        "for updating running_var": gamma * (x - mean0) / np.sqrt(var0 * n / (n - 1) + eps) + beta,
-        "eps goes inside the square root: (x - mean) / sqrt(var + eps)":
-            gamma * (x - mean0) / (np.sqrt(var0) + eps) + beta,
-        "gamma scales and beta shifts: gamma * x_hat + beta":
-            beta * (x - mean0) / np.sqrt(var0 + eps) + gamma,
-    }
-    _, means, variances = _reference_training(case)
-    previous_mean = np.concatenate([case["running_mean"][None], means[:-1]])[:, None, :]
-    previous_var = np.concatenate([case["running_var"][None], variances[:-1]])[:, None, :]
-    candidates["in training mode normalize with the batch's own mean and variance; the "
-               "running statistics are only for eval mode"] = (
-        gamma * (x - previous_mean) / np.sqrt(previous_var + eps) + beta)
-    return _first_matching_hint(y, candidates, case["x"].dtype)
-
-
-_REVERSED_MOMENTUM = (
-    "in PyTorch momentum is the weight of the NEW value: running = (1 - momentum) * running "
-    "+ momentum * batch. You used the opposite convention (CS231n's, where momentum = 0.9 "
-    "is the weight of the old value)")
-
-
-def _running_stat_hint(case, actual, which):
-    momentum = float(case["momentum"])
-    index = 0 if which == "mean" else 1
-
-    def variant(unbiased, weight_on_new):
-        return _running_stats_variant(case, unbiased=unbiased, weight_on_new=weight_on_new)[index]
-
-    candidates = {
-        _REVERSED_MOMENTUM: variant(True, 1 - momentum),
-        "update running_var with the unbiased variance of the batch (divide by N - 1), "
-        "even though x is normalized with the biased one (divide by N)": variant(False, momentum),
-        _REVERSED_MOMENTUM + "; also, running_var takes the unbiased variance (N - 1)":
-            variant(False, 1 - momentum),
-        "training mode moves the running statistics towards the batch's: "
-        "running = (1 - momentum) * running + momentum * batch":
-            variant(True, 0.0),
-        "blend the batch's statistic into the running one with weight momentum; "
-        "do not replace it": variant(True, 1.0),
-    }
-    return _first_matching_hint(actual, candidates, case["x"].dtype)
-
-
-def _judge_batch_norm_training(case, output):
-    if "must_raise" in case:
-        raised = str(output["raised"])
-        if raised_as_asked(output):
-            return None
-        what = "returned normally" if raised == "nothing" else f"raised {raised}"
-        return ("a training batch with one value per feature has no variance to measure: "
-                f"raise a ValueError, as torch does (your code {what})")
-    dtype = case["x"].dtype
-    ys, means, variances = _reference_training(case)
-    problem = mismatch(output["y"], ys, dtype=dtype, what="your y")
-    if problem:
-        return _with_hint(problem, _training_output_hint(case, output["y"]))
-    for which, expected in (("mean", means), ("var", variances)):
-        actual = output[f"running_{which}"]
-        problem = mismatch(actual, expected, dtype=dtype,
-                           what=f"your running_{which} after each step")
-        if problem:
-            return _with_hint(problem, _running_stat_hint(case, actual, which))
-    return None
-
-
-def _judge_batch_norm_eval(case, output):
-    x, dtype = case["x"], case["x"].dtype
-    gamma, beta, eps = case["gamma"], case["beta"], float(case["eps"])
-    mean, var = case["running_mean"], case["running_var"]
-    expected, _, _ = batchnorm.batch_norm(x, gamma, beta, mean, var, False,
-                                          float(case["momentum"]), eps)
-    problem = mismatch(output["y"], expected, dtype=dtype, what="your y")
-    if problem:
-        x64 = x.astype(np.float64)
-        candidates = {
-            "eval mode normalizes with the running mean and variance, not with the batch's":
-                gamma * (x64 - x64.mean(0)) / np.sqrt(x64.var(0) + eps) + beta,
-            "eps goes inside the square root: sqrt(running_var + eps)":
-                gamma * (x64 - mean) / (np.sqrt(var) + eps) + beta,
-            "running_var is a variance: divide by its square root":
-                gamma * (x64 - mean) / (var + eps) + beta,
-        }
-        return _with_hint(problem, _first_matching_hint(output["y"], candidates, dtype))
-    for which in ("mean", "var"):
-        problem = mismatch(output[f"running_{which}"], case[f"running_{which}"], dtype=dtype,
-                           what=f"the running_{which} you returned")
-        if problem:
-            return problem + ". Eval mode leaves the running statistics as they are"
-    return None
-
-
-# ---------------------------------------------------------------- rms norm
-
-
-def _rms_case(x, gamma=None, eps=1e-5):
-    d = x.shape[-1]
-    return {"x": x, "gamma": np.ones(d, x.dtype) if gamma is None else np.asarray(gamma, x.dtype),
-            "eps": np.array(eps)}
-
-
-def _rms_cases(rng):
-    return [
-        ("x = [2, 4, 6, 8]", _rms_case(np.array([2.0, 4.0, 6.0, 8.0]))),
-        ("a batch of 5 tokens, d = 8, random gamma",
-         _rms_case(rng.normal(size=(5, 8)), rng.normal(size=8))),
-        ("tokens with an offset (N(4, 1)), where RMSNorm and layer norm differ",
-         _rms_case(rng.normal(4.0, 1.0, size=(3, 16)))),
-        ("a 3-D batch (2, 3, 16) with random gamma",
-         _rms_case(rng.normal(size=(2, 3, 16)), rng.normal(size=16))),
-        ("a token of zeros", _rms_case(np.zeros(6))),
-        ("x = [2, 4, 6, 8] with eps = 1", _rms_case(np.array([2.0, 4.0, 6.0, 8.0]), eps=1.0)),
-        ("a float32 batch (4, 64)", _rms_case(rng.normal(size=(4, 64)).astype(np.float32))),
-    ]
-
-
-def _judge_rms_norm(case, output):
-    x, gamma, eps = case["x"], case["gamma"], float(case["eps"])
-    expected = rmsnorm.rms_norm(x, gamma, eps)
-    problem = mismatch(output["y"], expected, dtype=x.dtype)
-    if problem is None:
-        return None
-    x64 = x.astype(np.float64)
-    mean_square = (x64**2).mean(-1, keepdims=True)
-    centred = x64 - x64.mean(-1, keepdims=True)
-    candidates = {
-        "RMSNorm does not subtract the mean: divide x itself by sqrt(mean(x ** 2) + eps)":
-            gamma * centred / np.sqrt((centred**2).mean(-1, keepdims=True) + eps),
-        "divide by sqrt(mean(x ** 2) + eps), the root mean square, not by the standard "
-        "deviation": gamma * x64 / np.sqrt(x64.var(-1, keepdims=True) + eps),
-        "eps goes inside the square root: sqrt(mean(x ** 2) + eps)":
-            gamma * x64 / (np.sqrt(mean_square) + eps),
-        "take the square root of the mean square": gamma * x64 / (mean_square + eps),
-        "average the squares (divide by d), do not just sum them":
-            gamma * x64 / np.sqrt((x64**2).sum(-1, keepdims=True) + eps),
-    }
-    if x.ndim > 1:
-        candidates["average over each token's features (the last axis), not over the batch"] = (
-            gamma * x64 / np.sqrt((x64**2).mean(0, keepdims=True) + eps))
-    return _with_hint(problem, _first_matching_hint(output["y"], candidates, x.dtype))
 
 
 # ---------------------------------------------------------------- group norm
@@ -359,90 +117,278 @@ def _judge_group_norm(case, output):
     return _with_hint(problem, _first_matching_hint(output["y"], candidates, x.dtype))
 
 
-# ---------------------------------------------------------------- questions
-
-_QUESTIONS = {
-    "layer_norm": "Does layer norm's output for a token change with its batch-mates?",
-    "rms_norm": "Does RMSNorm's output for a token change with its batch-mates?",
-    "group_norm": "Does group norm's output for an example change with its batch-mates?",
-    "batch_norm_training": "Does batch norm's output in training mode change with the "
-                           "batch-mates?",
-    "batch_norm_eval": "Does batch norm's output in eval mode change with the batch-mates?",
-    "groups_for_layer_norm": "With how many groups is group norm of x (N, 6, L) layer norm "
-                             "over (C, L)?",
-    "groups_for_instance_norm": "With how many groups is group norm of x (N, 6, L) instance "
-                                "norm?",
-}
+# ---------------------------------------------------------------- group norm's limits
 
 
-def _depends_on_batch(normalize, token, mates, other_mates):
-    """Does normalize(batch)[0] move when token's batch-mates change?"""
-    first = normalize(np.concatenate([token[None], mates]))[0]
-    second = normalize(np.concatenate([token[None], other_mates]))[0]
-    return not np.allclose(first, second)
+def _limit_cases(rng):
+    offsets = np.arange(8.0)[None, :, None]  # every channel its own offset
+    return [
+        ("x (2, 4, 5), channels at different offsets",
+         {"x": rng.normal(size=(2, 4, 5)) + offsets[:, :4], "eps": np.array(1e-5)}),
+        ("an image batch (3, 6, 2, 3)",
+         {"x": rng.normal(1.0, 2.0, size=(3, 6, 2, 3)), "eps": np.array(1e-5)}),
+        ("a float32 batch (2, 8, 16) with eps 1e-3",
+         {"x": (rng.normal(size=(2, 8, 16)) + offsets).astype(np.float32),
+          "eps": np.array(1e-3)}),
+    ]
 
 
-def _true_answers():
-    """Each answer worked out by running the references, not typed in."""
-    rng = np.random.default_rng(2)
-    token, mates, other_mates = rng.normal(size=6), rng.normal(size=(3, 6)), rng.normal(
-        3.0, 2.0, size=(5, 6))
-    running_mean, running_var = rng.normal(size=6), rng.uniform(0.5, 2.0, size=6)
-
-    def batch_norm_in(training):
-        return lambda batch: batchnorm.batch_norm(batch, None, None, running_mean, running_var,
-                                                  training)[0]
-
-    def as_examples(normalize):  # tokens of 6 features become examples (6 channels, 2 positions)
-        return lambda batch: normalize(np.repeat(batch[:, :, None], 2, axis=2)
-                                       + np.arange(2.0))
-
-    depends = {
-        "layer_norm": recipe.layer_norm,
-        "rms_norm": rmsnorm.rms_norm,
-        "group_norm": as_examples(lambda batch: batchnorm.group_norm(batch, 3)),
-        "batch_norm_training": batch_norm_in(True),
-        "batch_norm_eval": batch_norm_in(False),
-    }
-    answers = {name: str(_depends_on_batch(fn, token, mates, other_mates))
-               for name, fn in depends.items()}
-    examples = rng.normal(size=(2, 6, 5))
-    whole_example = recipe.layer_norm(examples.reshape(2, -1)).reshape(examples.shape)
-    per_channel = recipe.layer_norm(examples)
-    divisors = [g for g in range(1, 7) if 6 % g == 0]
-    answers["groups_for_layer_norm"] = str(next(
-        g for g in divisors if np.allclose(batchnorm.group_norm(examples, g), whole_example)))
-    answers["groups_for_instance_norm"] = str(next(
-        g for g in divisors if np.allclose(batchnorm.group_norm(examples, g), per_channel)))
-    return answers
-
-
-def _same_answer(given, truth):
-    if given == truth:
-        return True
-    try:  # 6, 6.0 and "6" are the same number of groups
-        return float(given) == float(truth)
-    except ValueError:
-        return False
-
-
-def _judge_batch_dependence(case, output):
-    truths = _true_answers()
-    missing = [name for name in truths if name not in output]
-    if missing:
-        return f"no answer given for {', '.join(missing)}"
-    wrong = [name for name, truth in truths.items() if not _same_answer(str(output[name]), truth)]
-    if wrong:
-        return "not yet right: " + "; ".join(
-            f"{_QUESTIONS[name]} (you answered {output[name]})" for name in wrong)
+def _judge_group_norm_limits(case, output):
+    x, eps = case["x"], float(case["eps"])
+    instance = batchnorm.instance_norm(x, eps)
+    whole = batchnorm.example_layer_norm(x, eps)
+    x64 = x.astype(np.float64)
+    over_channels = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + eps)
+    over_batch = batchnorm.group_norm(np.swapaxes(x64, 0, 1), x.shape[0], eps=eps)
+    for key, expected, name in (("instance", instance, "instance_norm"),
+                                ("layer", whole, "example_layer_norm")):
+        problem = mismatch(output[key], expected, dtype=x.dtype, what=f"your {name}")
+        if problem:
+            candidates = {
+                "instance norm is group norm with one channel in each group (num_groups = C)":
+                    whole if key == "instance" else None,
+                "layer norm over an example is group norm with a single group":
+                    instance if key == "layer" else None,
+                "normalize over what one example holds (its channels and positions), not "
+                "over the channels at each position": over_channels,
+                "each example is normalized on its own; no statistic crosses the batch":
+                    np.swapaxes(over_batch, 0, 1),
+            }
+            candidates = {hint: y for hint, y in candidates.items() if y is not None}
+            return _with_hint(problem, _first_matching_hint(output[key], candidates, x.dtype))
     return None
 
 
+# ---------------------------------------------------------------- batch norm, running stats
+
+
+def _bn_case(x, convention, momentum, *, gamma=None, beta=None, running_mean=None,
+             running_var=None, eps=1e-5):
+    """x: (steps, N, C) or (steps, N, C, L), fed one step after another."""
+    c, dtype = x.shape[2], x.dtype
+    return {
+        "x": x,
+        "gamma": np.ones(c, dtype) if gamma is None else np.asarray(gamma, dtype),
+        "beta": np.zeros(c, dtype) if beta is None else np.asarray(beta, dtype),
+        "running_mean": (np.zeros(c, dtype) if running_mean is None
+                         else np.asarray(running_mean, dtype)),
+        "running_var": (np.ones(c, dtype) if running_var is None
+                        else np.asarray(running_var, dtype)),
+        "momentum": np.array(momentum),
+        "convention": np.array(convention),
+        "eps": np.array(eps),
+    }
+
+
+def _train_cases(rng):
+    one_token = _bn_case(rng.normal(size=(1, 1, 3)), "pytorch", 0.1)
+    one_token["must_raise"] = np.array(1)
+    one_value = _bn_case(rng.normal(size=(1, 1, 3, 1)), "cs231n", 0.9)
+    one_value["must_raise"] = np.array(1)
+    return [
+        # square batches first: code that reduces over the wrong axis still runs on them
+        ("pytorch, momentum 0.1: 3 steps of a batch of 4 tokens, C = 4",
+         _bn_case(rng.normal(size=(3, 4, 4)), "pytorch", 0.1)),
+        ("cs231n, momentum 0.9: 3 steps of a batch of 4 tokens, C = 4",
+         _bn_case(rng.normal(size=(3, 4, 4)), "cs231n", 0.9)),
+        ("pytorch, momentum 0.3: 4 steps of x (6, 3, 5), random gamma and beta, "
+         "starting from running mean 1 and var 2",
+         _bn_case(rng.normal(3.0, 2.0, size=(4, 6, 3, 5)), "pytorch", 0.3,
+                  gamma=rng.normal(size=3), beta=rng.normal(size=3),
+                  running_mean=np.ones(3), running_var=np.full(3, 2.0))),
+        ("cs231n, momentum 0.99, eps 1e-3: 3 steps of x (2, 3, 4)",
+         _bn_case(rng.normal(-1.0, 3.0, size=(3, 2, 3, 4)), "cs231n", 0.99, eps=1e-3)),
+        ("pytorch: one example of 5 positions, x (1, 3, 5), trains (5 values per channel)",
+         _bn_case(rng.normal(size=(2, 1, 3, 5)), "pytorch", 0.1)),
+        ("pytorch: 2 steps of a batch of 2 tokens (the smallest batch training allows)",
+         _bn_case(rng.normal(size=(2, 2, 3)), "pytorch", 0.1)),
+        ("cs231n, momentum 0.9: 3 steps of a float32 batch of 16 tokens, C = 8",
+         _bn_case(rng.normal(1.0, 2.0, size=(3, 16, 8)).astype(np.float32), "cs231n", 0.9,
+                  gamma=rng.normal(size=8), beta=rng.normal(size=8))),
+        ("pytorch: a batch of one token (must raise ValueError)", one_token),
+        ("cs231n: x (1, 3, 1), one value per channel (must raise ValueError)", one_value),
+    ]
+
+
+def _steps(case, *, weight_on_new, unbiased, count_positions=True):
+    """Reference-like running statistics after each step, with the knobs a
+    mistake turns: the weight on the new value, the variance flavour, and
+    whether n counts the positions."""
+    mean, var = case["running_mean"].astype(np.float64), case["running_var"].astype(np.float64)
+    means, variances = [], []
+    for batch in case["x"].astype(np.float64):
+        axes = (0,) if batch.ndim == 2 else (0, 2)
+        n = batch.size // batch.shape[1] if count_positions else batch.shape[0]
+        batch_var = batch.var(axis=axes) * (n / (n - 1) if unbiased and n > 1 else 1.0)
+        mean = (1 - weight_on_new) * mean + weight_on_new * batch.mean(axis=axes)
+        var = (1 - weight_on_new) * var + weight_on_new * batch_var
+        means.append(mean)
+        variances.append(var)
+    return np.stack(means), np.stack(variances)
+
+
+def _reference_train(case):
+    mean, var = case["running_mean"], case["running_var"]
+    ys, means, variances = [], [], []
+    for batch in case["x"]:
+        y, mean, var = batchnorm.batch_norm_train(
+            batch, case["gamma"], case["beta"], mean, var, float(case["momentum"]),
+            str(case["convention"]), float(case["eps"]))
+        ys.append(y)
+        means.append(mean)
+        variances.append(var)
+    return np.stack(ys), np.stack(means), np.stack(variances)
+
+
+def _running_stat_hint(case, actual, which):
+    m, convention = float(case["momentum"]), str(case["convention"])
+    pytorch = convention == "pytorch"
+    right_weight, wrong_weight = (m, 1 - m) if pytorch else (1 - m, m)
+    index = 0 if which == "mean" else 1
+
+    def variant(**knobs):
+        return _steps(case, **knobs)[index]
+
+    swapped = ("the conventions weigh the new batch value differently: PyTorch's momentum "
+               "is the weight of the NEW value, CS231n's the weight of the OLD one")
+    candidates = {
+        swapped: variant(weight_on_new=wrong_weight, unbiased=pytorch),
+        swapped + "; and each convention has its own variance (PyTorch unbiased, CS231n "
+                  "biased)": variant(weight_on_new=wrong_weight, unbiased=not pytorch),
+        ("PyTorch's running_var follows the unbiased batch variance (divide by n - 1)"
+         if pytorch else "CS231n's running_var follows the biased batch variance (divide "
+                         "by n), the one it normalizes with"):
+            variant(weight_on_new=right_weight, unbiased=not pytorch),
+        "n in n / (n - 1) is the number of values per channel: N * L for x (N, C, L)":
+            variant(weight_on_new=right_weight, unbiased=pytorch, count_positions=False),
+        "a training step moves the running statistics towards the batch's":
+            variant(weight_on_new=0.0, unbiased=pytorch),
+        "blend the batch's statistic into the running one; do not replace it":
+            variant(weight_on_new=1.0, unbiased=pytorch),
+    }
+    return _first_matching_hint(actual, candidates, case["x"].dtype)
+
+
+def _output_hint(case, y):
+    x = case["x"].astype(np.float64)  # steps, N, C, *
+    shape = (1, 1, -1) + (1,) * (x.ndim - 3)
+    gamma, beta = case["gamma"].reshape(shape), case["beta"].reshape(shape)
+    eps = float(case["eps"])
+    axes = (1,) if x.ndim == 3 else (1, 3)
+    mean, var = x.mean(axis=axes, keepdims=True), x.var(axis=axes, keepdims=True)
+    n = x[0].size // x.shape[2]
+
+    def normalized(m, v):
+        return gamma * (x - m) / np.sqrt(v + eps) + beta
+
+    candidates = {
+        "batch norm takes one mean and one variance per channel, over the batch (and the "
+        "positions), not per token": normalized(x.mean(axis=2, keepdims=True),
+                                                 x.var(axis=2, keepdims=True)),
+        "normalize with the biased batch variance (divide by n) under both conventions":
+            normalized(mean, var * n / max(n - 1, 1)),
+        "eps goes inside the square root: (x - mean) / sqrt(var + eps)":
+            gamma * (x - mean) / (np.sqrt(var) + eps) + beta,
+    }
+    if x.ndim == 4:
+        candidates["for x (N, C, L) a channel's statistics cover the batch AND the positions"] = (
+            normalized(x.mean(axis=1, keepdims=True), x.var(axis=1, keepdims=True)))
+    return _first_matching_hint(y, candidates, case["x"].dtype)
+
+
+def _judge_batch_norm_train(case, output):
+    if "must_raise" in case:
+        raised = str(output["raised"])
+        if raised_as_asked(output):
+            return None
+        what = "returned normally" if raised == "nothing" else f"raised {raised}"
+        return ("one value per channel has no variance to measure: raise a ValueError, as "
+                f"torch does (your code {what})")
+    dtype = case["x"].dtype
+    ys, means, variances = _reference_train(case)
+    problem = mismatch(output["y"], ys, dtype=dtype, what="your y")
+    if problem:
+        return _with_hint(problem, _output_hint(case, output["y"]))
+    for which, expected in (("mean", means), ("var", variances)):
+        actual = output[f"running_{which}"]
+        problem = mismatch(actual, expected, dtype=dtype,
+                           what=f"your running_{which} after each step")
+        if problem:
+            return _with_hint(problem, _running_stat_hint(case, actual, which))
+    return None
+
+
+# ---------------------------------------------------------------- questions
+
+
+def _number(text):
+    """The student's answer as a finite float, or None."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if np.isfinite(value) else None
+
+
+def _outputs_moved(shape, num_groups):
+    """How many outputs of the reference group norm move when x's first value moves."""
+    x = np.random.default_rng(0).normal(size=shape)
+    nudged = x.copy()
+    nudged.flat[0] += 1.0
+    moved = ~np.isclose(batchnorm.group_norm(x, num_groups),
+                        batchnorm.group_norm(nudged, num_groups), rtol=0, atol=1e-12)
+    return int(moved.sum())
+
+
+def _judge_nudge_answer(case, output):
+    given = _number(output.get("outputs_moved"))
+    if given is None:
+        return "give OUTPUTS_MOVED as a number (you gave " \
+               f"{output.get('outputs_moved')})"
+    truth = _outputs_moved((2, 64, 32, 32), 32)
+    if given != truth:
+        return (f"OUTPUTS_MOVED: {output['outputs_moved']} is not right. Which outputs share "
+                "statistics with x[0, 0, 0, 0]? Count the channels of its group and the "
+                "positions of each, in its own example only")
+    return None
+
+
+def _judge_prediction(case, output):
+    missing = [name for name in ("pytorch", "cs231n") if _number(output.get(name)) is None]
+    if missing:
+        return ("write each prediction as a number before you run the experiment "
+                f"(missing or not a number: {', '.join(missing)})")
+    return None
+
+
+_VARIANCE, _VALUES_PER_CHANNEL, _KERAS_MOMENTUM = 4.0, 8, 0.99
+
+
+def _judge_running_var_answers(case, output):
+    # the biased variance of n values averages sigma^2 (n - 1) / n, and CS231n's
+    # running_var is an average of biased variances
+    var_truth = _VARIANCE * (_VALUES_PER_CHANNEL - 1) / _VALUES_PER_CHANNEL
+    momentum_truth = 1 - _KERAS_MOMENTUM  # the same weight on the new value
+    wrong = []
+    var_given = _number(output.get("cs231n_var_for_8"))
+    if var_given is None or abs(var_given - var_truth) > 0.1:
+        wrong.append(f"CS231N_RUNNING_VAR_FOR_8 (you answered {output.get('cs231n_var_for_8')}"
+                     "): what does the biased variance of 8 values average to?")
+    momentum_given = _number(output.get("pytorch_momentum_like_keras"))
+    if momentum_given is None or abs(momentum_given - momentum_truth) > 1e-6:
+        wrong.append("PYTORCH_MOMENTUM_LIKE_KERAS (you answered "
+                     f"{output.get('pytorch_momentum_like_keras')}): which weight does each "
+                     "convention give the new batch value?")
+    return "not yet right: " + "; ".join(wrong) if wrong else None
+
+
 CHECKS = {
-    "rows_batch_norm_training": Check(_training_cases, _judge_batch_norm_training),
-    "rows_batch_norm_eval": Check(_eval_cases, _judge_batch_norm_eval),
-    "rows_rms_norm": Check(_rms_cases, _judge_rms_norm),
     "rows_group_norm": Check(_group_cases, _judge_group_norm),
-    "rows_batch_dependence": Check(lambda rng: [("your seven answers", {})],
-                                   _judge_batch_dependence),
+    "rows_group_norm_limits": Check(_limit_cases, _judge_group_norm_limits),
+    "rows_batch_norm_train": Check(_train_cases, _judge_batch_norm_train),
+    "rows_nudge_answer": Check(lambda rng: [("your answer", {})], _judge_nudge_answer),
+    "rows_running_var_prediction": Check(lambda rng: [("your predictions", {})],
+                                         _judge_prediction),
+    "rows_running_var_answers": Check(lambda rng: [("your two answers", {})],
+                                      _judge_running_var_answers),
 }

@@ -21,41 +21,6 @@ def _raised(call):
     return {"raised": np.array("nothing"), "raised_classes": np.array([], dtype=str)}
 
 
-def _call_batch_norm_training(batch_norm, case):
-    """Feed the batches of case["x"] (steps, N, C) one after another in
-    training mode, passing each step the running statistics the last returned."""
-    gamma, beta = case["gamma"], case["beta"]
-    momentum, eps = float(case["momentum"]), float(case["eps"])
-    running_mean, running_var = case["running_mean"].copy(), case["running_var"].copy()
-    if "must_raise" in case:
-        return _raised(lambda: batch_norm(case["x"][0].copy(), gamma.copy(), beta.copy(),
-                                          running_mean, running_var, True, momentum, eps))
-    ys, means, variances = [], [], []
-    for batch in case["x"]:
-        y, running_mean, running_var = batch_norm(
-            batch.copy(), gamma.copy(), beta.copy(), running_mean, running_var,
-            True, momentum, eps)
-        running_mean = to_array(running_mean, what="the new running mean")
-        running_var = to_array(running_var, what="the new running variance")
-        ys.append(to_array(y))
-        means.append(running_mean.copy())
-        variances.append(running_var.copy())
-    return {"y": np.stack(ys), "running_mean": np.stack(means),
-            "running_var": np.stack(variances)}
-
-
-def _call_batch_norm_eval(batch_norm, case):
-    y, running_mean, running_var = batch_norm(
-        case["x"].copy(), case["gamma"].copy(), case["beta"].copy(),
-        case["running_mean"].copy(), case["running_var"].copy(),
-        False, float(case["momentum"]), float(case["eps"]))
-    return {"y": y, "running_mean": running_mean, "running_var": running_var}
-
-
-def _call_rms_norm(rms_norm, case):
-    return {"y": rms_norm(case["x"].copy(), case["gamma"].copy(), float(case["eps"]))}
-
-
 def _call_group_norm(group_norm, case):
     def call():
         return group_norm(case["x"].copy(), int(case["num_groups"]), case["gamma"].copy(),
@@ -66,25 +31,40 @@ def _call_group_norm(group_norm, case):
     return {"y": call()}
 
 
+def _call_group_norm_limits(functions, case):
+    instance_norm, example_layer_norm = functions
+    eps = float(case["eps"])
+    return {"instance": instance_norm(case["x"].copy(), eps),
+            "layer": example_layer_norm(case["x"].copy(), eps)}
+
+
+def _call_batch_norm_train(batch_norm_train, case):
+    """Feed the batches of case["x"] (steps, N, C, *) one after another,
+    passing each step the running statistics the last one returned."""
+    gamma, beta = case["gamma"], case["beta"]
+    momentum, eps = float(case["momentum"]), float(case["eps"])
+    convention = str(case["convention"])
+    running_mean, running_var = case["running_mean"].copy(), case["running_var"].copy()
+    if "must_raise" in case:
+        return _raised(lambda: batch_norm_train(
+            case["x"][0].copy(), gamma.copy(), beta.copy(), running_mean, running_var,
+            momentum, convention, eps))
+    ys, means, variances = [], [], []
+    for batch in case["x"]:
+        y, running_mean, running_var = batch_norm_train(
+            batch.copy(), gamma.copy(), beta.copy(), running_mean, running_var,
+            momentum, convention, eps)
+        running_mean = to_array(running_mean, what="the new running mean")
+        running_var = to_array(running_var, what="the new running variance")
+        ys.append(to_array(y))
+        means.append(running_mean.copy())
+        variances.append(running_var.copy())
+    return {"y": np.stack(ys), "running_mean": np.stack(means),
+            "running_var": np.stack(variances)}
+
+
 def _answers_as_text(answers, case):
     return {name: np.array(str(value)) for name, value in answers.items()}
-
-
-def check_batch_norm_training(batch_norm):
-    """Check batch_norm(x, gamma, beta, running_mean, running_var, True,
-    momentum, eps) over several training steps, running statistics included."""
-    run_check("rows_batch_norm_training", batch_norm, _call_batch_norm_training)
-
-
-def check_batch_norm_eval(batch_norm):
-    """Check batch_norm(..., training=False): normalizes with the running
-    statistics and leaves them unchanged."""
-    run_check("rows_batch_norm_eval", batch_norm, _call_batch_norm_eval)
-
-
-def check_rms_norm(rms_norm):
-    """Check rms_norm(x, gamma, eps) on tokens and batches of tokens."""
-    run_check("rows_rms_norm", rms_norm, _call_rms_norm)
 
 
 def check_group_norm(group_norm):
@@ -92,6 +72,28 @@ def check_group_norm(group_norm):
     run_check("rows_group_norm", group_norm, _call_group_norm)
 
 
-def check_batch_dependence(**answers):
-    """Check the answers of unit 02 on which methods depend on the batch."""
-    run_check("rows_batch_dependence", answers, _answers_as_text)
+def check_group_norm_limits(instance_norm, example_layer_norm):
+    """Check instance_norm(x, eps) and example_layer_norm(x, eps), x: (N, C, *)."""
+    run_check("rows_group_norm_limits", (instance_norm, example_layer_norm),
+              _call_group_norm_limits)
+
+
+def check_batch_norm_train(batch_norm_train):
+    """Check batch_norm_train(x, gamma, beta, running_mean, running_var,
+    momentum, convention, eps) over several steps, under both conventions."""
+    run_check("rows_batch_norm_train", batch_norm_train, _call_batch_norm_train)
+
+
+def check_nudge_answer(**answers):
+    """Check the answer on how many outputs one nudged input moves."""
+    run_check("rows_nudge_answer", answers, _answers_as_text)
+
+
+def check_running_var_prediction(**answers):
+    """Check that both predictions were given, as numbers (not judged right or wrong)."""
+    run_check("rows_running_var_prediction", answers, _answers_as_text)
+
+
+def check_running_var_answers(**answers):
+    """Check the answers on the running variance and the momentum conventions."""
+    run_check("rows_running_var_answers", answers, _answers_as_text)
