@@ -1,12 +1,14 @@
 """Unit 07 checks, the grader-facing half: inputs, float64 references, diagnoses.
 
-Every case is one launch of the student's layer-norm forward kernel (see
-kernels_probes.py for the memory layout). The reference is float64 numpy; y
-is held to the tolerance of the input's dtype, the saved mean and rstd
-(float32 buffers) to float32's. The inputs are chosen so that a correct
-float32 kernel is exact or nearly so: the large-offset rows are multiples of
-1/8 placed symmetrically around the offset, so their sums are exact and any
-error comes from the formula, not from rounding a correct one.
+Each kernel case is one launch of the student's RMSNorm kernel (see
+kernels_probes.py for the memory layout). The reference is float64 numpy on
+the very values the kernel sees (half-precision inputs are rounded first); y
+and dx are held to the tolerance of the input's dtype, the saved rstd and the
+float32 partial sums of dW to float32's.
+
+The backward's dW is judged by what the contract promises the launcher: every
+program wrote its row of PartialDW (and nothing past them), and the rows add
+up to dW. How the rows are split among programs is the kernel's business.
 """
 
 import numpy as np
@@ -19,22 +21,6 @@ UNWRITTEN = -1024.0  # what the probe fills output buffers with (see kernels_pro
 FLOAT16_MAX = 65504.0
 
 
-def _case(x, gamma=None, beta=None, eps=1e-5, dtype="float32", pad=0):
-    n = x.shape[-1]
-    return {
-        "x": np.asarray(x, dtype=np.float16 if dtype == "float16" else np.float32),
-        "gamma": np.ones(n, np.float32) if gamma is None else np.asarray(gamma, np.float32),
-        "beta": np.zeros(n, np.float32) if beta is None else np.asarray(beta, np.float32),
-        "eps": np.array(eps),
-        "dtype": np.array(dtype),
-        "pad": np.array(pad),
-    }
-
-
-def _affine(rng, n):
-    return rng.normal(1.0, 0.5, n), rng.normal(0.0, 0.5, n)
-
-
 def _bfloat16_values(values):
     """Round float32 values to the nearest bfloat16 (kept as float32)."""
     bits = np.asarray(values, np.float32).view(np.uint32)
@@ -42,205 +28,455 @@ def _bfloat16_values(values):
     return rounded.view(np.float32)
 
 
-def _offset_rows(rng, rows, n, offset):
-    """Rows of offset + k/8 with the k in +/- pairs: exact sums, mean exactly `offset`."""
-    half = rng.integers(1, 33, size=(rows, n // 2))
-    k = np.concatenate([half, -half], axis=1)
-    return offset + rng.permuted(k, axis=1) / 8.0
+def _rounded(values, dtype):
+    """The values as the kernel will see them once stored in `dtype` (float32 arrays)."""
+    values = np.asarray(values, np.float32)
+    if dtype == "float16":
+        return values.astype(np.float16).astype(np.float32)
+    if dtype == "bfloat16":
+        return _bfloat16_values(values)
+    return values
 
+
+def _forward_case(x, gamma=None, eps=1e-5, dtype="float32", pad=0):
+    n = np.asarray(x).shape[-1]
+    return {
+        "x": _rounded(x, dtype),
+        "gamma": _rounded(np.ones(n) if gamma is None else gamma, dtype),
+        "eps": np.array(eps),
+        "dtype": np.array(dtype),
+        "pad": np.array(pad),
+    }
+
+
+def _backward_case(rng, m, n, rows_per_program, dtype="float32", pad=0, offset=0.0):
+    x = _rounded(rng.normal(offset, 1.5, (m, n)), dtype)
+    eps = 1e-5
+    rstd = 1 / np.sqrt((x.astype(np.float64) ** 2).mean(-1) + eps)
+    return {
+        "x": x,
+        "dy": _rounded(rng.normal(0.0, 1.0, (m, n)), dtype),
+        "gamma": _rounded(rng.normal(1.0, 0.5, n), dtype),
+        "rstd": rstd.astype(np.float32),
+        "rows_per_program": np.array(rows_per_program),
+        "dtype": np.array(dtype),
+        "pad": np.array(pad),
+    }
+
+
+def _weight(rng, n):
+    return rng.normal(1.0, 0.5, n)
+
+
+# --- the forward ------------------------------------------------------------------------
 
 def _rows_cases(rng):
-    constant = rng.normal(1.0, 2.0, (3, 32))
-    constant[1] = 5.0
+    zero_row = rng.normal(1.0, 2.0, (3, 32))
+    zero_row[1] = 0.0
     return [
-        ("x = [2, 4, 6, 8] (one row, N = 4)", _case(EXAMPLE_A)),
-        ("4 rows of 64 features with random gamma and beta",
-         _case(rng.normal(1.0, 2.0, (4, 64)), *_affine(rng, 64))),
-        ("3 rows of 32 features, the second constant (y = beta there)",
-         _case(constant, beta=rng.normal(0.0, 0.5, 32))),
-        ("2 rows of 16 features with eps = 0.1", _case(rng.normal(0.0, 0.3, (2, 16)), eps=0.1)),
+        ("x = [2, 4, 6, 8] (one row, N = 4)", _forward_case(EXAMPLE_A)),
+        ("4 rows of 64 features with a random weight",
+         _forward_case(rng.normal(1.0, 2.0, (4, 64)), _weight(rng, 64))),
+        ("3 rows of 32 features, the second all zeros (y = 0 there)",
+         _forward_case(zero_row, _weight(rng, 32))),
+        ("2 rows of 16 features with eps = 0.1",
+         _forward_case(rng.normal(0.0, 0.3, (2, 16)), eps=0.1)),
         ("6 rows of 256 features, rows 259 elements apart in memory",
-         _case(rng.normal(-1.0, 3.0, (6, 256)), *_affine(rng, 256), pad=3)),
+         _forward_case(rng.normal(-1.0, 3.0, (6, 256)), _weight(rng, 256), pad=3)),
     ]
 
 
 def _ragged_cases(rng):
     return [
         ("3 rows of 100 features (BLOCK_SIZE 128)",
-         _case(rng.normal(2.0, 2.0, (3, 100)), *_affine(rng, 100), pad=5)),
-        ("one row of 37 features", _case(rng.normal(-3.0, 1.5, (1, 37)), *_affine(rng, 37))),
-        ("5 rows of 3 features", _case(rng.normal(1.5, 1.0, (5, 3)), pad=1)),
+         _forward_case(rng.normal(2.0, 2.0, (3, 100)), _weight(rng, 100), pad=5)),
+        ("one row of 37 features", _forward_case(rng.normal(-3.0, 1.5, (1, 37)),
+                                                 _weight(rng, 37))),
+        ("5 rows of 3 features", _forward_case(rng.normal(1.5, 1.0, (5, 3)), pad=1)),
         ("2 rows of 1000 features (BLOCK_SIZE 1024)",
-         _case(rng.normal(1.0, 1.0, (2, 1000)), *_affine(rng, 1000), pad=8)),
-        ("4 rows of 48 features with mean near 8",
-         _case(rng.normal(8.0, 2.0, (4, 48)), *_affine(rng, 48))),
+         _forward_case(rng.normal(1.0, 1.0, (2, 1000)), _weight(rng, 1000), pad=8)),
     ]
 
 
-def _statistics_cases(rng):
-    constant = rng.normal(0.0, 1.0, (2, 16))
-    constant[0] = -2.0
+def _rstd_cases(rng):
+    zero_row = rng.normal(0.0, 1.0, (2, 16))
+    zero_row[0] = 0.0
     return [
-        ("4 rows of 64 features", _case(rng.normal(3.0, 2.0, (4, 64)))),
-        ("2 rows of 64 features around 1000 (a large offset)",
-         _case(_offset_rows(rng, 2, 64, 1000.0), *_affine(rng, 64))),
-        ("2 rows of 16, the first constant (variance 0, rstd = 1/sqrt(eps))", _case(constant)),
+        ("4 rows of 64 features", _forward_case(rng.normal(3.0, 2.0, (4, 64)))),
+        ("2 rows of 16, the first all zeros (rstd = 1/sqrt(eps) there)",
+         _forward_case(zero_row)),
         ("3 rows of 32 features with eps = 0.5",
-         _case(rng.normal(0.0, 0.5, (3, 32)), eps=0.5, pad=2)),
+         _forward_case(rng.normal(0.0, 0.5, (3, 32)), eps=0.5, pad=2)),
+        ("3 rows of 100 features (BLOCK_SIZE 128)",
+         _forward_case(rng.normal(1.0, 1.0, (3, 100)), _weight(rng, 100))),
     ]
 
 
 def _half_cases(rng):
     return [
         ("float16, 4 rows of 256 features",
-         _case(rng.normal(1.0, 2.0, (4, 256)), *_affine(rng, 256), dtype="float16")),
+         _forward_case(rng.normal(1.0, 2.0, (4, 256)), _weight(rng, 256), dtype="float16")),
         ("bfloat16, 3 rows of 128 features",
-         _case(_bfloat16_values(rng.normal(-1.0, 2.0, (3, 128))),
-               *[_bfloat16_values(p) for p in _affine(rng, 128)], dtype="bfloat16", pad=4)),
-        ("float16, 2 rows of 256 features around 1000 (their sum, 256 000, is past "
-         "float16's largest number, 65 504)",
-         _case(np.round(rng.normal(1000.0, 2.0, (2, 256)) * 2) / 2, dtype="float16")),
-        ("float16, one row of 512 features", _case(rng.normal(0.0, 1.0, (1, 512)),
-                                                   dtype="float16", pad=16)),
+         _forward_case(rng.normal(-1.0, 2.0, (3, 128)), _weight(rng, 128), dtype="bfloat16",
+                       pad=4)),
+        ("float16, 2 rows of 256 features near 300 (their squares add up to about "
+         "23 000 000, far past float16's largest number, 65 504)",
+         _forward_case(rng.normal(300.0, 2.0, (2, 256)), dtype="float16")),
+        ("float16, one row of 100 features", _forward_case(rng.normal(0.0, 1.0, (1, 100)),
+                                                          dtype="float16", pad=16)),
     ]
 
 
-def _reference(case):
-    """float64 mean, variance, rstd per row and y."""
+def _forward_reference(case):
+    """float64 rstd per row, and y."""
     x = case["x"].astype(np.float64)
-    eps = float(case["eps"])
-    mean = x.mean(-1)
-    var = x.var(-1)
-    rstd = 1 / np.sqrt(var + eps)
-    y = (x - mean[:, None]) * rstd[:, None] * case["gamma"] + case["beta"]
-    return mean, var, rstd, y
+    rstd = 1 / np.sqrt((x * x).mean(-1) + float(case["eps"]))
+    return rstd, x * rstd[:, None] * case["gamma"]
 
 
-def _statistic_mistakes(case):
-    """[(what went wrong, the mean and rstd that mistake would save)]."""
+def _rstd_mistakes(case):
+    """[(what went wrong, the rstd that mistake would save)]."""
     x = case["x"].astype(np.float64)
     n = x.shape[-1]
     block = 1 << (n - 1).bit_length()
     eps = float(case["eps"])
-    mean, var, _, _ = _reference(case)
-    padding = block - n
+    mean_square = (x * x).mean(-1)
     mistakes = [
-        ("the standard deviation was saved; rstd is its reciprocal, 1 / sqrt(var + eps)",
-         mean, np.sqrt(var + eps)),
-        ("the variance was saved; rstd = 1 / sqrt(var + eps)", mean, var),
-        ("eps goes inside the square root: 1 / sqrt(var + eps), not 1 / (sqrt(var) + eps)",
-         mean, 1 / (np.sqrt(var) + eps)),
-        ("eps is missing: rstd = 1 / sqrt(var + eps)", mean, 1 / np.sqrt(var)),
+        ("the root mean square was saved; rstd is its reciprocal, 1 / sqrt(mean(x**2) + eps)",
+         np.sqrt(mean_square + eps)),
+        ("mean(x**2) was saved; rstd = 1 / sqrt(mean(x**2) + eps)", mean_square),
+        ("eps goes inside the square root: 1 / sqrt(mean(x**2) + eps)",
+         1 / (np.sqrt(mean_square) + eps)),
+        ("eps is missing: rstd = 1 / sqrt(mean(x**2) + eps)", 1 / np.sqrt(mean_square)),
+        ("the mean was subtracted: RMSNorm divides x itself by its root mean square, "
+         "without centring it", 1 / np.sqrt(x.var(-1) + eps)),
     ]
-    if padding:
-        count_padding = (
-            "the masked lanes were counted in the variance: they hold 0 (other=0.0), so "
-            "x - mean there is -mean and each adds mean**2. Zero them before squaring: "
-            "tl.where(mask, x - mean, 0.0)")
-        divide_by_block = (
-            "divide by N, the number of real features, not by BLOCK_SIZE (which also "
-            "counts the masked lanes)")
-        for mean_divisor in (n, block):
-            wrong_mean = x.sum(-1) / mean_divisor
-            squares = ((x - wrong_mean[:, None]) ** 2).sum(-1)
-            for var_divisor in (n, block):
-                for padded in (False, True):
-                    if (mean_divisor, var_divisor, padded) == (n, n, False):
-                        continue  # that one is right
-                    total = squares + padding * wrong_mean**2 if padded else squares
-                    slips = [divide_by_block] if block in (mean_divisor, var_divisor) else []
-                    slips += [count_padding] if padded else []
-                    mistakes.append(("; and ".join(slips), wrong_mean,
-                                     1 / np.sqrt(total / var_divisor + eps)))
+    if block != n:
+        mistakes.append(("divide by N, the number of real features, not by BLOCK_SIZE "
+                         "(which also counts the masked lanes)",
+                         1 / np.sqrt((x * x).sum(-1) / block + eps)))
     return mistakes
 
 
-def _diagnose(case, output):
-    """A hint naming the likely mistake, or None."""
-    x = case["x"].astype(np.float64)
-    n = x.shape[-1]
-    dtype = str(case["dtype"])
-    mean, var, rstd, y_ref = _reference(case)
-    y = np.asarray(output["y"], dtype=np.float64)
-    saved_mean = np.asarray(output["mean"], dtype=np.float64)
-    saved_rstd = np.asarray(output["rstd"], dtype=np.float64)
-    if y.shape[0] > 1 and int(case["pad"]) and matches(y[:1], y_ref[:1], dtype=dtype) \
-            and not matches(y[1:], y_ref[1:], dtype=dtype):
+def _rows_hint(case, actual, expected, dtype):
+    """The stride hint when the first row is right and later ones are not."""
+    if actual.shape[0] > 1 and int(case["pad"]) and matches(actual[:1], expected[:1],
+                                                            dtype=dtype) \
+            and not matches(actual[1:], expected[1:], dtype=dtype):
         return ("the first row is right and later ones are not: row r starts at "
                 "X + r * row_stride (here rows are padded in memory), not at X + r * N")
+    return None
+
+
+def _nan_hint(case, *arrays):
+    n = case["x"].shape[-1]
+    if any(np.isnan(np.asarray(a, np.float64)).any() for a in arrays) \
+            and n != 1 << (n - 1).bit_length():
+        return ("NaN came out of NaN going in: the lanes past N of this test's memory hold "
+                "NaN (real padding holds anything), so some load read past the row. Load "
+                "every row (and w) with mask=cols < N and other=0.0")
+    return None
+
+
+def _diagnose_forward(case, output):
+    """A hint naming the likely mistake in the forward kernel, or None."""
+    x = case["x"].astype(np.float64)
+    dtype = str(case["dtype"])
+    rstd, y_ref = _forward_reference(case)
+    y = np.asarray(output["y"], dtype=np.float64)
+    saved = np.asarray(output["rstd"], dtype=np.float64)
+    hint = _rows_hint(case, y, y_ref, dtype)
+    if hint:
+        return hint
     if int(output["padding_written"]):
         return (f"the store wrote {int(output['padding_written'])} numbers into the lanes "
                 "past N, which belong to someone else: store with mask=cols < N")
     if (y == UNWRITTEN).all():
         return "nothing was stored in Y: y still holds what was there before"
-    if (saved_mean == UNWRITTEN).all() or (saved_rstd == UNWRITTEN).all():
-        return ("store the row's mean and rstd for the backward pass: "
-                "tl.store(Mean + row, mean) and tl.store(Rstd + row, rstd)")
-    if dtype == "float16" and np.abs(x.sum(-1)).max() > FLOAT16_MAX and not np.isfinite(
-            saved_mean).all():
-        return ("the row's sum overflowed float16 (largest number 65 504): convert x to "
-                "float32 right after loading it, x = tl.load(...).to(tl.float32), so the "
-                "sums and the statistics are float32")
-    if np.isnan(y).any() or np.isnan(saved_mean).any():
-        if n != 1 << (n - 1).bit_length():
-            return ("NaN came out of NaN going in: the lanes past N of this test's memory "
-                    "hold NaN (real padding holds anything), so some load read past the "
-                    "row. Load x, w and b with mask=cols < N and other=0.0")
-        return None
+    if (saved == UNWRITTEN).all():
+        return "store the row's rstd for the backward pass: tl.store(Rstd + row, rstd)"
+    hint = _nan_hint(case, y, saved)
+    if hint:
+        return hint
+    if dtype == "float16" and (x * x).sum(-1).max() > FLOAT16_MAX and \
+            not matches(saved, rstd, dtype="float16"):
+        return ("the sum of squares overflowed float16 (largest number 65 504): convert x "
+                "to float32 right after loading it, x = tl.load(...).to(tl.float32)")
+    if matches(saved, rstd, dtype="float32") and not matches(y, y_ref, dtype=dtype):
+        if matches(y, x * rstd[:, None], dtype=dtype):
+            return "rstd is right; multiply by the weight too: y = x * rstd * w"
+        return "the saved rstd is right, so the slip is in the last step: y = x * rstd * w"
     with np.errstate(all="ignore"):
-        y_from_saved = ((x - saved_mean[:, None]) * saved_rstd[:, None] * case["gamma"]
-                        + case["beta"])
-    if not matches(y, y_ref, dtype=dtype) and not matches(y, y_from_saved, dtype=dtype):
-        x_hat = (x - mean[:, None]) * rstd[:, None]
-        if matches(y, x_hat, dtype=dtype):
-            return "the statistics are right; apply gamma and beta: y = x_hat * w + b"
-        if matches(saved_mean, mean, dtype="float32") and \
-                matches(saved_rstd, rstd, dtype="float32"):
-            return ("the saved mean and rstd are right, so the slip is in the last step: "
-                    "y = (x - mean) * rstd * w + b")
-    with np.errstate(all="ignore"):
-        for hint, wrong_mean, wrong_rstd in _statistic_mistakes(case):
-            if matches(saved_mean, wrong_mean, dtype="float32") and \
-                    matches(saved_rstd, wrong_rstd, dtype="float32"):
+        for hint, wrong in _rstd_mistakes(case):
+            if matches(saved, wrong, dtype="float32"):
                 return hint
-    if matches(saved_mean, mean, dtype="float32") and np.abs(mean).max() > 100 * np.sqrt(
-            var.max()):
-        return ("compute the variance from x - mean (x is already in registers), not as "
-                "mean(x**2) - mean**2: for rows far from zero the two big numbers cancel "
-                "and float32 loses the difference")
     if dtype in ("float16", "bfloat16"):
-        return ("the statistics carry low-precision rounding: convert x to float32 right "
-                "after loading it (.to(tl.float32)) and keep mean, var and rstd in float32")
+        return ("rstd carries low-precision rounding: convert x to float32 right after "
+                "loading it (.to(tl.float32)) and keep the sum and rstd in float32")
     return None
 
 
-def _judge(case, output, *, statistics):
-    """y (and, when `statistics`, the saved mean and rstd) against float64."""
-    mean, _, rstd, y_ref = _reference(case)
+def _judge_forward(case, output, *, with_rstd):
+    rstd, y_ref = _forward_reference(case)
     dtype = str(case["dtype"])
     problem = mismatch(output["y"], y_ref, dtype=dtype, what="y")
-    if problem is None and statistics:
-        problem = (mismatch(output["mean"], mean, dtype="float32", what="the saved mean")
-                   or mismatch(output["rstd"], rstd, dtype="float32", what="the saved rstd"))
+    if problem is None and with_rstd:
+        problem = mismatch(output["rstd"], rstd, dtype="float32", what="the saved rstd")
     if problem is None and int(output["padding_written"]):
         problem = "y is right, but the kernel also wrote past the end of each row"
     if problem is None:
         return None
-    hint = _diagnose(case, output)
+    hint = _diagnose_forward(case, output)
     return problem + (f". Hint: {hint}" if hint else "")
 
 
 def _judge_y(case, output):
-    return _judge(case, output, statistics=False)
+    return _judge_forward(case, output, with_rstd=False)
 
 
-def _judge_with_statistics(case, output):
-    return _judge(case, output, statistics=True)
+def _judge_y_and_rstd(case, output):
+    return _judge_forward(case, output, with_rstd=True)
+
+
+# --- the backward -----------------------------------------------------------------------
+
+def _dx_cases(rng):
+    return [
+        ("5 rows of 100 features, 2 rows a program (the last program gets one)",
+         _backward_case(rng, 5, 100, 2, pad=3)),
+        ("4 rows of 64 features, all 4 in one program", _backward_case(rng, 4, 64, 4)),
+        ("3 rows of 37 features, one row a program", _backward_case(rng, 3, 37, 1, pad=1)),
+        ("4 rows of 48 features near 5, 3 rows a program",
+         _backward_case(rng, 4, 48, 3, offset=5.0)),
+        ("float16, 4 rows of 96 features, 3 rows a program",
+         _backward_case(rng, 4, 96, 3, dtype="float16")),
+        ("bfloat16, 2 rows of 128 features, 2 rows a program",
+         _backward_case(rng, 2, 128, 2, dtype="bfloat16", pad=2)),
+    ]
+
+
+def _partial_cases(rng):
+    return [
+        ("7 rows of 48 features, 3 rows a program (3, 3 and 1)",
+         _backward_case(rng, 7, 48, 3)),
+        ("4 rows of 64 features, 2 rows a program", _backward_case(rng, 4, 64, 2, pad=5)),
+        ("6 rows of 20 features, all in one program", _backward_case(rng, 6, 20, 6)),
+        ("5 rows of 100 features, one row a program", _backward_case(rng, 5, 100, 1, pad=2)),
+    ]
+
+
+def _backward_terms(case):
+    """float64 x_hat, g = dy * w and rstd (the saved float32 one)."""
+    x = case["x"].astype(np.float64)
+    rstd = case["rstd"].astype(np.float64)[:, None]  # M,1
+    return x * rstd, case["dy"].astype(np.float64) * case["gamma"], rstd
+
+
+def _dx_reference(case):
+    x_hat, g, rstd = _backward_terms(case)
+    return rstd * (g - x_hat * (g * x_hat).mean(-1, keepdims=True))
+
+
+def _dw_reference(case):
+    x_hat, _, _ = _backward_terms(case)
+    return (case["dy"].astype(np.float64) * x_hat).sum(0)
+
+
+def _dx_mistakes(case):
+    """[(what went wrong, the dx that mistake would give)]."""
+    x_hat, g, rstd = _backward_terms(case)
+    dy = case["dy"].astype(np.float64)
+    n = x_hat.shape[-1]
+    block = 1 << (n - 1).bit_length()
+    mean_gx = (g * x_hat).mean(-1, keepdims=True)
+    mistakes = [
+        ("only the direct path is there: x also moves rstd, which adds "
+         "-x_hat * mean(g * x_hat) inside the bracket", rstd * g),
+        ("g = dy * w: the weight scales the incoming gradient",
+         rstd * (dy - x_hat * (dy * x_hat).mean(-1, keepdims=True))),
+        ("RMSNorm subtracts no mean, so its dx has no -mean(g) term (that is layer "
+         "norm's)", rstd * (g - g.mean(-1, keepdims=True) - x_hat * mean_gx)),
+        ("the correction term has the wrong sign: dx = rstd * (g - x_hat * mean(g * x_hat))",
+         rstd * (g + x_hat * mean_gx)),
+        ("the bracket is multiplied by rstd once: dx = rstd * (g - x_hat * mean(g * x_hat))",
+         g - x_hat * mean_gx),
+    ]
+    if block != n:
+        mistakes.append(("the mean in mean(g * x_hat) divides by N, not by BLOCK_SIZE",
+                         rstd * (g - x_hat * (g * x_hat).sum(-1, keepdims=True) / block)))
+    return mistakes
+
+
+def _diagnose_dx(case, output):
+    dtype = str(case["dtype"])
+    expected = _dx_reference(case)
+    dx = np.asarray(output["dx"], dtype=np.float64)
+    unwritten = (dx == UNWRITTEN).all(-1)
+    if unwritten.all():
+        return "nothing was stored in DX: dx still holds what was there before"
+    if unwritten.any():
+        rows = ", ".join(str(r) for r in np.flatnonzero(unwritten))
+        return (f"rows {rows} of dx were never written: program p handles rows "
+                "p * rows_per_program up to (not including) the smaller of "
+                "(p + 1) * rows_per_program and M; loop over every one of its rows")
+    hint = _rows_hint(case, dx, expected, dtype)
+    if hint:
+        return hint
+    if int(output["padding_written"]):
+        return (f"the store wrote {int(output['padding_written'])} numbers into the lanes "
+                "past N of dx, which belong to someone else: store with mask=cols < N")
+    hint = _nan_hint(case, dx)
+    if hint:
+        return hint
+    with np.errstate(all="ignore"):
+        for hint, wrong in _dx_mistakes(case):
+            if matches(dx, wrong, dtype=dtype):
+                return hint
+    if dtype in ("float16", "bfloat16"):
+        return ("dx carries low-precision rounding: convert x, dy and w to float32 after "
+                "loading them, and round only when you store dx")
+    return None
+
+
+def _judge_dx(case, output):
+    dtype = str(case["dtype"])
+    problem = mismatch(output["dx"], _dx_reference(case), dtype=dtype, what="dx")
+    if problem is None and int(output["padding_written"]):
+        problem = "dx is right, but the kernel also wrote past the end of each row"
+    if problem is None:
+        return None
+    hint = _diagnose_dx(case, output)
+    return problem + (f". Hint: {hint}" if hint else "")
+
+
+def _partial_mistakes(case):
+    """[(what went wrong, the dW the rows of PartialDW would add up to)]."""
+    x_hat, g, _ = _backward_terms(case)
+    dy = case["dy"].astype(np.float64)
+    m = dy.shape[0]
+    rows_per_program = int(case["rows_per_program"])
+    starts = range(0, m, rows_per_program)
+    last_rows = [min(s + rows_per_program, m) - 1 for s in starts]
+    return [
+        ("the weight does not belong in dW: dW = sum over rows of dy * x_hat", (g * x_hat).sum(0)),
+        ("dW = sum over rows of dy * x_hat, with x_hat = x * rstd (the normalized row)",
+         (dy * case["x"].astype(np.float64)).sum(0)),
+        ("that is the sum of dy (a bias's gradient); dW = sum over rows of dy * x_hat",
+         dy.sum(0)),
+        ("each program kept only its last row's dy * x_hat: add every row into a float32 "
+         "accumulator (acc += dy * x_hat), started with tl.zeros",
+         (dy * x_hat)[last_rows].sum(0)),
+        ("each program kept only its first row's dy * x_hat: add every row of the program "
+         "into the accumulator", (dy * x_hat)[list(starts)].sum(0)),
+        ("the last row of each program is missing from the sum: program p adds every one of "
+         "its rows, from p * rows_per_program up to (not including) the smaller of "
+         "(p + 1) * rows_per_program and M",
+         np.delete(dy * x_hat, last_rows, axis=0).sum(0)),
+    ]
+
+
+def _judge_partial_dw(case, output):
+    partial = np.asarray(output["partial_dw"], dtype=np.float64)  # programs, N
+    expected = _dw_reference(case)
+    if int(output["partial_overrun"]):
+        return (f"{int(output['partial_overrun'])} numbers were stored past the last row of "
+                "PartialDW: program p writes one row of N numbers, at PartialDW + p * N + "
+                "cols, with mask=cols < N (write it once, after the loop over its rows)")
+    unwritten = (partial == UNWRITTEN).all(-1)
+    if unwritten.all():
+        return ("nothing was stored in PartialDW: each program stores its float32 sum of "
+                "dy * x_hat at PartialDW + p * N + cols")
+    if unwritten.any():
+        return (f"the rows {', '.join(str(p) for p in np.flatnonzero(unwritten))} of "
+                "PartialDW were never written: every program p stores its sum (zeros if it "
+                "had no rows) at PartialDW + p * N + cols")
+    if (partial == UNWRITTEN).any():
+        return ("part of a row of PartialDW was never written: store all N lanes "
+                "(mask=cols < N)")
+    dw = partial.sum(0)
+    problem = mismatch(dw, expected, dtype="float32", what="the rows of PartialDW added up")
+    if problem is None:
+        return None
+    hint = _nan_hint(case, partial)
+    with np.errstate(all="ignore"):
+        for text, wrong in _partial_mistakes(case):
+            if hint is None and matches(dw, wrong, dtype="float32"):
+                hint = text
+    return problem + (f". Hint: {hint}" if hint else "")
+
+
+# --- the inline questions ---------------------------------------------------------------
+
+EAGER_M = EAGER_N = 1024  # the question's shape, float32
+
+
+def eager_rms_norm_bytes(m, n, element_size):
+    """Bytes of the six eager kernels of `x * (x.pow(2).mean(-1, keepdim=True) + eps)
+    .rsqrt() * w`, each reading its tensor inputs and writing its result."""
+    big, row = m * n, m
+    per_kernel = [2 * big,  # pow: read x, write x**2
+                  big + row,  # mean: read x**2, write one number a row
+                  2 * row, 2 * row,  # add eps, rsqrt: (M, 1) in and out
+                  2 * big + row,  # x * rstd: read x and rstd, write
+                  2 * big + n]  # (x * rstd) * w: read it and w, write y
+    return sum(per_kernel) * element_size
+
+
+def _true_eager_ratio():
+    return eager_rms_norm_bytes(EAGER_M, EAGER_N, 4) / (2 * EAGER_M * EAGER_N * 4)
+
+
+def _judge_eager_ratio(case, output):
+    answer = np.asarray(output["answer"], dtype=np.float64)
+    if answer.size != 1 or not np.isfinite(answer).all():
+        return "give one number: the eager version's bytes divided by the fused kernel's"
+    value, truth = float(answer.ravel()[0]), _true_eager_ratio()
+    if abs(value - truth) <= 0.1:
+        return None
+    if abs(value - 6.0) <= 0.1:
+        return ("not yet right: not every one of the six kernels reads and writes a whole "
+                "M x N tensor; mean, add and rsqrt handle one number a row")
+    if abs(value - truth / 2) <= 0.1 or abs(value - truth * 2) <= 0.2:
+        return ("not yet right: the fused kernel moves 2 * M * N * 4 bytes (read x once, "
+                "write y once); count every kernel's reads and its writes")
+    return ("not yet right: count each of the six kernels' reads and writes as the lesson "
+            "does, add them up, and divide by the fused kernel's 2 * M * N * 4 bytes")
+
+
+BACKWARD_N = 4096  # float16
+BACKWARD_BYTES = 3 * BACKWARD_N * 2  # read x and dy, write dx
+RSTD_BYTES = 4
+
+
+def _judge_backward_bytes(case, output):
+    answer = np.asarray(output["answer"], dtype=np.float64)
+    if answer.size != 1 or not np.isfinite(answer).all():
+        return "give one number: the bytes per row"
+    value = float(answer.ravel()[0])
+    if BACKWARD_BYTES <= value <= BACKWARD_BYTES + RSTD_BYTES:
+        return None
+    if value in (2 * BACKWARD_N * 2, 2 * BACKWARD_N * 2 + RSTD_BYTES):
+        return "not yet right: which whole rows does the backward read, and which does it write?"
+    if value in (4 * BACKWARD_N * 2, 4 * BACKWARD_N * 2 + RSTD_BYTES):
+        return ("not yet right: w is loaded once per program, not once per row; count "
+                "what each row needs of its own")
+    if value in (3 * BACKWARD_N * 4, 3 * BACKWARD_N):
+        return "not yet right: float16 takes 2 bytes a number"
+    return ("not yet right: list the rows of N numbers the kernel loads and stores for each "
+            "row, and multiply by 2 bytes a number")
+
+
+def _no_inputs(rng):
+    return [("your answer", {})]
 
 
 CHECKS = {
-    "kernel_ln_rows": Check(_rows_cases, _judge_y),
-    "kernel_ln_ragged": Check(_ragged_cases, _judge_y),
-    "kernel_ln_statistics": Check(_statistics_cases, _judge_with_statistics),
-    "kernel_ln_half": Check(_half_cases, _judge_y),
+    "rms_forward_rows": Check(_rows_cases, _judge_y),
+    "rms_forward_ragged": Check(_ragged_cases, _judge_y),
+    "rms_forward_rstd": Check(_rstd_cases, _judge_y_and_rstd),
+    "rms_forward_half": Check(_half_cases, _judge_y),
+    "rms_backward_dx": Check(_dx_cases, _judge_dx),
+    "rms_backward_partial_dw": Check(_partial_cases, _judge_partial_dw),
+    "rms_eager_bytes_ratio": Check(_no_inputs, _judge_eager_ratio),
+    "rms_backward_bytes_per_row": Check(_no_inputs, _judge_backward_bytes),
 }

@@ -1,15 +1,19 @@
-"""Unit 07 checks, the student-facing half: launching the student's Triton kernel.
+"""Unit 07 checks, the student-facing half: launching the student's Triton kernels.
 
-The contract: the student passes the @triton.jit kernel itself,
+The contract: the student passes the @triton.jit kernels themselves,
 
-    layer_norm_fwd_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE)
+    rms_norm_fwd_kernel(X, Y, W, Rstd, row_stride, N, eps, BLOCK_SIZE)
+    rms_norm_bwd_kernel(DX, DY, X, W, Rstd, PartialDW, row_stride, M, N,
+                        rows_per_program, BLOCK_SIZE)
 
-and the probe launches it with one program per row. Its memory is laid out
-to make mistakes visible and harmless: rows sit `row_stride` >= BLOCK_SIZE
-elements apart; the lanes of x, w and b past N hold NaN, so a kernel that
-loads them gets NaN; the outputs (y, its padding, Mean, Rstd) start as
+and the probe launches them: the forward with one program per row, the backward
+with one program per run of `rows_per_program` consecutive rows, each writing
+its share of dW as one float32 row of PartialDW. The memory is laid out to make
+mistakes visible and harmless: rows sit `row_stride` >= BLOCK_SIZE elements
+apart; the lanes of x, dy and w past N hold NaN, so a kernel that loads them
+gets NaN; the outputs (y, dx, their padding, Rstd, PartialDW) start as
 UNWRITTEN, so what was never stored and what was stored past N both show; and
-every buffer has room for BLOCK_SIZE lanes of every row, so no kernel can
+every buffer has room for BLOCK_SIZE lanes past its last row, so no kernel can
 touch memory outside it (which can crash the interpreter).
 
 Before launching, the probe makes sure the object is a kernel (verify_kernel_object):
@@ -29,7 +33,9 @@ import numpy as np
 from normref.checks._runner import run_check
 
 UNWRITTEN = -1024.0  # exact in float16, bfloat16 and float32; no case's output is near it
-KERNEL_SIGNATURE = "layer_norm_fwd_kernel(X, Y, W, B, Mean, Rstd, row_stride, N, eps, BLOCK_SIZE)"
+FORWARD_SIGNATURE = "rms_norm_fwd_kernel(X, Y, W, Rstd, row_stride, N, eps, BLOCK_SIZE)"
+BACKWARD_SIGNATURE = ("rms_norm_bwd_kernel(DX, DY, X, W, Rstd, PartialDW, row_stride, M, N, "
+                      "rows_per_program, BLOCK_SIZE)")
 
 
 # Builtins a kernel body may call: none of them reaches outside Triton.
@@ -367,7 +373,7 @@ def _launch_machinery_problem():
     return None
 
 
-def verify_kernel_object(kernel):
+def verify_kernel_object(kernel, signature=FORWARD_SIGNATURE):
     """Refuse, with the reason, anything but a real @triton.jit kernel whose body
     stays inside Triton. Returns "cpu" (interpreter) or "cuda" (compiled)."""
     import torch
@@ -375,7 +381,7 @@ def verify_kernel_object(kernel):
     JITFunction, InterpretedFunction, _ = _triton_types()
     kind = type(kernel)  # type(), not isinstance(): __class__ can be made to lie
     if kind is not InterpretedFunction and kind is not JITFunction:
-        raise KernelRefused(f"pass the @triton.jit kernel itself ({KERNEL_SIGNATURE}), "
+        raise KernelRefused(f"pass the @triton.jit kernel itself ({signature}), "
                             f"not {kind.__name__}")
     replaced = _launch_machinery_problem()
     if replaced:
@@ -405,49 +411,105 @@ def _padded(values, width, length, dtype, device):
     return buffer
 
 
-def _launch_layer_norm_kernel(kernel, case):
+def _tensor(case, key, device):
     import torch
 
-    device = verify_kernel_object(kernel)
-    dtype = getattr(torch, str(case["dtype"]))
-    x = torch.from_numpy(np.asarray(case["x"], dtype=np.float32)).to(device)  # M, N
-    m, n = x.shape
+    return torch.from_numpy(np.asarray(case[key], dtype=np.float32)).to(device)
+
+
+def _layout(case, device):
+    """(dtype, M, N, BLOCK_SIZE, row_stride, buffer length) for a case."""
+    import torch
+
+    m, n = np.asarray(case["x"]).shape
     block = 1 << (n - 1).bit_length()  # next power of two >= n
     stride = block + int(case["pad"])
-    size = m * stride + block  # spare room past the last row
-    x_buffer = _padded(x, stride, size, dtype, device)
-    y_buffer = torch.full((size,), UNWRITTEN, dtype=dtype, device=device)
-    params = [_padded(torch.from_numpy(np.asarray(case[k], dtype=np.float32)).to(device),
-                      block, block, dtype, device) for k in ("gamma", "beta")]
-    mean = torch.full((m + block,), UNWRITTEN, dtype=torch.float32, device=device)
+    return getattr(torch, str(case["dtype"])), m, n, block, stride, m * stride + block
+
+
+def _rows(buffer, m, n, block, stride):
+    """(values (M, N) as float32, how many lanes past N were written)."""
+    rows = buffer[: m * stride].view(m, stride)
+    return rows[:, :n].float(), np.array(int((rows[:, n:block] != UNWRITTEN).sum()))
+
+
+def _launch_forward(kernel, case):
+    import torch
+
+    device = verify_kernel_object(kernel, FORWARD_SIGNATURE)
+    dtype, m, n, block, stride, size = _layout(case, device)
+    x = _padded(_tensor(case, "x", device), stride, size, dtype, device)
+    w = _padded(_tensor(case, "gamma", device), block, block, dtype, device)
+    y = torch.full((size,), UNWRITTEN, dtype=dtype, device=device)
     rstd = torch.full((m + block,), UNWRITTEN, dtype=torch.float32, device=device)
-    kernel[(m,)](x_buffer, y_buffer, params[0], params[1], mean, rstd,
-                 stride, n, float(case["eps"]), BLOCK_SIZE=block)
-    rows = y_buffer[: m * stride].view(m, stride)
-    padding = rows[:, n:block]
-    return {
-        "y": rows[:, :n].float(),
-        "mean": mean[:m],
-        "rstd": rstd[:m],
-        "padding_written": np.array(int((padding != UNWRITTEN).sum())),
-    }
+    kernel[(m,)](x, y, w, rstd, stride, n, float(case["eps"]), BLOCK_SIZE=block)
+    values, padding_written = _rows(y, m, n, block, stride)
+    return {"y": values, "rstd": rstd[:m], "padding_written": padding_written}
 
 
-def check_kernel_rows(layer_norm_fwd_kernel):
-    """Check the kernel's y on float32 rows whose N is a power of two."""
-    run_check("kernel_ln_rows", layer_norm_fwd_kernel, _launch_layer_norm_kernel)
+def _launch_backward(kernel, case):
+    import torch
+
+    device = verify_kernel_object(kernel, BACKWARD_SIGNATURE)
+    dtype, m, n, block, stride, size = _layout(case, device)
+    x = _padded(_tensor(case, "x", device), stride, size, dtype, device)
+    dy = _padded(_tensor(case, "dy", device), stride, size, dtype, device)
+    w = _padded(_tensor(case, "gamma", device), block, block, dtype, device)
+    rstd = _tensor(case, "rstd", device)  # float32, computed by the grader
+    dx = torch.full((size,), UNWRITTEN, dtype=dtype, device=device)
+    rows_per_program = int(case["rows_per_program"])
+    programs = -(-m // rows_per_program)
+    # room for a row per row of x, so that a kernel storing by row instead of by
+    # program stays inside the buffer (and shows in partial_overrun)
+    partial = torch.full((max(programs, m + 1) * n + block,), UNWRITTEN,
+                         dtype=torch.float32, device=device)
+    kernel[(programs,)](dx, dy, x, w, rstd, partial, stride, m, n, rows_per_program,
+                        BLOCK_SIZE=block)
+    values, padding_written = _rows(dx, m, n, block, stride)
+    return {"dx": values, "partial_dw": partial[: programs * n].view(programs, n),
+            "padding_written": padding_written,
+            "partial_overrun": np.array(int((partial[programs * n:] != UNWRITTEN).sum()))}
 
 
-def check_kernel_ragged_rows(layer_norm_fwd_kernel):
-    """Check the kernel's y on rows whose N is not a power of two (masked lanes)."""
-    run_check("kernel_ln_ragged", layer_norm_fwd_kernel, _launch_layer_norm_kernel)
+def check_rms_forward_rows(rms_norm_fwd_kernel):
+    """Check the forward kernel's y on float32 rows whose N is a power of two."""
+    run_check("rms_forward_rows", rms_norm_fwd_kernel, _launch_forward)
 
 
-def check_kernel_statistics(layer_norm_fwd_kernel):
-    """Check the mean and rstd the kernel saves for the backward pass."""
-    run_check("kernel_ln_statistics", layer_norm_fwd_kernel, _launch_layer_norm_kernel)
+def check_rms_forward_ragged_rows(rms_norm_fwd_kernel):
+    """Check the forward kernel's y on rows whose N is not a power of two."""
+    run_check("rms_forward_ragged", rms_norm_fwd_kernel, _launch_forward)
 
 
-def check_kernel_half_precision(layer_norm_fwd_kernel):
-    """Check the kernel on float16 and bfloat16 rows."""
-    run_check("kernel_ln_half", layer_norm_fwd_kernel, _launch_layer_norm_kernel)
+def check_rms_forward_rstd(rms_norm_fwd_kernel):
+    """Check the rstd the forward kernel saves for the backward pass."""
+    run_check("rms_forward_rstd", rms_norm_fwd_kernel, _launch_forward)
+
+
+def check_rms_forward_half_precision(rms_norm_fwd_kernel):
+    """Check the forward kernel on float16 and bfloat16 rows."""
+    run_check("rms_forward_half", rms_norm_fwd_kernel, _launch_forward)
+
+
+def check_rms_backward_dx(rms_norm_bwd_kernel):
+    """Check dx from the backward kernel, float32 and half precision."""
+    run_check("rms_backward_dx", rms_norm_bwd_kernel, _launch_backward)
+
+
+def check_rms_backward_partial_dw(rms_norm_bwd_kernel):
+    """Check each program's share of dW (the rows of PartialDW) and their sum."""
+    run_check("rms_backward_partial_dw", rms_norm_bwd_kernel, _launch_backward)
+
+
+def _answer_as_number(answer, case):
+    return {"answer": np.asarray(answer, dtype=np.float64)}
+
+
+def check_eager_bytes_ratio(eager_bytes_ratio):
+    """Check the ratio of bytes moved by the eager RMSNorm to the fused forward."""
+    run_check("rms_eager_bytes_ratio", eager_bytes_ratio, _answer_as_number)
+
+
+def check_backward_bytes_per_row(backward_bytes_per_row):
+    """Check the bytes per row that the fused backward reads and writes."""
+    run_check("rms_backward_bytes_per_row", backward_bytes_per_row, _answer_as_number)

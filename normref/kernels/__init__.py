@@ -1,4 +1,4 @@
-"""Unit 07, the fused kernel: Triton layer norm and RMSNorm.
+"""Unit 07, the fused kernel: Triton layer norm and RMSNorm, forward and backward.
 
     from normref.kernels import layer_norm, rms_norm
 
@@ -19,6 +19,8 @@ _EXPORTS = {
     "layer_norm_forward": "ops",
     "layer_norm_backward": "ops",
     "rms_norm_forward": "ops",
+    "rms_norm_backward": "ops",
+    "RMSNormFunction": "ops",
     "interpreter_on": "ops",
     "max_features": "ops",
     "MAX_FUSED_BYTES": "ops",

@@ -37,6 +37,11 @@ def _signature(kernel_name, dtype):
                 "Rstd": "*fp32", "PartialDW": "*fp32", "PartialDB": "*fp32",
                 "x_row_stride": "i32", "dy_row_stride": "i32", "dx_row_stride": "i32",
                 "M": "i32", "N": "i32", "rows_per_program": "i32", "BLOCK_SIZE": "constexpr"}
+    if kernel_name == "rms_norm_bwd_kernel":
+        return {"DX": f"*{t}", "DY": f"*{t}", "X": f"*{t}", "W": f"*{t}", "Rstd": "*fp32",
+                "PartialDW": "*fp32", "x_row_stride": "i32", "dy_row_stride": "i32",
+                "dx_row_stride": "i32", "M": "i32", "N": "i32", "rows_per_program": "i32",
+                "BLOCK_SIZE": "constexpr"}
     return {"PartialDW": "*fp32", "PartialDB": "*fp32", "DW": f"*{t}", "DB": f"*{t}",
             "groups": "i32", "N": "i32", "BLOCK_GROUPS": "constexpr", "BLOCK_COLS": "constexpr"}
 
@@ -97,6 +102,8 @@ def configurations(quick):
             yield "layer_norm_fwd_kernel", dtype, {"BLOCK_SIZE": block}, warps, 3
             yield "rms_norm_fwd_kernel", dtype, {"BLOCK_SIZE": block}, warps, 3
             yield ("layer_norm_bwd_dx_kernel", dtype, {"BLOCK_SIZE": block},
+                   backward_num_warps(block), 1)
+            yield ("rms_norm_bwd_kernel", dtype, {"BLOCK_SIZE": block},
                    backward_num_warps(block), 1)
         yield "sum_partials_kernel", dtype, {"BLOCK_GROUPS": 32, "BLOCK_COLS": 128}, 4, 3
 

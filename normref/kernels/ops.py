@@ -1,7 +1,7 @@
 """Unit 07: launching the fused kernels, autograd, and the public wrappers.
 
     layer_norm(x, weight=None, bias=None, eps=1e-5)   # differentiable
-    rms_norm(x, weight=None, eps=1e-5)                # forward only
+    rms_norm(x, weight=None, eps=1e-5)                # differentiable
 
 x: (..., N) float32, float16 or bfloat16 -> y: (..., N), same dtype.
 CUDA tensors run the compiled kernels; CPU tensors run in Triton's
@@ -208,18 +208,56 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5):
     return LayerNormFunction.apply(x, weight, bias, float(eps))
 
 
+def rms_norm_backward(dy2d, x2d, weight, rstd):
+    """dx (M, N) in x's dtype; dweight (N,) in weight's dtype.
+
+    Each program writes one float32 row of partial sums of dy * x_hat; adding
+    those rows (groups x N numbers) is left to torch, as Liger-Kernel does.
+    """
+    m, n = x2d.shape
+    dx = torch.empty((m, n), dtype=x2d.dtype, device=x2d.device)
+    if m == 0:
+        return dx, torch.zeros(n, dtype=weight.dtype, device=x2d.device)
+    rows_per_program = triton.cdiv(m, _partial_groups(m, x2d.device))
+    groups = triton.cdiv(m, rows_per_program)
+    partial_dw = torch.empty((groups, n), dtype=torch.float32, device=x2d.device)
+    block = block_size_for(n)
+    K.rms_norm_bwd_kernel[(groups,)](
+        dx, dy2d, x2d, weight, rstd, partial_dw,
+        x2d.stride(0), dy2d.stride(0), dx.stride(0), m, n, rows_per_program,
+        BLOCK_SIZE=block, num_warps=backward_num_warps(block), num_stages=1,
+    )
+    return dx, partial_dw.sum(0).to(weight.dtype)
+
+
+class RMSNormFunction(torch.autograd.Function):
+    """Fused RMSNorm over the last axis, with the fused backward.
+
+    apply(x, weight, eps); weight may be None (1), and then gets no gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        n = x.shape[-1]
+        w = _param(weight, n, 1.0, x)
+        x2d = _as_rows(x, n)
+        y, rstd = rms_norm_forward(x2d, w, eps)
+        ctx.save_for_backward(x2d, w, rstd)
+        return y.reshape(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2d, w, rstd = ctx.saved_tensors
+        dx, dw = rms_norm_backward(_as_rows(dy, x2d.shape[1]), x2d, w, rstd)
+        return dx.reshape(dy.shape), dw if ctx.needs_input_grad[1] else None, None
+
+
 def rms_norm(x, weight=None, eps=1e-5):
     """Fused RMSNorm over the last axis: x / sqrt(mean(x^2) + eps) * weight.
 
-    Forward only. Note that F.rms_norm's default eps is the dtype's machine
-    epsilon, not 1e-5: pass eps to both when comparing.
+    Note that F.rms_norm's default eps is the dtype's machine epsilon, not
+    1e-5: pass eps to both when comparing.
     x: (..., N); weight: (N,) or None -> (..., N)
     """
-    n = _check(x, weight, None)
-    if torch.is_grad_enabled() and (x.requires_grad or
-                                    (weight is not None and weight.requires_grad)):
-        raise NotImplementedError("rms_norm here is forward-only; call it under "
-                                  "torch.no_grad() or on tensors that need no gradient")
-    w = _param(weight, n, 1.0, x)
-    y, _ = rms_norm_forward(_as_rows(x, n), w, float(eps))
-    return y.reshape(x.shape)
+    _check(x, weight, None)
+    return RMSNormFunction.apply(x, weight, float(eps))

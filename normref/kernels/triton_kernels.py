@@ -121,3 +121,37 @@ def sum_partials_kernel(
         db += tl.load(PartialDB + offsets, mask=mask, other=0.0)
     tl.store(DW + cols, tl.sum(dw, axis=0).to(DW.dtype.element_ty), mask=col_mask)
     tl.store(DB + cols, tl.sum(db, axis=0).to(DB.dtype.element_ty), mask=col_mask)
+
+
+@triton.jit
+def rms_norm_bwd_kernel(
+    DX, DY, X, W, Rstd,  # pointers: DX, DY, X (M, N); W (N,); Rstd (M,) float32
+    PartialDW,  # pointer: (groups, N) float32, one row per program
+    x_row_stride, dy_row_stride, dx_row_stride, M, N, rows_per_program,
+    BLOCK_SIZE: tl.constexpr,
+):
+    """dx for a run of consecutive rows, and that run's share of dw.
+
+    With g = dy * w and x_hat = x * rstd: dx = rstd * (g - x_hat * mean(g * x_hat))
+    (x moves rstd too: that is the second term). The program adds dy * x_hat over
+    its rows in float32 registers and writes the sum once, as in the layer-norm
+    backward above; the launcher adds the programs' rows.
+    """
+    group = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < N
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    dw_sum = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    first_row = group.to(tl.int64) * rows_per_program
+    last_row = tl.minimum(first_row + rows_per_program, M)
+    for row in range(first_row, last_row):
+        x = tl.load(X + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(Rstd + row)
+        x_hat = x * rstd  # zero on masked lanes, because x is
+        g = dy * w
+        mean_g_xhat = tl.sum(g * x_hat, axis=0) / N
+        dx = rstd * (g - x_hat * mean_g_xhat)
+        tl.store(DX + row * dx_row_stride + cols, dx.to(DX.dtype.element_ty), mask=mask)
+        dw_sum += dy * x_hat
+    tl.store(PartialDW + group.to(tl.int64) * N + cols, dw_sum, mask=mask)
