@@ -295,12 +295,12 @@ def _score_in_kernel(gid, points, cell, syntax_errors=()):
 
 def manual_cells(source_nb):
     """[(grade_id, points)] for the cells a person grades in the formgrader: graded
-    answer cells (markdown, or code marked both solution and grade)."""
+    answer cells (markdown, or code marked both solution and grade) and tasks."""
     cells = []
     for cell in source_nb.cells:
         meta = _nbgrader(cell)
-        if meta.get("grade") and meta.get("points") and (
-                cell.cell_type == "markdown" or meta.get("solution")):
+        if meta.get("points") and (meta.get("task") or meta.get("grade") and (
+                cell.cell_type == "markdown" or meta.get("solution"))):
             cells.append((meta["grade_id"], float(meta["points"])))
     return cells
 

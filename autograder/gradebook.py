@@ -35,13 +35,15 @@ def _ensure_assignment(gradebook, *, assignment, notebook, source_nb):
         gradebook.add_notebook(notebook, assignment)
     kinds = {c.metadata.get("nbgrader", {}).get("grade_id"): c.cell_type
              for c in source_nb.cells}
+    tasks = {c.metadata["nbgrader"]["grade_id"] for c in source_nb.cells
+             if c.metadata.get("nbgrader", {}).get("task")}
     graded = [(gid, points) for gid, points, _ in grade_cells(source_nb)]
     for gid, points in graded + manual_cells(source_nb):
         try:
-            gradebook.find_grade_cell(gid, notebook, assignment)
+            gradebook.find_graded_cell(gid, notebook, assignment)
         except MissingEntry:
-            gradebook.add_grade_cell(gid, notebook, assignment, max_score=points,
-                                     cell_type=kinds.get(gid, "code"))
+            add = gradebook.add_task_cell if gid in tasks else gradebook.add_grade_cell
+            add(gid, notebook, assignment, max_score=points, cell_type=kinds.get(gid, "code"))
 
 
 def _grade_row(gradebook, *, gid, notebook, assignment, student):
@@ -50,11 +52,14 @@ def _grade_row(gradebook, *, gid, notebook, assignment, student):
 
     try:
         return gradebook.find_grade(gid, notebook, assignment, student)
-    except MissingEntry:
+    except MissingEntry:  # a task, or a cell newer than the submission
         submitted = gradebook.find_submission_notebook(notebook, assignment, student)
-        cell = gradebook.find_grade_cell(gid, notebook, assignment)
-        grade = Grade(cell_id=cell.id, notebook=submitted)
-        gradebook.db.add(grade)
+        cell = gradebook.find_graded_cell(gid, notebook, assignment)
+        grade = gradebook.db.query(Grade).filter(
+            Grade.cell_id == cell.id, Grade.notebook_id == submitted.id).one_or_none()
+        if grade is None:
+            grade = Grade(cell_id=cell.id, notebook=submitted)
+            gradebook.db.add(grade)
         return grade
 
 

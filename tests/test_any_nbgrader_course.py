@@ -106,7 +106,8 @@ def test_manual_cells_are_pending_in_every_report(graded):
     folder, results = write_reports(course=course, assignment=ASSIGNMENT,
                                     results=graded["results"])
     for result in results:
-        assert sorted(result["pending"]) == ["part-a", "part-b", "sum_of_squares_application",
+        assert sorted(result["pending"]) == ["cell-938593c4a215c6cc", "part-a", "part-b",
+                                             "sum_of_squares_application",
                                              "sum_of_squares_equation"]
     page = (folder / "feedback" / "hacker.html").read_text()
     assert "problem1.ipynb" in page and "problem2.ipynb" in page and "pending" in page
