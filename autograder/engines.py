@@ -105,22 +105,28 @@ def _start_pool_worker(parent_pid):
     warm_worker()
 
 
-def run_on_pool(tasks, *, workers, on_done):
-    """Grade `tasks` (an iterable) on a local process pool; on_done(task, graded,
-    error) is called in this process as each finishes."""
-    from autograder.grade import grade_task
+class PoolEngine:
+    """A local process pool of `workers` processes (the benchmark's baseline)."""
 
-    tasks = iter(tasks)
-    with ProcessPoolExecutor(max_workers=workers, initializer=_start_pool_worker,
-                             initargs=(os.getpid(),)) as pool:
+    def __init__(self, *, workers):
+        self.workers = workers
+        self.pool = ProcessPoolExecutor(max_workers=workers, initializer=_start_pool_worker,
+                                        initargs=(os.getpid(),))
+
+    def run(self, tasks, *, on_done):
+        """Grade `tasks` (an iterable); on_done(task, graded, error) is called in
+        this process as each finishes."""
+        from autograder.grade import grade_task
+
+        tasks = iter(tasks)
         running = {}
 
         def refill():
-            while len(running) < workers * _IN_FLIGHT_PER_WORKER:
+            while len(running) < self.workers * _IN_FLIGHT_PER_WORKER:
                 task = next(tasks, None)
                 if task is None:
                     return
-                running[pool.submit(grade_task, task)] = task
+                running[self.pool.submit(grade_task, task)] = task
 
         refill()
         while running:
@@ -128,10 +134,31 @@ def run_on_pool(tasks, *, workers, on_done):
             for future in finished:
                 task = running.pop(future)
                 try:
-                    on_done(task, future.result(), None)
+                    graded = future.result()
                 except Exception as exc:  # noqa: BLE001 - a worker's crash is one student's
                     on_done(task, None, exc)
+                else:
+                    on_done(task, graded, None)
             refill()
+
+    def close(self):
+        self.pool.shutdown(cancel_futures=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def engine_for(name, *, workers, scheduler=None, log=sys.stderr):
+    """The engine called `name`: "dask" (a LocalCluster, or the cluster at
+    `scheduler`) or "pool"."""
+    if name == "dask":
+        return DaskEngine(workers=workers, scheduler=scheduler, log=log)
+    if name == "pool":
+        return PoolEngine(workers=workers)
+    raise ValueError(f"unknown engine {name!r}: dask or pool")
 
 
 def _bokeh_available():
@@ -156,7 +183,7 @@ class DaskEngine:
             self.cluster = LocalCluster(
                 n_workers=workers, threads_per_worker=1, processes=True,
                 dashboard_address=":0" if _bokeh_available() else None,
-                silence_logs=logging.ERROR, worker_dashboard_address=None)
+                silence_logs=logging.CRITICAL, worker_dashboard_address=None)
             self.client = Client(self.cluster)
         try:
             if self.cluster is not None:
@@ -229,11 +256,16 @@ class DaskEngine:
                 pending.add(more)
 
     def close(self):
+        # Closing drops the workers' connections: that is expected, not worth a traceback.
+        quiet = logging.getLogger("distributed")
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
         try:
             self.client.close()
-        finally:
             if self.cluster is not None:
                 self.cluster.close()
+        finally:
+            quiet.setLevel(level)
 
     def __enter__(self):
         return self

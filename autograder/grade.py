@@ -680,11 +680,13 @@ def scaled_timeouts(reference_seconds, *, ceiling, factor=TIMEOUT_FACTOR,
             for gid, seconds in reference_seconds.items() if not gid.startswith("cell ")}
 
 
-def reference_timing(*, course, assignment, settings, against, progress=sys.stderr):
+def reference_timing(*, course, assignment, settings, against, runner,
+                     progress=sys.stderr):
     """{grade_id: seconds} of the reference solution's own run, graded like a hand-in
-    (the source notebook, solutions in place) on this machine; cached per source
-    notebook, policy and checks in .grading/<assignment>/. None, with a warning, when
-    the reference does not earn every point: then nothing is scaled."""
+    (the source notebook, solutions in place) by `runner` (an engine: where the
+    hand-ins run); cached per source notebook, policy and checks in
+    .grading/<assignment>/. None, with a warning, when the reference does not earn
+    every point: then nothing is scaled."""
     cache = course.root / ".grading" / assignment / "reference_timing.json"
     try:
         cached = json.loads(cache.read_text())
@@ -696,7 +698,15 @@ def reference_timing(*, course, assignment, settings, against, progress=sys.stde
                      settings=settings, against=against)
     task = dataclasses.replace(task, name_note=None, notebooks=tuple(
         dataclasses.replace(part, handin=part.source.encode("utf-8")) for part in task.notebooks))
-    result = grade_task(task)["result"]
+    outcome = {}
+    runner.run([task], on_done=lambda _, graded, error: outcome.update(
+        graded=graded, error=error))
+    if outcome.get("error") is not None:
+        print(f"warning: the reference solution of {assignment} could not be run "
+              f"({type(outcome['error']).__name__}): cell timeouts are not scaled",
+              file=progress)
+        return None
+    result = outcome["graded"]["result"]
     if result["status"] != "graded" or result["score"] < sum(
             c["max_points"] for c in result["cells"]):
         lost = [f"{c['grade_id']}: {c['reason']}" for c in result["cells"] if c["reason"]]
@@ -754,12 +764,6 @@ def grade_assignment(*, course, assignment, settings=None, workers=None, force=F
     if done:
         print(f"{done} of {len(students)} already graded (unchanged hand-ins): skipped",
               file=progress)
-    if todo and scale_timeouts:
-        reference = reference_timing(course=course, assignment=assignment,
-                                     settings=settings, against=against, progress=progress)
-        if reference:
-            settings = dataclasses.replace(settings, cell_timeouts=scaled_timeouts(
-                reference, ceiling=settings.cell_timeout))
     in_terminal = getattr(progress, "isatty", lambda: False)()
     bar = tqdm(total=len(students), initial=done, file=progress, unit="hand-in",
                dynamic_ncols=True, mininterval=1.0, disable=not (todo and in_terminal))
@@ -781,20 +785,24 @@ def grade_assignment(*, course, assignment, settings=None, workers=None, force=F
         bar.write(f"[{done}/{len(students)}] {task.student}: {line}", file=progress)
         bar.update(1)
 
-    tasks = (make_task(course=course, assignment=assignment, student=s, settings=settings,
-                       against=against, unverified=states[s] == "unverified") for s in todo)
+    def tasks(run_settings):
+        return (make_task(course=course, assignment=assignment, student=s,
+                          settings=run_settings, against=against,
+                          unverified=states[s] == "unverified") for s in todo)
+
     try:
-        if not todo:
-            pass
-        elif engine == "pool":
-            engines.run_on_pool(tasks, workers=workers, on_done=on_done)
-        elif engine == "dask":
-            with engines.DaskEngine(workers=workers, scheduler=scheduler,
-                                    log=progress) as cluster:
-                workers = cluster.workers
-                cluster.run(tasks, on_done=on_done)
-        else:
-            raise ValueError(f"unknown engine {engine!r}: dask or pool")
+        if todo:
+            with engines.engine_for(engine, workers=workers, scheduler=scheduler,
+                                    log=progress) as runner:
+                workers = runner.workers
+                if scale_timeouts:
+                    reference = reference_timing(course=course, assignment=assignment,
+                                                 settings=settings, against=against,
+                                                 runner=runner, progress=progress)
+                    if reference:
+                        settings = dataclasses.replace(settings, cell_timeouts=scaled_timeouts(
+                            reference, ceiling=settings.cell_timeout))
+                runner.run(tasks(settings), on_done=on_done)
     finally:
         bar.close()
     results = load_results(course, assignment)
