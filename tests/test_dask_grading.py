@@ -126,6 +126,7 @@ def test_a_worker_killed_mid_run_costs_no_grade_and_grades_nobody_twice(cluster,
     release(course=course, log=open(os.devnull, "w"))
     expected = _class_of(course, 12)
     log = tmp_path / "progress.log"
+    log.write_text("")
     outcome = {}
 
     def grade():
