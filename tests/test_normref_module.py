@@ -260,6 +260,25 @@ class FlattenVarMean(nn.Module):
         return y
 
 
+class BiasFirst(CorrectLayerNorm):
+    """Correct but unusual: beta is created before gamma, so parameters()
+    and the state_dict list bias first; names, not order, must match."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+        super().__init__(normalized_shape, eps, elementwise_affine=False)
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            shape = self.normalized_shape
+            self.bias = nn.Parameter(torch.zeros(shape)) if bias else None
+            self.weight = nn.Parameter(torch.ones(shape))
+
+
+class BiasFirstAdd(BiasFirst):
+    def forward(self, x, residual=None):
+        residual_sum = x if residual is None else x + residual
+        return residual_sum, super().forward(residual_sum)
+
+
 class OnePassVariance(CorrectLayerNorm):
     def statistics(self, x, dims):
         mean = x.mean(dims, keepdim=True)
@@ -437,7 +456,7 @@ def test_correct_modules_pass_for_any_seed(check_name, seed):
         "autograd": module_probes._probe_autograd,
         "shape_error": module_probes._probe_shape_error,
     }.get(check_name, module_probes._probe_module)
-    for module_class in (CorrectLayerNorm, FlattenVarMean, LayerNorm):
+    for module_class in (CorrectLayerNorm, FlattenVarMean, BiasFirst, LayerNorm):
         cases = _registry.make_cases(name, seed)
         outputs, errors = _runner._probe_all(module_class, cases, probe)
         verdict = _registry.judge(name, cases, outputs, errors)
@@ -636,7 +655,7 @@ def test_add_check_passes_correct_modules_and_explains_the_slips(module_class, w
 @pytest.mark.parametrize("seed", range(3))
 def test_correct_add_modules_pass_for_any_seed(seed):
     cases = _registry.make_cases("add_layer_norm_module", seed)
-    for module_class in (CorrectAdd, ScratchAdd, AddLayerNorm):
+    for module_class in (CorrectAdd, ScratchAdd, BiasFirstAdd, AddLayerNorm):
         outputs, errors = _runner._probe_all(module_class, cases,
                                              module_probes._probe_add_layer_norm)
         verdict = _registry.judge("add_layer_norm_module", cases, outputs, errors)
