@@ -1,4 +1,5 @@
-"""Unit 05, Pre-LN versus Post-LN: transformer blocks, a tiny causal LM, adaLN.
+"""Unit 05, Pre-LN versus Post-LN: transformer blocks, a tiny causal LM, adaLN,
+and two later answers to Pre-LN's costs: sandwich-LN and DeepNorm.
 
 Shapes: x is (B, T, d) — B sequences of T tokens of d features.
 
@@ -18,8 +19,15 @@ q k^T / sqrt(d_head) with a causal mask (a token sees itself and earlier
 tokens), softmax over keys, weighted sum of values, heads concatenated, proj.
 
     Post-LN (Vaswani et al. 2017): x = ln1(x + attn(x)); x = ln2(x + mlp(x))
-    Pre-LN  (GPT-2 onward):        x = x + attn(ln1(x)); x = x + mlp(ln2(x))
+    Pre-LN  (tensor2tensor; Baevski and Auli 2018; Wang et al. 2019; GPT-2):
+                                   x = x + attn(ln1(x)); x = x + mlp(ln2(x))
     and a Pre-LN model applies one final LayerNorm (ln_f) before its head.
+    Sandwich-LN (Ding et al. 2021, CogView): Pre-LN plus an LN on each
+    sublayer's output, ln1_out and ln2_out (d,) weights and biases:
+                                   x = x + ln1_out(attn(ln1(x))); likewise mlp
+    DeepNorm (Wang et al. 2022, DeepNet): Post-LN with the residual scaled by
+    alpha, x = ln1(alpha x + attn(x)); likewise mlp; at initialization the
+    value, attn.proj, mlp.fc and mlp.proj weights are multiplied by beta.
 """
 
 import math
@@ -106,30 +114,91 @@ class PostLNBlock(_Block):
         return self.ln2(x + self.mlp(x))
 
 
-BLOCK_CLASSES = {"pre": PreLNBlock, "post": PostLNBlock}
+class SandwichLNBlock(_Block):
+    """Pre-LN with an LN on each sublayer's output too (Ding et al. 2021):
+    x + ln1_out(attn(ln1(x))), then + ln2_out(mlp(ln2(.)))."""
+
+    def __init__(self, d_model, n_heads, d_ff=None):
+        super().__init__(d_model, n_heads, d_ff)
+        self.ln1_out = nn.LayerNorm(d_model)
+        self.ln2_out = nn.LayerNorm(d_model)
+
+    def forward(self, x):
+        x = x + self.ln1_out(self.attn(self.ln1(x)))
+        return x + self.ln2_out(self.mlp(self.ln2(x)))
+
+
+class DeepNormBlock(_Block):
+    """Post-LN with the residual scaled up (Wang et al. 2022):
+    ln1(alpha x + attn(x)), then ln2(alpha . + mlp(.)). No new parameters."""
+
+    def __init__(self, d_model, n_heads, d_ff=None, alpha=1.0):
+        super().__init__(d_model, n_heads, d_ff)
+        self.alpha = float(alpha)
+
+    def forward(self, x):
+        x = self.ln1(self.alpha * x + self.attn(x))
+        return self.ln2(self.alpha * x + self.mlp(x))
+
+
+def deepnorm_constants(n_layers):
+    """(alpha, beta) of DeepNet's Table 1 for a decoder-only stack of n_layers
+    blocks: alpha = (2 N)^(1/4), beta = (8 N)^(-1/4)."""
+    return (2 * n_layers) ** 0.25, (8 * n_layers) ** -0.25
+
+
+def deepnorm_scale_(block, beta):
+    """DeepNet's initialization, in place, after an ordinary one: multiply the
+    value rows of attn.qkv.weight (the last d of its 3d rows), attn.proj.weight,
+    mlp.fc.weight and mlp.proj.weight by beta. Queries, keys, biases and the
+    LayerNorms are left alone. Returns the block."""
+    qkv = block.attn.qkv.weight  # 3d, d: queries, keys, values
+    d = qkv.shape[1]
+    with torch.no_grad():
+        qkv[2 * d:] *= beta
+        for weight in (block.attn.proj.weight, block.mlp.fc.weight, block.mlp.proj.weight):
+            weight *= beta
+    return block
+
+
+BLOCK_CLASSES = {"pre": PreLNBlock, "post": PostLNBlock, "sandwich": SandwichLNBlock,
+                 "deepnorm": DeepNormBlock}
+FINAL_LN = {"pre": True, "post": False, "sandwich": True, "deepnorm": False}
 
 
 class TinyLM(nn.Module):
     """A tiny causal language model: embeddings, n_layers blocks, (ln_f), head.
 
-    tokens (B, T) int64 -> logits (B, T, vocab). A Pre-LN model ends with the
-    final LayerNorm ln_f; a Post-LN model's last block already ends in an LN,
-    so ln_f is the identity there.
+    tokens (B, T) int64 -> logits (B, T, vocab). A Pre-LN (or sandwich-LN)
+    model ends with the final LayerNorm ln_f; a Post-LN (or DeepNorm) model's
+    last block already ends in an LN, so ln_f is the identity there. A
+    DeepNorm model takes alpha and beta from deepnorm_constants(n_layers).
     """
 
     def __init__(self, vocab, d_model, n_layers, n_heads, norm_position="pre",
                  d_ff=None, max_len=64):
         super().__init__()
         if norm_position not in BLOCK_CLASSES:
-            raise ValueError(f"norm_position must be 'pre' or 'post', not {norm_position!r}")
+            raise ValueError(f"norm_position must be one of {sorted(BLOCK_CLASSES)}, "
+                             f"not {norm_position!r}")
         self.norm_position = norm_position
         self.tok_emb = nn.Embedding(vocab, d_model)
         self.pos_emb = nn.Embedding(max_len, d_model)
+        alpha, self.beta = deepnorm_constants(n_layers)
+        extra = {"alpha": alpha} if norm_position == "deepnorm" else {}
         block = BLOCK_CLASSES[norm_position]
-        self.blocks = nn.ModuleList(block(d_model, n_heads, d_ff) for _ in range(n_layers))
-        self.ln_f = nn.LayerNorm(d_model) if norm_position == "pre" else nn.Identity()
+        self.blocks = nn.ModuleList(block(d_model, n_heads, d_ff, **extra)
+                                    for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model) if FINAL_LN[norm_position] else nn.Identity()
         self.head = nn.Linear(d_model, vocab, bias=False)
         self.apply(_xavier_init)
+        self.rescale_deepnorm()
+
+    def rescale_deepnorm(self):
+        """Apply DeepNet's beta to every block after an initialization (DeepNorm only)."""
+        if self.norm_position == "deepnorm":
+            for block in self.blocks:
+                deepnorm_scale_(block, self.beta)
 
     def forward(self, tokens):
         positions = torch.arange(tokens.shape[1], device=tokens.device)
@@ -211,6 +280,54 @@ def last_layer_ratio(d_model, n_layers, seeds, **kwargs):
     the median over `seeds` of the per-seed ratios."""
     profiles = layer_profiles(d_model, n_layers, seeds, **kwargs)
     return float((profiles["post"][:, -1] / profiles["pre"][:, -1]).median())
+
+
+def init_like_xiong(model, seed):
+    """The assignment's initialization, applied by parameter name so it does
+    not depend on how the model was written: every 2-D weight Xavier-normal,
+    embeddings N(0, 1), LayerNorm weights (modules named ln*) 1, the rest 0,
+    drawn in sorted-name order from one generator seeded with `seed`."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if name.endswith("emb.weight"):
+                p.copy_(torch.randn(p.shape, generator=generator))
+            elif p.dim() == 2:
+                fan_out, fan_in = p.shape
+                std = (2.0 / (fan_in + fan_out)) ** 0.5
+                p.copy_(std * torch.randn(p.shape, generator=generator))
+            elif name.split(".")[-2].startswith("ln") and name.endswith("weight"):
+                p.fill_(1.0)
+            else:
+                p.zero_()
+
+
+# The assignment's toy: the lesson's copy task and model size.
+EXPERIMENT = {"vocab": 16, "d_model": 64, "n_heads": 4, "d_ff": 256, "batch": 16,
+              "n_symbols": 8}
+
+
+def experiment_model(kind, n_layers, seed):
+    """A TinyLM of the given kind on the assignment's toy, initialized with
+    init_like_xiong(model, seed), then DeepNet's beta for a DeepNorm model."""
+    c = EXPERIMENT
+    model = TinyLM(c["vocab"], c["d_model"], n_layers, c["n_heads"], kind, d_ff=c["d_ff"],
+                   max_len=2 * c["n_symbols"])
+    init_like_xiong(model, seed)
+    model.rescale_deepnorm()
+    return model
+
+
+def experiment_batch(seed):
+    c = EXPERIMENT
+    return copy_task_batch(c["batch"], c["n_symbols"], c["vocab"], seed)
+
+
+def experiment_profile(kind, n_layers, seeds):
+    """Median over seeds of grad_norms_by_layer on the assignment's toy: (n_layers,)."""
+    rows = [grad_norms_by_layer(experiment_model(kind, n_layers, seed), experiment_batch(seed))
+            for seed in seeds]
+    return torch.stack(rows).median(dim=0).values
 
 
 class AdaLN(nn.Module):

@@ -1,4 +1,5 @@
-"""Unit 05: Pre-LN and Post-LN blocks, TinyLM, gradient norms, adaLN, and their checks."""
+"""Unit 05: Pre-LN, Post-LN, sandwich-LN and DeepNorm blocks, TinyLM, gradient
+norms, adaLN, and the assignment's checks."""
 
 import math
 
@@ -11,13 +12,14 @@ from torch import nn
 from normref import blocks
 from normref.checks import (
     CheckFailed,
-    blocks_probes,
-    check_ada_ln,
-    check_depth_ratio,
-    check_grad_norms_by_layer,
-    check_post_ln_block,
-    check_pre_ln_block,
-    check_tiny_lm,
+    blocks_judges,
+    check_deepnorm_block,
+    check_deepnorm_scale,
+    check_make_model,
+    check_prediction,
+    check_profile_numbers,
+    check_profile_shapes,
+    check_sandwich_ln_block,
 )
 
 
@@ -226,7 +228,7 @@ def test_timestep_embedding():
     assert torch.all(emb.abs() <= 1)
 
 
-# --- the checks pass the reference and reference-equivalent code ---
+# --- sandwich-LN and DeepNorm against torch ---
 
 class ManualAttention(nn.Module):
     """Attention written another way: einsum and an additive mask."""
@@ -272,289 +274,373 @@ class OtherPost(Sublayers):
         return x
 
 
-def last_block_ratio_for(TinyLM, grad_norms_by_layer, reduce=np.median, default=(0, 1, 2)):
-    """The notebook's last_block_ratio(depth, seeds), built on the given pieces."""
-    def last_block_ratio(depth, seeds=default):
-        ratios = []
-        for seed in seeds:
-            batch = blocks.copy_task_batch(16, 8, 16, seed)
-            last = {}
-            for position in ("pre", "post"):
-                model = TinyLM(16, 64, depth, 4, position, max_len=16)
-                blocks_probes.init_like_xiong(model, seed)
-                last[position] = float(grad_norms_by_layer(model, batch)[-1])
-            ratios.append(last["post"] / last["pre"])
-        return float(reduce(ratios))
 
-    return last_block_ratio
+
+def _hand_ln(block, name, h):
+    m = getattr(block, name)
+    return F.layer_norm(h, h.shape[-1:], m.weight, m.bias, 1e-5)
+
+
+def _hand_attn(block, h):
+    """Attention from the block's weights through F.scaled_dot_product_attention."""
+    d, heads = h.shape[-1], block.attn.n_heads
+    q, k, v = F.linear(h, block.attn.qkv.weight, block.attn.qkv.bias).chunk(3, dim=-1)
+    split = [t.unflatten(-1, (heads, d // heads)).transpose(1, 2) for t in (q, k, v)]
+    mixed = F.scaled_dot_product_attention(*split, is_causal=True).transpose(1, 2).flatten(2)
+    return F.linear(mixed, block.attn.proj.weight, block.attn.proj.bias)
+
+
+def _hand_mlp(block, h):
+    hidden = F.gelu(F.linear(h, block.mlp.fc.weight, block.mlp.fc.bias))
+    return F.linear(hidden, block.mlp.proj.weight, block.mlp.proj.bias)
+
+
+def test_reference_blocks_equal_blocks_written_another_way():
+    for ours, other in ((blocks.PreLNBlock, OtherPre), (blocks.PostLNBlock, OtherPost)):
+        block = _randomize(ours(12, 3, 20).double(), seed=4)
+        twin = other(12, 3, 20).double()
+        twin.load_state_dict(block.state_dict())
+        x = torch.randn(2, 5, 12, dtype=torch.float64)
+        with torch.no_grad():
+            torch.testing.assert_close(block(x), twin(x), rtol=1e-10, atol=1e-10)
+
+
+def test_sandwich_block_matches_hand_composition():
+    block = _randomize(blocks.SandwichLNBlock(12, 3, 20).double(), seed=5)
+    x = 4 + torch.randn(2, 6, 12, dtype=torch.float64)
+    with torch.no_grad():
+        h = x + _hand_ln(block, "ln1_out", _hand_attn(block, _hand_ln(block, "ln1", x)))
+        expected = h + _hand_ln(block, "ln2_out", _hand_mlp(block, _hand_ln(block, "ln2", h)))
+        torch.testing.assert_close(block(x), expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1.7, 3.0])
+def test_deepnorm_block_matches_hand_composition(alpha):
+    block = _randomize(blocks.DeepNormBlock(12, 3, 20, alpha=alpha).double(), seed=6)
+    x = torch.randn(2, 6, 12, dtype=torch.float64)
+    with torch.no_grad():
+        h = _hand_ln(block, "ln1", alpha * x + _hand_attn(block, x))
+        expected = _hand_ln(block, "ln2", alpha * h + _hand_mlp(block, h))
+        torch.testing.assert_close(block(x), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_deepnorm_at_alpha_one_is_torch_post_norm_layer():
+    block = _randomize(blocks.DeepNormBlock(16, 4, 24, alpha=1.0).double().eval(), seed=7)
+    layer = _torch_layer(block, norm_first=False)
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    mask = nn.Transformer.generate_square_subsequent_mask(7, dtype=torch.float64)
+    with torch.no_grad():
+        expected = layer(x, src_mask=mask, is_causal=True)
+        torch.testing.assert_close(block(x), expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["sandwich", "deepnorm"])
+def test_new_blocks_pass_a_gradient_check(kind):
+    """Centred differences against autograd, in float64, for x and the weights."""
+    extra = {"alpha": 1.8} if kind == "deepnorm" else {}
+    block = _randomize(blocks.BLOCK_CLASSES[kind](8, 2, 12, **extra).double(), seed=8)
+    x = torch.randn(1, 4, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(block, (x,), eps=1e-6, atol=1e-6)
+    weight = block.mlp.fc.weight
+
+    def as_function_of_weight(w):
+        with torch.no_grad():
+            weight.copy_(w)
+        return block(x.detach())
+
+    y = block(x.detach())
+    dy = torch.randn_like(y)
+    (analytic,) = torch.autograd.grad((y * dy).sum(), weight)
+    base = weight.detach().clone()
+    i, j, h = 3, 5, 1e-6
+    plus, minus = base.clone(), base.clone()
+    plus[i, j] += h
+    minus[i, j] -= h
+    numeric = ((as_function_of_weight(plus) - as_function_of_weight(minus)) * dy).sum() / (2 * h)
+    assert abs(numeric.item() - analytic[i, j].item()) < 1e-6
+
+
+def test_sandwich_bounds_what_each_sublayer_adds():
+    """With unit output gains and zero biases each sublayer adds a token of
+    mean 0 and spread 1, whatever the size of its input."""
+    block = blocks.SandwichLNBlock(16, 4, 32)
+    with torch.no_grad():
+        for sub in (block.mlp.proj, block.ln2_out):
+            sub.weight.zero_()
+            sub.bias.zero_()
+        x = 100 * torch.randn(2, 5, 16)
+        added = block(x) - x
+    torch.testing.assert_close(added.mean(-1), torch.zeros(2, 5), atol=1e-3, rtol=0)
+    torch.testing.assert_close(added.std(-1, unbiased=False), torch.ones(2, 5), atol=1e-2,
+                               rtol=0)
+
+
+def test_deepnorm_constants_follow_deepnet_table_1():
+    for n in (1, 6, 12, 100):
+        alpha, beta = blocks.deepnorm_constants(n)
+        assert math.isclose(alpha**4, 2 * n) and math.isclose(beta**-4, 8 * n)
+
+
+def test_deepnorm_scale_scales_values_outputs_and_mlp_only():
+    block = _randomize(blocks.PostLNBlock(8, 2, 16), seed=9)
+    before = {n: p.detach().clone() for n, p in block.named_parameters()}
+    assert blocks.deepnorm_scale_(block, 0.25) is block
+    after = dict(block.named_parameters())
+    for name, old in before.items():
+        expected = old.clone()
+        if name == "attn.qkv.weight":
+            expected[16:] *= 0.25  # the value rows only
+        elif name in ("attn.proj.weight", "mlp.fc.weight", "mlp.proj.weight"):
+            expected *= 0.25
+        torch.testing.assert_close(after[name], expected, rtol=0, atol=0, msg=name)
+
+
+def test_tiny_lm_kinds_final_ln_and_deepnorm_init():
+    for kind, final in blocks.FINAL_LN.items():
+        model = blocks.TinyLM(16, 32, 4, 4, kind, max_len=12)
+        assert isinstance(model.ln_f, nn.LayerNorm if final else nn.Identity)
+        assert all(type(b) is blocks.BLOCK_CLASSES[kind] for b in model.blocks)
+    torch.manual_seed(0)
+    deep = blocks.TinyLM(16, 32, 8, 4, "deepnorm", max_len=12)
+    alpha, beta = blocks.deepnorm_constants(8)
+    assert deep.blocks[0].alpha == alpha
+    torch.manual_seed(0)
+    post = blocks.TinyLM(16, 32, 8, 4, "post", max_len=12)
+    torch.testing.assert_close(deep.blocks[3].mlp.fc.weight, beta * post.blocks[3].mlp.fc.weight)
+    torch.testing.assert_close(deep.blocks[3].attn.qkv.weight[:64],
+                               post.blocks[3].attn.qkv.weight[:64])
+
+
+def test_experiment_profiles_deepnorm_flat_sandwich_falls(one_thread):
+    """The assignment's finding, on other seeds too: DeepNorm's profile is the
+    flattest, sandwich-LN's falls the most toward the output."""
+    for seeds in ((0, 1, 2), (3, 4, 5)):
+        profiles = {kind: blocks.experiment_profile(kind, 8, seeds) for kind in blocks.FINAL_LN}
+        spread = {k: float(p.max() / p.min()) for k, p in profiles.items()}
+        fall = {k: float(p[-1] / p[0]) for k, p in profiles.items()}
+        assert min(spread, key=spread.get) == "deepnorm", spread
+        assert min(fall, key=fall.get) == "sandwich", fall
+        assert spread["deepnorm"] < 1.2
+
+
+# --- the checks pass the reference and reference-equivalent code ---
+
+class SandwichWrittenAnotherWay(Sublayers):
+    """Einsum attention, LNs called through F.layer_norm, a loop."""
+
+    def __init__(self, d_model, n_heads, d_ff):
+        super().__init__(d_model, n_heads, d_ff)
+        self.ln1_out, self.ln2_out = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+
+    def forward(self, x):
+        steps = ((self.ln1, self.attn, self.ln1_out), (self.ln2, self.ff, self.ln2_out))
+        for norm_in, sublayer, norm_out in steps:
+            out = sublayer(norm_in(x))
+            x = torch.add(x, F.layer_norm(out, out.shape[-1:], norm_out.weight, norm_out.bias))
+        return x
+
+
+class DeepNormWrittenAnotherWay(Sublayers):
+    def __init__(self, d_model, n_heads, d_ff, alpha):
+        super().__init__(d_model, n_heads, d_ff)
+        self.register_buffer("alpha", torch.tensor(float(alpha)))  # float32
+
+    def forward(self, x):
+        for norm, sublayer in ((self.ln1, self.attn), (self.ln2, self.ff)):
+            x = norm(torch.add(sublayer(x), x, alpha=self.alpha.item()))
+        return x
+
+
+def scale_with_views(block, beta):
+    _, _, values = block.attn.qkv.weight.data.chunk(3)
+    for w in (values, block.attn.proj.weight.data, block.mlp.fc.weight.data,
+              block.mlp.proj.weight.data):
+        w.mul_(beta)
+
+
+def make_model_another_way(kind, n_layers, seed):
+    alpha, beta = blocks.deepnorm_constants(n_layers)
+    model = blocks.TinyLM(16, 64, n_layers, 4, kind, d_ff=256, max_len=16)
+    blocks.init_like_xiong(model, seed)
+    if kind == "deepnorm":
+        for block in model.blocks:
+            block.alpha = alpha
+            scale_with_views(block, beta)
+    return model
 
 
 def test_checks_pass_the_reference(one_thread):
-    check_pre_ln_block(blocks.PreLNBlock)
-    check_post_ln_block(blocks.PostLNBlock)
-    check_tiny_lm(blocks.TinyLM)
-    check_grad_norms_by_layer(blocks.grad_norms_by_layer)
-    check_depth_ratio(last_block_ratio_for(blocks.TinyLM, blocks.grad_norms_by_layer),
-                      blocks.TinyLM, blocks.grad_norms_by_layer)
-    check_ada_ln(blocks.AdaLN)
+    check_sandwich_ln_block(blocks.SandwichLNBlock)
+    check_deepnorm_block(blocks.DeepNormBlock)
+    check_deepnorm_scale(blocks.deepnorm_scale_)
+    check_make_model(blocks.experiment_model)
+    truths = blocks_judges.true_answers()
+    check_prediction(predict_flattest="post", predict_steepest="pre")
+    check_profile_shapes(flattest=truths["flattest"], steepest=truths["steepest"])
+    check_profile_numbers(sandwich_over_pre=round(truths["sandwich_over_pre"], 2),
+                          deepnorm_over_post=f"{truths['deepnorm_over_post']:.2g}")
 
 
-def test_checks_pass_equivalent_code():
-    check_pre_ln_block(OtherPre)
-    check_post_ln_block(OtherPost)
-
-    def norms_by_backward(model, batch):
-        model.zero_grad()
-        inputs, targets = batch
-        logits = model(inputs)
-        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).backward()
-        return [block.mlp.proj.weight.grad.norm().item() for block in model.blocks]
-
-    check_grad_norms_by_layer(norms_by_backward)
-
-    class AdaLNFunctional(nn.Module):
-        def __init__(self, d_model, d_cond):
-            super().__init__()
-            self.d = d_model
-            self.to_scale_shift = nn.Linear(d_cond, 2 * d_model)
-            nn.init.zeros_(self.to_scale_shift.weight)
-            nn.init.zeros_(self.to_scale_shift.bias)
-
-        def forward(self, x, cond):
-            out = self.to_scale_shift(cond)
-            scale, shift = out[:, : self.d], out[:, self.d:]
-            return F.layer_norm(x, (self.d,)) * (1 + scale[:, None]) + shift[:, None]
-
-    check_ada_ln(AdaLNFunctional)
+def test_checks_pass_equivalent_code(one_thread):
+    check_sandwich_ln_block(SandwichWrittenAnotherWay)
+    check_deepnorm_block(DeepNormWrittenAnotherWay)
+    check_deepnorm_scale(scale_with_views)
+    check_make_model(make_model_another_way)
 
 
 # --- the checks fail typical mistakes, naming them ---
 
-def _fails(check, *subject, hint):
+def _fails(check, *subject, hint, **answers):
     with pytest.raises(CheckFailed) as failure:
-        check(*subject)
+        check(*subject, **answers)
     assert hint in str(failure.value), str(failure.value)
 
 
-class PostLNBeforeAdd(blocks.PostLNBlock):
+class SandwichAfterAdd(blocks.SandwichLNBlock):
     def forward(self, x):
-        x = x + self.ln1(self.attn(x))
-        return x + self.ln2(self.mlp(x))
+        x = self.ln1_out(x + self.attn(self.ln1(x)))
+        return self.ln2_out(x + self.mlp(self.ln2(x)))
 
 
-class PreLNNormalizedResidual(blocks.PreLNBlock):
+class SandwichUnused(blocks.SandwichLNBlock):
     def forward(self, x):
-        h = self.ln1(x)
-        x = h + self.attn(h)
-        h = self.ln2(x)
-        return h + self.mlp(h)
-
-
-class PreNoMask(blocks.PreLNBlock):
-    def forward(self, x):
-        B, T, d = x.shape
-        q, k, v = (t.view(B, T, self.attn.n_heads, -1).transpose(1, 2)
-                   for t in self.attn.qkv(self.ln1(x)).split(d, -1))
-        weights = (q @ k.transpose(-2, -1) / math.sqrt(d // self.attn.n_heads)).softmax(-1)
-        x = x + self.attn.proj((weights @ v).transpose(1, 2).reshape(B, T, d))
+        x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
 
-class PreDetached(blocks.PreLNBlock):
+class SandwichSwapped(blocks.SandwichLNBlock):
     def forward(self, x):
-        x = x + self.attn(self.ln1(x)).detach()
-        return x + self.mlp(self.ln2(x))
+        x = x + self.ln2_out(self.attn(self.ln1(x)))
+        return x + self.ln1_out(self.mlp(self.ln2(x)))
 
 
-class PreExtraParameter(blocks.PreLNBlock):
-    def __init__(self, d_model, n_heads, d_ff):
-        super().__init__(d_model, n_heads, d_ff)
-        self.ln3 = nn.LayerNorm(d_model)
+class SandwichDetached(blocks.SandwichLNBlock):
+    def forward(self, x):
+        x = x + self.ln1_out(self.attn(self.ln1(x))).detach()
+        return x + self.ln2_out(self.mlp(self.ln2(x)))
+
+
+class DeepNormOnSublayer(blocks.DeepNormBlock):
+    def forward(self, x):
+        x = self.ln1(x + self.alpha * self.attn(x))
+        return self.ln2(x + self.alpha * self.mlp(x))
+
+
+class DeepNormIgnoresAlpha(blocks.DeepNormBlock):
+    def forward(self, x):
+        x = self.ln1(x + self.attn(x))
+        return self.ln2(x + self.mlp(x))
+
+
+class DeepNormPreOrder(blocks.DeepNormBlock):
+    def forward(self, x):
+        x = self.alpha * x + self.attn(self.ln1(x))
+        return self.alpha * x + self.mlp(self.ln2(x))
 
 
 def test_block_checks_name_the_mistake():
-    _fails(check_post_ln_block, PostLNBeforeAdd,
-           hint="not on the sublayer's output before the add")
-    _fails(check_pre_ln_block, PreLNNormalizedResidual, hint="must carry the unnormalized x")
-    _fails(check_pre_ln_block, blocks.PostLNBlock, hint="which is Post-LN")
-    _fails(check_post_ln_block, blocks.PreLNBlock, hint="that is a Pre-LN block")
-    _fails(check_pre_ln_block, PreNoMask, hint="must be causal")
-    _fails(check_pre_ln_block, PreDetached, hint="cuts the graph")
-    _fails(check_pre_ln_block, PreExtraParameter, hint="unexpected ['ln3.bias', 'ln3.weight']")
+    _fails(check_sandwich_ln_block, SandwichAfterAdd, hint="not the sum")
+    _fails(check_sandwich_ln_block, SandwichUnused, hint="change nothing")
+    _fails(check_sandwich_ln_block, SandwichSwapped, hint="ln2_out to the MLP")
+    _fails(check_sandwich_ln_block, SandwichDetached, hint="cuts the graph")
+    _fails(check_sandwich_ln_block, blocks.PreLNBlock, hint="missing ['ln1_out.bias'")
+    _fails(check_deepnorm_block, DeepNormOnSublayer, hint="multiplies the residual x")
+    _fails(check_deepnorm_block, DeepNormIgnoresAlpha, hint="this is plain Post-LN")
+    _fails(check_deepnorm_block, DeepNormPreOrder, hint="keeps Post-LN's order")
 
 
-class PreWithoutFinalLN(blocks.TinyLM):
-    def forward(self, tokens):
-        h = self.tok_emb(tokens) + self.pos_emb(torch.arange(tokens.shape[1]))
-        for block in self.blocks:
-            h = block(h)
-        return self.head(h)
+def _scale_rows(rows, *, biases=False, power=1):
+    def scale(block, beta):
+        d = block.attn.qkv.weight.shape[1]
+        with torch.no_grad():
+            block.attn.qkv.weight[rows(d)] *= beta**power
+            for layer in (block.attn.proj, block.mlp.fc, block.mlp.proj):
+                layer.weight *= beta**power
+                if biases:
+                    layer.bias *= beta**power
+
+    return scale
 
 
-class NoFinalLNAtAll(PreWithoutFinalLN):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.ln_f = nn.Identity()
+def scale_not_in_place(block, beta):
+    for layer in (block.attn.proj, block.mlp.fc, block.mlp.proj):
+        layer.weight = nn.Parameter(layer.weight * beta)
 
 
-class PostWithFinalLN(blocks.TinyLM):
-    def __init__(self, vocab, d_model, n_layers, n_heads, norm_position="pre", **kwargs):
-        super().__init__(vocab, d_model, n_layers, n_heads, norm_position, **kwargs)
-        self.ln_f = nn.LayerNorm(d_model)
+def scale_forgets_fc(block, beta):
+    d = block.attn.qkv.weight.shape[1]
+    with torch.no_grad():
+        block.attn.qkv.weight[2 * d:] *= beta
+        block.attn.proj.weight *= beta
+        block.mlp.proj.weight *= beta
 
 
-def test_tiny_lm_check_names_the_mistake():
-    _fails(check_tiny_lm, PreWithoutFinalLN, hint="applies its final LayerNorm ln_f")
-    _fails(check_tiny_lm, NoFinalLNAtAll, hint="missing ['ln_f.bias', 'ln_f.weight']")
-    _fails(check_tiny_lm, PostWithFinalLN, hint="unexpected ['ln_f.bias', 'ln_f.weight']")
+def test_scale_check_names_the_mistake():
+    _fails(check_deepnorm_scale, _scale_rows(lambda d: slice(0, 3 * d)),
+           hint="only the value rows")
+    _fails(check_deepnorm_scale, _scale_rows(lambda d: slice(0, d)), hint="last d rows")
+    _fails(check_deepnorm_scale, _scale_rows(lambda d: slice(2 * d, 3 * d), biases=True),
+           hint="leave the biases")
+    _fails(check_deepnorm_scale, _scale_rows(lambda d: slice(2 * d, 3 * d), power=-1),
+           hint="do not divide")
+    _fails(check_deepnorm_scale, scale_not_in_place, hint="in place")
+    _fails(check_deepnorm_scale, scale_forgets_fc, hint="mlp.fc.weight")
 
 
-def test_grad_norm_check_names_the_mistake():
-    def stale(model, batch):
-        blocks.lm_loss(model, batch).backward()
-        return [b.mlp.proj.weight.grad.norm() for b in model.blocks]
+def _model_with(kind_to_final_ln=None, *, scale=True, alpha_from=lambda n: n):
+    final = {**blocks.FINAL_LN, **(kind_to_final_ln or {})}
 
-    def squared(model, batch):
-        return blocks.grad_norms_by_layer(model, batch) ** 2
+    def make_model(kind, n_layers, seed):
+        model = make_model_another_way(kind, n_layers, seed)
+        model.ln_f = nn.LayerNorm(64) if final[kind] else nn.Identity()
+        blocks.init_like_xiong(model, seed)
+        if kind == "deepnorm":
+            alpha, beta = blocks.deepnorm_constants(alpha_from(n_layers))
+            for block in model.blocks:
+                block.alpha = alpha
+                if scale:
+                    blocks.deepnorm_scale_(block, beta)
+        return model
 
-    def first_weight(model, batch):
-        model.zero_grad()
-        blocks.lm_loss(model, batch).backward()
-        return [b.mlp.fc.weight.grad.norm() for b in model.blocks]
-
-    def summed_loss(model, batch):
-        inputs, targets = batch
-        logits = model(inputs).flatten(0, 1)
-        loss = F.cross_entropy(logits, targets.flatten(), reduction="sum")
-        weights = [b.mlp.proj.weight for b in model.blocks]
-        return [g.norm() for g in torch.autograd.grad(loss, weights)]
-
-    _fails(check_grad_norms_by_layer, stale, hint="clear old gradients")
-    _fails(check_grad_norms_by_layer, squared, hint="not the squared norm")
-    _fails(check_grad_norms_by_layer, first_weight, hint="not mlp.fc.weight")
-    _fails(check_grad_norms_by_layer, summed_loss, hint="not the sum")
+    return make_model
 
 
-def test_depth_check_fails_when_pre_ln_has_no_final_ln(one_thread):
-    _fails(check_depth_ratio,
-           last_block_ratio_for(PreWithoutFinalLN, blocks.grad_norms_by_layer),
-           PreWithoutFinalLN, blocks.grad_norms_by_layer,
-           hint="only the Pre-LN models differ")
+def test_make_model_check_names_the_mistake(one_thread):
+    _fails(check_make_model, _model_with({"sandwich": False}), hint="needs the final LN")
+    _fails(check_make_model, _model_with({"deepnorm": True}), hint="no final LN")
+    _fails(check_make_model, _model_with(scale=False), hint="after init_like_xiong")
+    _fails(check_make_model, _model_with(alpha_from=lambda n: 2 * n),
+           hint="counts blocks, not sublayers")
+
+    def swaps_pre_and_post(kind, n_layers, seed):
+        other = {"pre": "post", "post": "pre"}.get(kind, kind)
+        model = make_model_another_way(other, n_layers, seed)
+        model.ln_f = nn.LayerNorm(64) if blocks.FINAL_LN[kind] else nn.Identity()
+        blocks.init_like_xiong(model, seed)
+        return model
+
+    _fails(check_make_model, swaps_pre_and_post, hint="those are the norms of a post model")
+
+    def alpha_one(kind, n_layers, seed):
+        model = make_model_another_way(kind, n_layers, seed)
+        for block in model.blocks:
+            block.alpha = 1.0
+        return model
+
+    _fails(check_make_model, alpha_one, hint="expected 1.56508 in each")
 
 
-class PostLNOnSublayerOutput(blocks.PostLNBlock):
-    def forward(self, x):
-        x = x + self.ln1(self.attn(x))
-        return x + self.ln2(self.mlp(x))
-
-
-class TinyLMWrongPost(blocks.TinyLM):
-    def __init__(self, vocab, d_model, n_layers, n_heads, norm_position="pre", d_ff=None,
-                 max_len=64):
-        super().__init__(vocab, d_model, n_layers, n_heads, norm_position, d_ff, max_len)
-        if norm_position == "post":
-            self.blocks = nn.ModuleList(PostLNOnSublayerOutput(d_model, n_heads, d_ff)
-                                        for _ in range(n_layers))
-
-
-def test_depth_check_reruns_the_experiment_instead_of_trusting_numbers(one_thread):
-    """Before, the judge only asked whether the student's numbers grew with depth,
-    so made-up numbers passed. Now the grader reruns the experiment with its
-    reference blocks on seeds it picks and compares."""
-    def made_up_norms(model, batch):  # growing with depth for Post-LN, by construction
-        n = len(model.blocks)
-        post = isinstance(model.ln_f, nn.Identity)
-        return [1.0] * (n - 1) + [0.5 * n if post else 1.0]
-
-    def made_up_ratio(depth, seeds=(0, 1, 2)):
-        return {2: 1.2, 6: 1.8, 12: 2.6}[depth]
-
-    right_ratio = last_block_ratio_for(blocks.TinyLM, blocks.grad_norms_by_layer)
-    _fails(check_depth_ratio, made_up_ratio, blocks.TinyLM, made_up_norms,
-           hint="both kinds of model differ")
-    _fails(check_depth_ratio, made_up_ratio, blocks.TinyLM, blocks.grad_norms_by_layer,
-           hint="look at last_block_ratio itself")
-    # real measurements of a wrong Post-LN model still show the ratio growing; they are
-    # not the experiment's numbers, and the grader can tell
-    _fails(check_depth_ratio, last_block_ratio_for(TinyLMWrongPost, blocks.grad_norms_by_layer),
-           TinyLMWrongPost, blocks.grad_norms_by_layer, hint="only the Post-LN models differ")
-    assert right_ratio(12) > 1.5  # the visible test's claim, for the default seeds
-
-
-def test_depth_check_names_slips_in_last_block_ratio(one_thread):
-    pieces = (blocks.TinyLM, blocks.grad_norms_by_layer)
-    _fails(check_depth_ratio, last_block_ratio_for(*pieces, reduce=np.mean), *pieces,
-           hint="not their mean")
-
-    def fixed_seeds(depth, seeds=(0, 1, 2)):
-        return last_block_ratio_for(*pieces)(depth)
-
-    _fails(check_depth_ratio, fixed_seeds, *pieces, hint="use the seeds you are given")
-
-
-def test_depth_check_seeds_change_with_the_grader_seed():
-    from normref.checks import _registry
-
-    seeds = [tuple(_registry.make_cases("blocks_depth_ratio", seed)[0][1]["seeds"])
-             for seed in (0, 1)]
-    assert seeds[0] != seeds[1] and len(seeds[0]) % 2 == 1
-
-
-def test_depth_check_passes_unusual_but_right_code(one_thread):
-    """Other blocks, a TinyLM slicing pos_emb.weight, norms by .backward() in a tensor,
-    and a last_block_ratio that uses torch.median on a tensor of ratios."""
-    class OtherTinyLM(blocks.TinyLM):
-        def __init__(self, vocab, d_model, n_layers, n_heads, norm_position="pre",
-                     d_ff=None, max_len=64):
-            super().__init__(vocab, d_model, n_layers, n_heads, norm_position, d_ff, max_len)
-            kind = OtherPre if norm_position == "pre" else OtherPost
-            self.blocks = nn.ModuleList(kind(d_model, n_heads, d_ff or 4 * d_model)
-                                        for _ in range(n_layers))
-
-        def forward(self, tokens):
-            h = self.tok_emb(tokens) + self.pos_emb.weight[: tokens.shape[1]]
-            for block in self.blocks:
-                h = block(h)
-            return self.head(self.ln_f(h))
-
-    def norms_by_backward(model, batch):
-        model.zero_grad(set_to_none=True)
-        inputs, targets = batch
-        logits = model(inputs)
-        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).backward()
-        return torch.stack([torch.linalg.norm(b.mlp.proj.weight.grad) for b in model.blocks])
-
-    ratio = last_block_ratio_for(OtherTinyLM, norms_by_backward,
-                                 reduce=lambda r: torch.tensor(r).median())
-    check_depth_ratio(ratio, OtherTinyLM, norms_by_backward)
-
-
-class AdaLNNoOffset(blocks.AdaLN):
-    def forward(self, x, cond):
-        gamma, beta = self.to_scale_shift(cond).unsqueeze(1).chunk(2, dim=-1)
-        return self.norm(x) * gamma + beta
-
-
-class AdaLNRandomStart(blocks.AdaLN):
-    def __init__(self, d_model, d_cond):
-        super().__init__(d_model, d_cond)
-        nn.init.normal_(self.to_scale_shift.weight)
-
-
-class AdaLNSwapped(blocks.AdaLN):
-    def forward(self, x, cond):
-        beta, gamma = self.to_scale_shift(cond).unsqueeze(1).chunk(2, dim=-1)
-        return self.norm(x) * (1 + gamma) + beta
-
-
-class AdaLNAffine(blocks.AdaLN):
-    def __init__(self, d_model, d_cond):
-        super().__init__(d_model, d_cond)
-        self.norm = nn.LayerNorm(d_model)
-
-
-def test_ada_ln_check_names_the_mistake():
-    _fails(check_ada_ln, AdaLNNoOffset, hint="(1 + gamma)")
-    _fails(check_ada_ln, AdaLNRandomStart, hint="start to_scale_shift at zero")
-    _fails(check_ada_ln, AdaLNSwapped, hint="the first half")
-    _fails(check_ada_ln, AdaLNAffine, hint="no parameters of its own")
+def test_answer_checks():
+    _fails(check_prediction, hint="no answer given for predict_steepest",
+           predict_flattest="pre")
+    _fails(check_prediction, hint="answer with one of", predict_flattest="flat",
+           predict_steepest="pre")
+    truths = blocks_judges.true_answers()
+    wrong = "pre" if truths["flattest"] != "pre" else "post"
+    _fails(check_profile_shapes, hint="Which model's profile is flattest",
+           flattest=wrong, steepest=truths["steepest"])
+    _fails(check_profile_numbers, hint="not a number", sandwich_over_pre="about one",
+           deepnorm_over_post=0.1)
+    _fails(check_profile_numbers, hint="DEEPNORM_OVER_POST",
+           sandwich_over_pre=truths["sandwich_over_pre"],
+           deepnorm_over_post=2 * truths["deepnorm_over_post"])

@@ -1,16 +1,15 @@
 """Unit 05 checks, the grader-facing half: inputs, references, diagnoses."""
 
+import contextlib
 import functools
-import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from normref import blocks
 from normref.checks import blocks_probes as probes
 from normref.checks._registry import Check
-from normref.checks.tolerances import matches, mismatch
+from normref.checks.tolerances import _show, matches, mismatch
 
 F64 = np.float64
 
@@ -25,10 +24,8 @@ def _layer_norm(rng, d, prefix):
             f"w:{prefix}.bias": 0.2 * rng.normal(size=d)}
 
 
-def _block_case(rng, batch, seq_len, d, heads, d_ff, offset=0.0):
-    case = {"d_model": np.array(d), "n_heads": np.array(heads), "d_ff": np.array(d_ff),
-            "x": offset + rng.normal(size=(batch, seq_len, d)),
-            "dy": rng.normal(size=(batch, seq_len, d))}
+def _block_weights(rng, d, d_ff):
+    case = {}
     case.update(_layer_norm(rng, d, "ln1"))
     case.update(_linear(rng, 3 * d, d, "attn.qkv"))
     case.update(_linear(rng, d, d, "attn.proj"))
@@ -38,15 +35,13 @@ def _block_case(rng, batch, seq_len, d, heads, d_ff, offset=0.0):
     return case
 
 
-def _block_cases(rng):
-    return [
-        ("one sequence of 5 tokens, d = 8, 2 heads, d_ff = 32", _block_case(rng, 1, 5, 8, 2, 32)),
-        ("3 sequences of 7 tokens, d = 16, 4 heads, d_ff = 24",
-         _block_case(rng, 3, 7, 16, 4, 24)),
-        ("2 sequences of 6 tokens far from zero (x = 5 + N(0, 1)), d = 12, 3 heads, d_ff = 20",
-         _block_case(rng, 2, 6, 12, 3, 20, offset=5.0)),
-        ("a single token, d = 8, 1 head, d_ff = 16", _block_case(rng, 2, 1, 8, 1, 16)),
-    ]
+def _block_case(rng, batch, seq_len, d, heads, d_ff, offset=0.0, **extra):
+    case = {"d_model": np.array(d), "n_heads": np.array(heads), "d_ff": np.array(d_ff),
+            "x": offset + rng.normal(size=(batch, seq_len, d)),
+            "dy": rng.normal(size=(batch, seq_len, d))}
+    case.update(_block_weights(rng, d, d_ff))
+    case.update({key: np.array(value) for key, value in extra.items()})
+    return case
 
 
 def _reference_run(module, case, inputs):
@@ -56,133 +51,10 @@ def _reference_run(module, case, inputs):
             probes._forward_backward(module, params, inputs, case["dy"]).items()}
 
 
-# --- wrong-but-plausible versions of a block, to name the likely mistake ---
-
-def _attention(x, block, causal=True, scale="head"):
-    B, T, d = x.shape
-    heads = block.attn.n_heads
-    q, k, v = block.attn.qkv(x).split(d, dim=-1)
-    q, k, v = (t.view(B, T, heads, d // heads).transpose(1, 2) for t in (q, k, v))
-    divisor = {"head": math.sqrt(d // heads), "model": math.sqrt(d), "none": 1.0}[scale]
-    scores = q @ k.transpose(-2, -1) / divisor
-    if causal:
-        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-    return block.attn.proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, d))
-
-
-def _mlp(x, block, activation=F.gelu):
-    return block.mlp.proj(activation(block.mlp.fc(x)))
-
-
-def _arrangements(attn, mlp, ln1, ln2):
-    def pre(x):
-        x = x + attn(ln1(x))
-        return x + mlp(ln2(x))
-
-    def post(x):
-        x = ln1(x + attn(x))
-        return ln2(x + mlp(x))
-
-    def ln_on_sublayer_output(x):
-        x = x + ln1(attn(x))
-        return x + ln2(mlp(x))
-
-    def residual_carries_normalized(x):
-        h = ln1(x)
-        x = h + attn(h)
-        h = ln2(x)
-        return h + mlp(h)
-
-    def parallel(x):
-        return x + attn(ln1(x)) + mlp(ln2(x))
-
-    def pre_missing_ln2(x):
-        x = x + attn(ln1(x))
-        return x + mlp(x)
-
-    def post_missing_ln1(x):
-        x = x + attn(x)
-        return ln2(x + mlp(x))
-
-    def mlp_first_pre(x):
-        x = x + mlp(ln2(x))
-        return x + attn(ln1(x))
-
-    def no_residual_post(x):
-        return ln2(mlp(ln1(attn(x))))
-
-    return locals()
-
-
-_HINTS = {
-    "pre": {
-        "post": "you normalized after each residual add, which is Post-LN; a Pre-LN block "
-                "normalizes the sublayer's input: x + attn(ln1(x))",
-        "ln_on_sublayer_output": "the LayerNorm goes on the sublayer's input, x + attn(ln1(x)), "
-                                 "not on its output",
-        "residual_carries_normalized": "the residual path must carry the unnormalized x: add "
-                                       "attn(ln1(x)) to x itself, not to ln1(x)",
-        "parallel": "the MLP sublayer reads the output of the attention step, not the "
-                    "block's input",
-        "pre_missing_ln2": "the MLP's input needs ln2 too: x + mlp(ln2(x))",
-        "mlp_first_pre": "attention comes first, then the MLP",
-    },
-    "post": {
-        "pre": "that is a Pre-LN block; Post-LN normalizes after each residual add: "
-               "ln1(x + attn(x)), then ln2(x + mlp(x))",
-        "ln_on_sublayer_output": "the LayerNorm goes after the residual add, ln1(x + attn(x)), "
-                                 "not on the sublayer's output before the add",
-        "post_missing_ln1": "normalize after the attention step too: x = ln1(x + attn(x))",
-        "no_residual_post": "keep the residual connections: ln1(x + attn(x)), not ln1(attn(x))",
-        "parallel": "the two sublayers run one after the other, each followed by its own "
-                    "add and LN",
-    },
-}
-
-_COMPONENT_HINTS = {
-    "no_mask": "the attention must be causal: give the scores of later tokens -inf before the "
-               "softmax, so a token sees only itself and earlier tokens",
-    "scale_model": "scale the scores by 1/sqrt(d_head), with d_head = d_model / n_heads, "
-                   "not 1/sqrt(d_model)",
-    "scale_none": "scale the scores by 1/sqrt(d_head) before the softmax",
-    "relu": "the MLP uses GELU (F.gelu), not ReLU",
-    "gelu_tanh": "use the exact GELU (F.gelu's default), not the tanh approximation",
-}
-
-
-def _diagnose_block(kind, case, y):
-    block = blocks.BLOCK_CLASSES[kind](int(case["d_model"]), int(case["n_heads"]),
-                                       int(case["d_ff"]))
-    probes._load_by_contract(block, probes._weights(case), "the reference")
-    x = torch.from_numpy(case["x"])
-    attn, mlp = (lambda h: _attention(h, block)), (lambda h: _mlp(h, block))
-    candidates = {}
-    for name, forward in _arrangements(attn, mlp, block.ln1, block.ln2).items():
-        if name != kind and name in _HINTS[kind]:
-            candidates[_HINTS[kind][name]] = forward
-    components = {
-        "no_mask": (lambda h: _attention(h, block, causal=False), mlp),
-        "scale_model": (lambda h: _attention(h, block, scale="model"), mlp),
-        "scale_none": (lambda h: _attention(h, block, scale="none"), mlp),
-        "relu": (attn, lambda h: _mlp(h, block, F.relu)),
-        "gelu_tanh": (attn, lambda h: _mlp(h, block, lambda t: F.gelu(t, approximate="tanh"))),
-    }
-    for name, (a, m) in components.items():
-        candidates[_COMPONENT_HINTS[name]] = _arrangements(a, m, block.ln1, block.ln2)[kind]
-    with torch.no_grad():
-        for hint, forward in candidates.items():
-            wrong = forward(x).numpy()
-            if wrong.shape == y.shape and matches(y, wrong, dtype=F64):
-                return hint
-    return None
-
-
 def _compare_gradients(case, output, expected):
     """Messages for the input gradient and parameter gradients, first mismatch only."""
     for key, label in (("d0", "the gradient with respect to x"),) + tuple(
             (k, f"the gradient of {k[2:]}") for k in sorted(expected) if k.startswith("g:")):
-        if key not in expected:
-            continue
         got = output[key]
         if got.shape == expected[key].shape and np.all(np.isnan(got)):
             return (f"no gradient reached {key[2:]}: is it used in your forward pass "
@@ -194,315 +66,406 @@ def _compare_gradients(case, output, expected):
     return None
 
 
-def _block_judge(kind):
+def _block_judge(kind, diagnose):
     def judge(case, output):
-        expected = _reference_run(blocks.BLOCK_CLASSES[kind](
-            int(case["d_model"]), int(case["n_heads"]), int(case["d_ff"])), case, [case["x"]])
+        reference = blocks.BLOCK_CLASSES[kind](*probes._block_args(case))
+        expected = _reference_run(reference, case, [case["x"]])
         y = output["y"]
         problem = mismatch(y, expected["y"], dtype=F64, what="your block's output")
         if problem:
-            hint = _diagnose_block(kind, case, y) if y.shape == expected["y"].shape else None
+            hint = diagnose(reference, case, y) if y.shape == expected["y"].shape else None
             return problem + (f". Hint: {hint}" if hint else "")
         return _compare_gradients(case, output, expected)
 
     return judge
 
 
-# --- the model's assembly, checked with stand-in blocks ---
-
-def _tiny_lm_case(rng, position, vocab, d, n_layers, batch, seq_len, max_len):
-    case = {"vocab": np.array(vocab), "d_model": np.array(d), "n_layers": np.array(n_layers),
-            "n_heads": np.array(2), "d_ff": np.array(3 * d), "max_len": np.array(max_len),
-            "norm_position": np.array(position),
-            "tokens": rng.integers(0, vocab, (batch, seq_len)),
-            "w:tok_emb.weight": rng.normal(size=(vocab, d)),
-            "w:pos_emb.weight": rng.normal(size=(max_len, d)),
-            "w:head.weight": rng.normal(0, d**-0.5, (vocab, d))}
-    for i in range(n_layers):
-        case.update(_linear(rng, d, d, f"blocks.{i}.mix"))
-    if position == "pre":
-        case.update(_layer_norm(rng, d, "ln_f"))
-    return case
+def _first_match(candidates, x, y):
+    with torch.no_grad():
+        for hint, forward in candidates.items():
+            wrong = forward(x).numpy()
+            if wrong.shape == y.shape and matches(y, wrong, dtype=F64):
+                return hint
+    return None
 
 
-def _tiny_lm_cases(rng):
+# --- exercise 1: sandwich-LN ---
+
+def _sandwich_cases(rng):
+    def case(*args, **kwargs):
+        c = _block_case(rng, *args, **kwargs)
+        d = int(c["d_model"])
+        c.update(_layer_norm(rng, d, "ln1_out"))
+        c.update(_layer_norm(rng, d, "ln2_out"))
+        return c
+
     return [
-        ("Pre-LN, 3 blocks, vocab 11, d = 8, 2 sequences of 6 tokens (max_len 10)",
-         _tiny_lm_case(rng, "pre", 11, 8, 3, 2, 6, 10)),
-        ("Post-LN, 3 blocks, vocab 11, d = 8, 2 sequences of 6 tokens (max_len 10)",
-         _tiny_lm_case(rng, "post", 11, 8, 3, 2, 6, 10)),
-        ("Pre-LN, 1 block, vocab 5, d = 4, 3 sequences of 4 tokens (max_len 4)",
-         _tiny_lm_case(rng, "pre", 5, 4, 1, 3, 4, 4)),
-        ("Post-LN, 4 blocks, vocab 7, d = 6, 1 sequence of 9 tokens (max_len 12)",
-         _tiny_lm_case(rng, "post", 7, 6, 4, 1, 9, 12)),
+        ("one sequence of 5 tokens, d = 8, 2 heads, d_ff = 32", case(1, 5, 8, 2, 32)),
+        ("3 sequences of 7 tokens, d = 16, 4 heads, d_ff = 24", case(3, 7, 16, 4, 24)),
+        ("2 sequences of 6 tokens far from zero (x = 5 + N(0, 1)), d = 12, 3 heads, d_ff = 20",
+         case(2, 6, 12, 3, 20, offset=5.0)),
+        ("a single token, d = 8, 1 head, d_ff = 16", case(2, 1, 8, 1, 16)),
     ]
 
 
-def _stand_in_logits(case, *, final_ln=True, positions=True, order=1):
-    """The stand-in model's logits in numpy, optionally with one part wrong."""
-    tokens = case["tokens"]
-    h = case["w:tok_emb.weight"][tokens]  # B, T, d
-    if positions:
-        h = h + case["w:pos_emb.weight"][: tokens.shape[1]]
-    n_layers = int(case["n_layers"])
-    for i in list(range(n_layers))[::order]:
-        h = h + np.tanh(h @ case[f"w:blocks.{i}.mix.weight"].T + case[f"w:blocks.{i}.mix.bias"])
-    if final_ln and "w:ln_f.weight" in case:
-        mu = h.mean(-1, keepdims=True)
-        h = (h - mu) / np.sqrt(h.var(-1, keepdims=True) + 1e-5)
-        h = h * case["w:ln_f.weight"] + case["w:ln_f.bias"]
-    return h @ case["w:head.weight"].T  # B, T, vocab
+def _diagnose_sandwich(block, case, y):
+    attn, mlp = block.attn, block.mlp
+    ln1, ln2, out1, out2 = block.ln1, block.ln2, block.ln1_out, block.ln2_out
 
+    def pre_only(x):
+        x = x + attn(ln1(x))
+        return x + mlp(ln2(x))
 
-def _judge_tiny_lm(case, output):
-    expected = _stand_in_logits(case)
-    got = output["logits"]
-    problem = mismatch(got, expected, dtype=F64, what="your model's logits")
-    if problem is None or got.shape != expected.shape:
-        return problem
+    def out_after_add(x):
+        x = out1(x + attn(ln1(x)))
+        return out2(x + mlp(ln2(x)))
+
+    def swapped(x):
+        x = x + out2(attn(ln1(x)))
+        return x + out1(mlp(ln2(x)))
+
+    def output_norms_only(x):
+        x = x + out1(attn(x))
+        return x + out2(mlp(x))
+
     candidates = {
-        "a Pre-LN model applies its final LayerNorm ln_f to the last block's output, "
-        "before the head": _stand_in_logits(case, final_ln=False),
-        "add the position embedding of each position (0, 1, ..., T - 1) to the token "
-        "embedding": _stand_in_logits(case, positions=False),
-        "run the blocks in order, blocks[0] first": _stand_in_logits(case, order=-1),
+        "normalize each sublayer's output with its own LN before the add: "
+        "x + ln1_out(attn(ln1(x))); as written, ln1_out and ln2_out change nothing": pre_only,
+        "ln1_out normalizes the sublayer's output before the add, not the sum: the "
+        "residual path must stay unnormalized": out_after_add,
+        "ln1_out belongs to the attention sublayer and ln2_out to the MLP": swapped,
+        "keep Pre-LN's input norms too: each sublayer reads ln1(x) (or ln2(x))":
+            output_norms_only,
     }
-    for hint, wrong in candidates.items():
-        if matches(got, wrong, dtype=F64):
-            return f"{problem}. Hint: {hint}"
-    return problem
+    return _first_match(candidates, torch.from_numpy(case["x"]), y)
 
 
-# --- per-layer gradient norms ---
+# --- exercise 2: the DeepNorm block ---
 
-def _grad_norms_case(rng, vocab, d, n_layers, batch, seq_len, ignored):
-    case = {"vocab": np.array(vocab), "d_model": np.array(d), "n_layers": np.array(n_layers),
-            "inputs": rng.integers(0, vocab, (batch, seq_len)),
-            "w:tok_emb.weight": rng.normal(size=(vocab, d)),
-            "w:ln_f.weight": 1 + 0.2 * rng.normal(size=d), "w:ln_f.bias": 0.1 * rng.normal(size=d),
-            "w:head.weight": rng.normal(0, d**-0.5, (vocab, d))}
-    targets = rng.integers(0, vocab, (batch, seq_len))
-    if ignored:
-        targets[:, : seq_len // 2] = blocks.IGNORE
-    case["targets"] = targets
-    for i in range(n_layers):
-        case.update(_layer_norm(rng, d, f"blocks.{i}.ln2"))
-        case.update(_linear(rng, 2 * d, d, f"blocks.{i}.mlp.fc"))
-        case.update(_linear(rng, d, 2 * d, f"blocks.{i}.mlp.proj"))
-    return case
-
-
-def _grad_norms_cases(rng):
+def _deepnorm_cases(rng):
     return [
-        ("3 blocks, d = 8, vocab 7, 4 sequences of 5 tokens",
-         _grad_norms_case(rng, 7, 8, 3, 4, 5, ignored=False)),
-        ("5 blocks, d = 6, vocab 5, 2 sequences of 8 tokens, first half of targets -100 "
-         "(ignored)", _grad_norms_case(rng, 5, 6, 5, 2, 8, ignored=True)),
-        ("1 block, d = 4, vocab 3, 3 sequences of 2 tokens",
-         _grad_norms_case(rng, 3, 4, 1, 3, 2, ignored=False)),
+        ("one sequence of 5 tokens, d = 8, 2 heads, d_ff = 32, alpha = 1.75",
+         _block_case(rng, 1, 5, 8, 2, 32, alpha=1.75)),
+        ("3 sequences of 7 tokens, d = 16, 4 heads, d_ff = 24, alpha = 2.875",
+         _block_case(rng, 3, 7, 16, 4, 24, alpha=2.875)),
+        ("2 sequences of 6 tokens far from zero (x = 5 + N(0, 1)), d = 12, 3 heads, "
+         "d_ff = 20, alpha = 1.25", _block_case(rng, 2, 6, 12, 3, 20, offset=5.0, alpha=1.25)),
+        ("a single token, d = 8, 1 head, d_ff = 16, alpha = 1 (plain Post-LN)",
+         _block_case(rng, 2, 1, 8, 1, 16, alpha=1.0)),
     ]
 
 
-def _judge_grad_norms(case, output):
-    model, params, batch = probes.build_grad_probe_lm(case)
-    expected = blocks.grad_norms_by_layer(model, batch).numpy()
-    got = output["norms"]
-    problem = mismatch(got, expected, dtype=F64, what="your norms")
-    if problem is None or got.shape != expected.shape:
-        if got.shape != expected.shape:
-            problem += ": one norm per block, in order"
-        return problem
-    n_layers = len(model.blocks)
-    proj = [b.mlp.proj.weight for b in model.blocks]
-    fc = [b.mlp.fc.weight for b in model.blocks]
-    loss = blocks.lm_loss(model, batch)
-    grads = torch.autograd.grad(loss, proj + fc)
-    g_proj = [g.norm().item() for g in grads[:n_layers]]
-    counted = int((batch[1] != blocks.IGNORE).sum())
+def _diagnose_deepnorm(block, case, y):
+    attn, mlp, ln1, ln2, a = block.attn, block.mlp, block.ln1, block.ln2, block.alpha
+
+    def no_alpha(x):
+        x = ln1(x + attn(x))
+        return ln2(x + mlp(x))
+
+    def alpha_on_sublayer(x):
+        x = ln1(x + a * attn(x))
+        return ln2(x + a * mlp(x))
+
+    def alpha_after_norm(x):
+        x = a * ln1(x + attn(x))
+        return a * ln2(x + mlp(x))
+
+    def pre_order(x):
+        x = a * x + attn(ln1(x))
+        return a * x + mlp(ln2(x))
+
+    def first_only(x):
+        x = ln1(a * x + attn(x))
+        return ln2(x + mlp(x))
+
     candidates = {
-        "clear old gradients before the backward pass (model.zero_grad(), or use "
-        "torch.autograd.grad): .grad adds up across calls":
-            [(g + probes.STALE_GRAD).norm().item() for g in grads[:n_layers]],
-        "take the norm, not the squared norm": [v**2 for v in g_proj],
-        "use each block's mlp.proj.weight (the FFN's second weight), not mlp.fc.weight":
-            [g.norm().item() for g in grads[n_layers:]],
-        "the loss is the mean cross-entropy over the counted targets, not the sum":
-            [v * counted for v in g_proj],
-        "list the blocks first to last": g_proj[::-1],
+        "alpha multiplies the residual x before the add: ln1(alpha * x + attn(x))":
+            alpha_on_sublayer,
+        "alpha scales x inside the LN, before the add, not the LN's output": alpha_after_norm,
+        "DeepNorm keeps Post-LN's order: add, then normalize, ln1(alpha * x + attn(x))":
+            pre_order,
+        "scale the residual in both sublayers: ln2(alpha * x + mlp(x)) too": first_only,
+        "scale the residual by alpha: ln1(alpha * x + attn(x)); this is plain Post-LN":
+            no_alpha,
     }
-    for hint, wrong in candidates.items():
-        if matches(got, np.array(wrong), dtype=F64):
-            return f"{problem}. Hint: {hint}"
-    return problem
+    if a == 1.0:
+        candidates = {}
+    return _first_match(candidates, torch.from_numpy(case["x"]), y)
 
 
-# --- the depth experiment, rerun by the grader on seeds it picks ---
+# --- exercise 3: DeepNet's initialization ---
 
-DEPTHS = (2, 6, 12)
-N_DEPTH_SEEDS = 5  # odd, so every way of taking a median agrees
-DEPTH_CONFIG = {"vocab": 16, "d_model": 64, "n_heads": 4, "batch": 16, "n_symbols": 8}
-NOTEBOOK_SEEDS = (0, 1, 2)  # last_block_ratio's default in the notebook
+SCALED = ("attn.proj.weight", "mlp.fc.weight", "mlp.proj.weight")
 
 
-def _depth_cases(rng):
-    seeds = sorted(int(s) for s in rng.choice(100_000, size=N_DEPTH_SEEDS, replace=False))
-    c = DEPTH_CONFIG
-    batches = [blocks.copy_task_batch(c["batch"], c["n_symbols"], c["vocab"], seed)
-               for seed in seeds]
-    return [(f"d = 64, 4 heads, depths {list(DEPTHS)}, seeds {seeds}", {
-        "d_model": np.array(c["d_model"]), "n_heads": np.array(c["n_heads"]),
-        "vocab": np.array(c["vocab"]), "depths": np.array(DEPTHS), "seeds": np.array(seeds),
-        "inputs": np.stack([b[0].numpy() for b in batches]),
-        "targets": np.stack([b[1].numpy() for b in batches]),
-    })]
+def _deepnorm_scale_cases(rng):
+    def case(d, d_ff, beta):
+        return {"d_model": np.array(d), "d_ff": np.array(d_ff), "beta": np.array(beta),
+                **_block_weights(rng, d, d_ff)}
+
+    return [("d = 8, d_ff = 32, beta = 0.35", case(8, 32, 0.35)),
+            ("d = 6, d_ff = 10, beta = 0.5", case(6, 10, 0.5))]
 
 
-@functools.lru_cache(maxsize=8)
-def _reference_last_norms(seeds):
-    """(2 [pre, post], depths, seeds): the last block's mlp.proj gradient norm
-    of the reference TinyLM, initialized as the notebook does, on each seed's
-    copy-task batch. float32, like the student's run."""
-    c = DEPTH_CONFIG
-    last = np.zeros((2, len(DEPTHS), len(seeds)))
-    for j, seed in enumerate(seeds):
-        batch = blocks.copy_task_batch(c["batch"], c["n_symbols"], c["vocab"], seed)
-        for k, position in enumerate(("pre", "post")):
-            for i, depth in enumerate(DEPTHS):
-                model = blocks.TinyLM(c["vocab"], c["d_model"], depth, c["n_heads"], position,
-                                      d_ff=4 * c["d_model"], max_len=2 * c["n_symbols"])
-                probes.init_like_xiong(model, seed)
-                last[k, i, j] = float(blocks.grad_norms_by_layer(model, batch)[-1])
-    return last
+def _scaled_weights(case, beta, *, qkv_rows="values", others=SCALED):
+    weights = probes._weights(case)
+    d = int(case["d_model"])
+    out = {name: value.copy() for name, value in weights.items()}
+    rows = {"values": slice(2 * d, 3 * d), "queries": slice(0, d), "all": slice(0, 3 * d),
+            "none": slice(0, 0)}[qkv_rows]
+    out["attn.qkv.weight"][rows] *= beta
+    for name in others:
+        out[name] *= beta
+    return out
 
 
-def depth_ratios(last_layer_norms):
-    """(2 [pre, post], depths, seeds) -> the median Post/Pre ratio at each depth."""
-    return np.median(last_layer_norms[1] / last_layer_norms[0], axis=-1)
-
-
-def _norms_problem(norms, expected, seeds):
-    """Which model of the experiment gives other norms than the reference, or None."""
-    if norms.shape != expected.shape:
-        return (f"the experiment gave norms of shape {norms.shape}; expected "
-                f"{expected.shape} (Pre/Post, depths {list(DEPTHS)}, {len(seeds)} seeds)")
-    wrong = {}
-    for k, position in enumerate(("Pre-LN", "Post-LN")):
-        for i, depth in enumerate(DEPTHS):
-            problem = mismatch(norms[k, i], expected[k, i], dtype="float32",
-                               what=f"the last-block gradient norm of your {depth}-block "
-                                    f"{position} TinyLM (one per seed)")
-            if problem:
-                wrong.setdefault(position, problem)
-    if not wrong:
+def _judge_deepnorm_scale(case, output):
+    beta = float(case["beta"])
+    expected = _scaled_weights(case, beta)
+    got = {name[2:]: value for name, value in output.items() if name.startswith("p:")}
+    if all(matches(got[name], expected[name], dtype=F64) for name in expected):
         return None
-    if len(wrong) == 2:
-        hint = ("both kinds of model differ: check that your blocks, TinyLM and "
-                "grad_norms_by_layer pass their own checks")
-    elif "Pre-LN" in wrong:
-        hint = ("only the Pre-LN models differ: check PreLNBlock, and that a Pre-LN "
-                "TinyLM ends with ln_f before its head")
-    else:
-        hint = ("only the Post-LN models differ: check PostLNBlock (add, then "
-                "normalize: ln1(x + attn(x)))")
-    first = next(iter(wrong.values()))
-    return (f"{first}, rerunning the experiment with the reference blocks on the same "
-            f"seeds {list(seeds)}. Hint: {hint}")
-
-
-def _judge_depth_ratio(case, output):
-    seeds = tuple(int(s) for s in case["seeds"])
-    expected = _reference_last_norms(seeds)
-    norms = np.asarray(output["last_layer_norms"], dtype=np.float64)
-    problem = _norms_problem(norms, expected, seeds)
-    if problem:
-        return problem
-    ratios = np.asarray(output["ratios"])
-    expected_ratios = depth_ratios(expected)
-    problem = mismatch(ratios, expected_ratios, dtype="float32",
-                       what=f"last_block_ratio(depth, seeds={list(seeds)}) for depths "
-                            f"{list(DEPTHS)}")
-    if problem is None:
-        return None
-    if ratios.shape != expected_ratios.shape:
-        return problem
-    per_seed = expected[1] / expected[0]  # depths, seeds
     candidates = {
-        "divide the Post-LN norm by the Pre-LN one, not the other way round":
-            np.median(expected[0] / expected[1], axis=-1),
-        "take the median of the per-seed ratios, not their mean": per_seed.mean(axis=-1),
-        "divide per seed first, then take the median of the ratios (not a ratio of "
-        "medians)": np.median(expected[1], axis=-1) / np.median(expected[0], axis=-1),
-        "use the seeds you are given, not (0, 1, 2)":
-            depth_ratios(_reference_last_norms(NOTEBOOK_SEEDS)),
+        "change the block's own weights in place (for example `weight.mul_(beta)` under "
+        "torch.no_grad()); a new tensor or a new block is not seen by the model":
+            probes._weights(case),
+        "scale only the value rows of attn.qkv.weight (rows 2d to 3d): queries and keys "
+        "keep their initialization": _scaled_weights(case, beta, qkv_rows="all"),
+        "the values are the last d rows of attn.qkv.weight (queries, keys, values, in "
+        "that order)": _scaled_weights(case, beta, qkv_rows="queries"),
+        "multiply by beta, do not divide": _scaled_weights(case, 1 / beta),
     }
     for hint, wrong in candidates.items():
-        if matches(ratios, wrong, dtype="float32"):
-            return f"{problem}. Hint: {hint}"
-    return (f"{problem}. Your TinyLM and grad_norms_by_layer measure the right norms on "
-            "these seeds, so look at last_block_ratio itself: copy_task_batch(16, 8, seed), "
-            "both models built with max_len=16 and initialized with init_like_xiong(model, "
-            "seed), the last block's norm, Post-LN over Pre-LN, the median over the seeds")
+        if all(matches(got[name], wrong[name], dtype=F64) for name in wrong):
+            return f"the weights after deepnorm_scale_(block, {beta:g}) are not right. Hint: {hint}"
+    weights = [name for name in expected if name.endswith("weight")]
+    if all(matches(got[name], expected[name], dtype=F64) for name in weights):
+        changed = [name for name in sorted(expected) if name not in weights
+                   and not matches(got[name], expected[name], dtype=F64)]
+        return (f"the weights are right, but {', '.join(changed)} changed too. Hint: leave "
+                "the biases as they are: only the weights are scaled")
+    for name in sorted(expected):
+        problem = mismatch(got[name], expected[name], dtype=F64, what=name)
+        if problem:
+            original = probes._weights(case)[name]
+            should = ("should be left as it is" if np.array_equal(expected[name], original)
+                      else "should be multiplied by beta (for attn.qkv.weight: its value rows)")
+            return f"{problem}: it {should}"
+    return None
 
 
-# --- adaLN ---
+# --- exercise 4: the four models of the experiment ---
 
-def _ada_ln_case(rng, batch, seq_len, d, d_cond, offset=0.0):
-    return {"d_model": np.array(d), "d_cond": np.array(d_cond),
-            "x": offset + rng.normal(size=(batch, seq_len, d)),
-            "cond": rng.normal(size=(batch, d_cond)),
-            "dy": rng.normal(size=(batch, seq_len, d)),
-            **_linear(rng, 2 * d, d_cond, "to_scale_shift")}
+KINDS = ("pre", "post", "sandwich", "deepnorm")
+MODEL_LAYERS = 3
 
 
-def _ada_ln_cases(rng):
-    return [
-        ("2 sequences of 3 tokens, d = 8, d_cond = 4", _ada_ln_case(rng, 2, 3, 8, 4)),
-        ("3 sequences of 5 tokens, d = 16, d_cond = 6", _ada_ln_case(rng, 3, 5, 16, 6)),
-        ("4 sequences of 2 tokens far from zero (x = 3 + 2 N(0, 1)), d = 6, d_cond = 10",
-         _ada_ln_case(rng, 4, 2, 6, 10, offset=3.0)),
-    ]
+def _make_model_cases(rng):
+    cases = []
+    for kind in KINDS:
+        seed = int(rng.integers(100_000))
+        inputs, targets = blocks.experiment_batch(seed)
+        cases.append((f"{kind}, {MODEL_LAYERS} blocks, seed {seed}", {
+            "kind": np.array(kind), "n_layers": np.array(MODEL_LAYERS),
+            "seed": np.array(seed), "inputs": inputs.numpy(), "targets": targets.numpy()}))
+    return cases
 
 
-def _ada_ln_variants(case):
-    x, cond = case["x"], case["cond"]
-    d = x.shape[-1]
-    x_hat = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
-    out = cond @ case["w:to_scale_shift.weight"].T + case["w:to_scale_shift.bias"]  # B, 2d
-    first, second = out[:, None, :d], out[:, None, d:]  # B, 1, d each
-    return x_hat, {
-        "scale by (1 + gamma), not gamma: a zero gamma must leave the token as it is":
-            x_hat * first + second,
-        "the first half of to_scale_shift(cond) is gamma (the scale), the second beta":
-            x_hat * (1 + second) + first,
-        "normalize x before scaling and shifting it": x * (1 + first) + second,
-    }
+@contextlib.contextmanager
+def _one_thread():
+    """Tiny models on one thread: on a loaded machine two threads that wait
+    for each other make them fifty times slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
-def _judge_ada_ln(case, output):
-    x_hat, variants = _ada_ln_variants(case)
-    d, d_cond = int(case["d_model"]), int(case["d_cond"])
-    expected = _reference_run(blocks.AdaLN(d, d_cond), case, [case["x"], case["cond"]])
-    y = output["y"]
-    problem = mismatch(y, expected["y"], dtype=F64, what="your AdaLN's output")
+def _norms(model, case):
+    batch = (torch.from_numpy(case["inputs"]), torch.from_numpy(case["targets"]))
+    return blocks.grad_norms_by_layer(model, batch).numpy()
+
+
+def _variant(kind, n_layers, seed, *, alpha=None, beta=None, final_ln=None):
+    """experiment_model with one ingredient changed, to name a likely slip."""
+    c = blocks.EXPERIMENT
+    model = blocks.TinyLM(c["vocab"], c["d_model"], n_layers, c["n_heads"], kind,
+                          d_ff=c["d_ff"], max_len=2 * c["n_symbols"])
+    if final_ln is not None:
+        model.ln_f = torch.nn.LayerNorm(c["d_model"]) if final_ln else torch.nn.Identity()
+    if alpha is not None:
+        for block in model.blocks:
+            block.alpha = alpha
+    blocks.init_like_xiong(model, seed)
+    if beta is not None:
+        for block in model.blocks:
+            blocks.deepnorm_scale_(block, beta)
+    return model
+
+
+def _judge_make_model(case, output):
+    with _one_thread():
+        return _judge_model_norms(case, output)
+
+
+def _param_norms(model):
+    return np.array([float(p.detach().double().norm())
+                     for _, p in sorted(model.named_parameters())])
+
+
+def _judge_model_norms(case, output):
+    kind, n_layers, seed = str(case["kind"]), int(case["n_layers"]), int(case["seed"])
+    model = blocks.experiment_model(kind, n_layers, seed)
+    names = sorted(name for name, _ in model.named_parameters())
+    got_names = str(output["names"]).split("\n")
+    if got_names != names:
+        missing = sorted(set(names) - set(got_names))
+        unexpected = sorted(set(got_names) - set(names))
+        hint = {True: "this kind needs the final LN (final_ln=True): its residual stream "
+                      "is never normalized",
+                False: "this kind ends every block with an LN already: no final LN "
+                       "(final_ln=False)"}[blocks.FINAL_LN[kind]]
+        if not ({"ln_f.weight", "ln_f.bias"} & set(missing + unexpected)):
+            hint = (f"build {n_layers} blocks of this kind's class and pass them to the "
+                    "notebook's TinyLM")
+        return (f"your {kind} model's parameters differ from the expected ones "
+                f"(missing {missing[:4]}, unexpected {unexpected[:4]}). Hint: {hint}")
+    alpha, beta = blocks.deepnorm_constants(n_layers)
+    got = output["param_norms"]
+    problem = mismatch(got, _param_norms(model), dtype="float32",
+                       what=f"the norms of your {kind} model's parameters after initialization")
     if problem:
-        for hint, wrong in variants.items():
-            if y.shape == wrong.shape and matches(y, wrong, dtype=F64):
+        candidates = {
+            "initialize with init_like_xiong(model, seed), with the seed you are given":
+                _variant(kind, n_layers, seed + 1),
+        }
+        if kind == "deepnorm":
+            candidates = {
+                "apply deepnorm_scale_(block, beta) to every block after init_like_xiong "
+                "(initializing afterwards undoes it)": _variant(kind, n_layers, seed),
+                "n_layers counts blocks, not sublayers: take beta from "
+                "deepnorm_constants(n_layers)": _variant(
+                    kind, n_layers, seed, beta=blocks.deepnorm_constants(2 * n_layers)[1]),
+                **candidates}
+        for hint, wrong in candidates.items():
+            if matches(got, _param_norms(wrong), dtype="float32"):
                 return f"{problem}. Hint: {hint}"
         return problem
-    problem = mismatch(output["y_fresh"], x_hat, dtype=F64, what="a new AdaLN's output")
+    if kind == "deepnorm":
+        alphas = output["alphas"]
+        if alphas.shape != (n_layers,) or not np.allclose(alphas, alpha, rtol=1e-6):
+            return (f"your DeepNorm blocks have alpha {_show(alphas)}; expected "
+                    f"{alpha:.6g} in each, from deepnorm_constants({n_layers})")
+    if kind in ("pre", "post"):
+        problem = mismatch(output["norms"], _norms(model, case), dtype="float32",
+                           what=f"the gradient norms of your {kind} model's blocks")
+        if problem:
+            other = {"pre": "post", "post": "pre"}[kind]
+            if matches(output["norms"], _norms(blocks.experiment_model(other, n_layers, seed),
+                                               case), dtype="float32"):
+                return (f"{problem}. Hint: those are the norms of a {other} model: "
+                        f"'{kind}' takes {blocks.BLOCK_CLASSES[kind].__name__}")
+            return problem
+    return None
+
+
+# --- the prediction and the questions on the measured profiles ---
+
+PROFILE_LAYERS, PROFILE_SEEDS = 8, (0, 1, 2)
+CHOICES = {"predict_flattest": KINDS, "predict_steepest": KINDS,
+           "flattest": KINDS, "steepest": KINDS}
+_QUESTIONS = {
+    "flattest": "Which model's profile is flattest (smallest largest/smallest block norm)?",
+    "steepest": "Which model's profile falls most from the first block to the last "
+                "(smallest last/first)?",
+    "sandwich_over_pre": "SANDWICH_OVER_PRE, the last-block norm of sandwich-LN over "
+                         "Pre-LN's",
+    "deepnorm_over_post": "DEEPNORM_OVER_POST, the last-block norm of DeepNorm over "
+                          "Post-LN's",
+}
+RELATIVE_TOLERANCE = 0.05  # numbers read off a printout, rounded to two digits
+
+
+@functools.lru_cache(maxsize=1)
+def measured_profiles():
+    """The experiment of the assignment, run with the references:
+    {kind: (PROFILE_LAYERS,) median over PROFILE_SEEDS}."""
+    with _one_thread():
+        return {kind: blocks.experiment_profile(kind, PROFILE_LAYERS, PROFILE_SEEDS).numpy()
+                for kind in KINDS}
+
+
+def true_answers():
+    """Each answer worked out from the measured profiles, not typed in."""
+    profiles = measured_profiles()
+    spread = {kind: p.max() / p.min() for kind, p in profiles.items()}
+    fall = {kind: p[-1] / p[0] for kind, p in profiles.items()}
+    return {
+        "flattest": min(spread, key=spread.get),
+        "steepest": min(fall, key=fall.get),
+        "sandwich_over_pre": float(profiles["sandwich"][-1] / profiles["pre"][-1]),
+        "deepnorm_over_post": float(profiles["deepnorm"][-1] / profiles["post"][-1]),
+    }
+
+
+def _one_case(label):
+    return lambda rng: [(label, {})]
+
+
+def _given(output, names):
+    missing = [name for name in names if name not in output]
+    if missing:
+        return f"no answer given for {', '.join(missing)}"
+    for name in names:
+        answer = str(output[name])
+        if answer not in CHOICES[name]:
+            return (f"{name.upper()} is {answer!r}; answer with one of "
+                    f"{', '.join(repr(c) for c in CHOICES[name])}")
+    return None
+
+
+def _judge_prediction(case, output):
+    return _given(output, ("predict_flattest", "predict_steepest"))
+
+
+def _judge_profile_shapes(case, output):
+    problem = _given(output, ("flattest", "steepest"))
     if problem:
-        return (problem + ". A new AdaLN should be a plain LayerNorm (no parameters of its own), "
-                "so start to_scale_shift at zero: nn.init.zeros_ on its weight and bias")
-    problem = mismatch(output["d1"], expected["d1"], dtype=F64,
-                       what="the gradient with respect to cond")
-    return problem or _compare_gradients(case, output, expected)
+        return problem
+    truths = true_answers()
+    wrong = [name for name in ("flattest", "steepest") if str(output[name]) != truths[name]]
+    if wrong:
+        return "not yet right: " + "; ".join(
+            f"{_QUESTIONS[name]} (you answered {output[name]})" for name in wrong)
+    return None
+
+
+def _judge_profile_numbers(case, output):
+    truths = true_answers()
+    problems = []
+    for name in ("sandwich_over_pre", "deepnorm_over_post"):
+        if name not in output:
+            return f"no answer given for {name.upper()}"
+        try:
+            value = float(str(output[name]))
+        except ValueError:
+            return f"{name.upper()} is {str(output[name])!r}, not a number"
+        if not abs(value - truths[name]) <= RELATIVE_TOLERANCE * abs(truths[name]):
+            problems.append(f"{_QUESTIONS[name]} (you answered {value:g})")
+    if problems:
+        return ("not yet right, within 5%: " + "; ".join(problems)
+                + ". Read them off the printed profiles at L = 8, seeds 0, 1, 2")
+    return None
 
 
 CHECKS = {
-    "blocks_pre_ln": Check(_block_cases, _block_judge("pre")),
-    "blocks_post_ln": Check(_block_cases, _block_judge("post")),
-    "blocks_tiny_lm": Check(_tiny_lm_cases, _judge_tiny_lm),
-    "blocks_grad_norms": Check(_grad_norms_cases, _judge_grad_norms),
-    "blocks_depth_ratio": Check(_depth_cases, _judge_depth_ratio),
-    "blocks_ada_ln": Check(_ada_ln_cases, _judge_ada_ln),
+    "blocks_sandwich_ln": Check(_sandwich_cases, _block_judge("sandwich", _diagnose_sandwich)),
+    "blocks_deepnorm": Check(_deepnorm_cases, _block_judge("deepnorm", _diagnose_deepnorm)),
+    "blocks_deepnorm_scale": Check(_deepnorm_scale_cases, _judge_deepnorm_scale),
+    "blocks_make_model": Check(_make_model_cases, _judge_make_model),
+    "blocks_prediction": Check(_one_case("your two predictions"), _judge_prediction),
+    "blocks_profile_shapes": Check(_one_case("your two choices"), _judge_profile_shapes),
+    "blocks_profile_numbers": Check(_one_case("your two ratios"), _judge_profile_numbers),
 }

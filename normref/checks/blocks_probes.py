@@ -4,8 +4,9 @@ The cases carry weights as plain arrays keyed "w:<parameter name>"; a probe
 builds the student's module, checks its parameters against the naming
 contract below, loads the weights, runs forward and backward in float64 and
 returns the outputs and gradients ("g:<parameter name>" for a parameter).
-The small stand-in modules here are test harness, not answers: they let the
-model and gradient-norm checks run without depending on the student's blocks.
+The small harness block here is test scaffolding, not an answer: it lets the
+initialization check run without depending on the student's blocks; the
+model check, likewise, runs only the provided blocks.
 """
 
 import numpy as np
@@ -18,6 +19,8 @@ BLOCK_CONTRACT = (
     "mlp.fc.weight (d_ff, d), mlp.fc.bias (d_ff,), mlp.proj.weight (d, d_ff), "
     "mlp.proj.bias (d,)"
 )
+SANDWICH_CONTRACT = BLOCK_CONTRACT + (
+    ", ln1_out.weight (d,), ln1_out.bias (d,), ln2_out.weight (d,), ln2_out.bias (d,)")
 
 
 def _torch():
@@ -75,207 +78,121 @@ def _forward_backward(module, params, inputs, dy):
     return result
 
 
+def _block_args(case):
+    args = [int(case["d_model"]), int(case["n_heads"]), int(case["d_ff"])]
+    if "alpha" in case:
+        args.append(float(case["alpha"]))
+    return args
+
+
 def _probe_block(block_class, case):
-    d, heads, d_ff = int(case["d_model"]), int(case["n_heads"]), int(case["d_ff"])
-    block = block_class(d, heads, d_ff)
+    block = block_class(*_block_args(case))
+    contract = SANDWICH_CONTRACT if "w:ln1_out.weight" in case else BLOCK_CONTRACT
     params = _load_by_contract(block, _weights(case), "your block",
-                               f"The contract is: {BLOCK_CONTRACT}.")
+                               f"The contract is: {contract}.")
     block.eval()
     return _forward_backward(block, params, [case["x"]], case["dy"])
 
 
-def check_pre_ln_block(PreLNBlock):
-    """Check PreLNBlock(d_model, n_heads, d_ff): output and gradients, float64."""
-    run_check("blocks_pre_ln", PreLNBlock, _probe_block)
+def check_sandwich_ln_block(SandwichLNBlock):
+    """Check SandwichLNBlock(d_model, n_heads, d_ff): output and gradients, float64."""
+    run_check("blocks_sandwich_ln", SandwichLNBlock, _probe_block)
 
 
-def check_post_ln_block(PostLNBlock):
-    """Check PostLNBlock(d_model, n_heads, d_ff): output and gradients, float64."""
-    run_check("blocks_post_ln", PostLNBlock, _probe_block)
+def check_deepnorm_block(DeepNormBlock):
+    """Check DeepNormBlock(d_model, n_heads, d_ff, alpha): output and gradients, float64."""
+    run_check("blocks_deepnorm", DeepNormBlock, _probe_block)
 
 
-def _stand_in_block_class():
+def _harness_block(d_model, d_ff):
+    """A block with the contract's submodules and no forward pass: something
+    for deepnorm_scale_ to work on."""
     nn = _torch().nn
 
-    class StandInBlock(nn.Module):
-        """x + tanh(mix(x)): a cheap block whose position in the stack matters."""
-
-        def __init__(self, d_model):
-            super().__init__()
-            self.mix = nn.Linear(d_model, d_model)
-
-        def forward(self, x):
-            return x + self.mix(x).tanh()
-
-    return StandInBlock
-
-
-def run_stand_in_lm(model, n_layers, d_model, weights, tokens):
-    """Swap the model's blocks for stand-ins, load `weights`, return its logits."""
-    torch, nn = _torch(), _torch().nn
-    if not hasattr(model, "blocks"):
-        raise AttributeError("your model has no attribute `blocks` (an nn.ModuleList of blocks)")
-    stand_in = _stand_in_block_class()
-    model.blocks = nn.ModuleList(stand_in(d_model) for _ in range(n_layers))
-    _load_by_contract(model, weights, "your model",
-                      "Expected tok_emb, pos_emb, blocks, ln_f (Pre-LN only) and head.")
-    model.eval()
-    with torch.no_grad():
-        return model(torch.from_numpy(tokens.copy()))
-
-
-def _probe_tiny_lm(TinyLM, case):
-    vocab, d, n_layers = int(case["vocab"]), int(case["d_model"]), int(case["n_layers"])
-    model = TinyLM(vocab, d, n_layers, int(case["n_heads"]), str(case["norm_position"]),
-                   d_ff=int(case["d_ff"]), max_len=int(case["max_len"]))
-    return {"logits": run_stand_in_lm(model, n_layers, d, _weights(case), case["tokens"])}
-
-
-def check_tiny_lm(TinyLM):
-    """Check TinyLM's assembly (embeddings, blocks in order, ln_f, head) with
-    stand-in blocks, so your own blocks cannot affect the verdict."""
-    run_check("blocks_tiny_lm", TinyLM, _probe_tiny_lm)
-
-
-def make_grad_probe_lm(vocab, d_model, n_layers):
-    """A Pre-LN stack of MLP-only blocks following the naming contract
-    (blocks[i].ln2, blocks[i].mlp.fc, blocks[i].mlp.proj), for the
-    gradient-norm check."""
-    torch, nn = _torch(), _torch().nn
-
-    class MLP(nn.Module):
+    class Attention(nn.Module):
         def __init__(self):
             super().__init__()
-            self.fc = nn.Linear(d_model, 2 * d_model)
-            self.proj = nn.Linear(2 * d_model, d_model)
+            self.n_heads = 1
+            self.qkv = nn.Linear(d_model, 3 * d_model)
+            self.proj = nn.Linear(d_model, d_model)
 
-    class Block(nn.Module):
+    class Feedforward(nn.Module):
         def __init__(self):
             super().__init__()
-            self.ln2 = nn.LayerNorm(d_model)
-            self.mlp = MLP()
+            self.fc = nn.Linear(d_model, d_ff)
+            self.proj = nn.Linear(d_ff, d_model)
 
-        def forward(self, x):
-            return x + self.mlp.proj(torch.tanh(self.mlp.fc(self.ln2(x))))
-
-    class GradProbeLM(nn.Module):
+    class HarnessBlock(nn.Module):
         def __init__(self):
             super().__init__()
-            self.tok_emb = nn.Embedding(vocab, d_model)
-            self.blocks = nn.ModuleList(Block() for _ in range(n_layers))
-            self.ln_f = nn.LayerNorm(d_model)
-            self.head = nn.Linear(d_model, vocab, bias=False)
+            self.ln1, self.attn = nn.LayerNorm(d_model), Attention()
+            self.ln2, self.mlp = nn.LayerNorm(d_model), Feedforward()
 
-        def forward(self, tokens):
-            h = self.tok_emb(tokens)
-            for block in self.blocks:
-                h = block(h)
-            return self.head(self.ln_f(h))
-
-    return GradProbeLM()
+    return HarnessBlock()
 
 
-STALE_GRAD = 3.0  # what the probe leaves in every .grad before calling the student
+def _probe_deepnorm_scale(deepnorm_scale_, case):
+    block = _harness_block(int(case["d_model"]), int(case["d_ff"]))
+    params = _load_by_contract(block, _weights(case), "the test block")
+    deepnorm_scale_(block, float(case["beta"]))
+    return {f"p:{name}": p.detach() for name, p in params.items()}
 
 
-def build_grad_probe_lm(case):
+def check_deepnorm_scale(deepnorm_scale_):
+    """Check deepnorm_scale_(block, beta): which weights it scales, in place."""
+    run_check("blocks_deepnorm_scale", deepnorm_scale_, _probe_deepnorm_scale)
+
+
+def _probe_make_model(make_model, case):
+    """Build the student's model for one kind and seed. Report its parameter
+    names and the norm of each parameter (the initialization), each block's
+    alpha (NaN where it has none) and, for the provided Pre-LN and Post-LN
+    blocks only, the gradient norm of every block's mlp.proj.weight on the
+    case's batch, as the notebook's grad_norms_by_layer measures it: the
+    student's own new blocks are judged by their own exercises."""
     torch = _torch()
-    model = make_grad_probe_lm(int(case["vocab"]), int(case["d_model"]), int(case["n_layers"]))
-    params = _load_by_contract(model, _weights(case), "the probe model")
-    batch = (torch.from_numpy(case["inputs"].copy()), torch.from_numpy(case["targets"].copy()))
-    return model, params, batch
-
-
-def _probe_grad_norms(grad_norms_by_layer, case):
-    torch = _torch()
-    model, params, batch = build_grad_probe_lm(case)
-    for p in params.values():  # stale gradients, as after an earlier backward pass
-        p.grad = torch.full_like(p, STALE_GRAD)
-    norms = grad_norms_by_layer(model, batch)
-    return {"norms": np.array([float(v) for v in norms], dtype=np.float64)}
-
-
-def check_grad_norms_by_layer(grad_norms_by_layer):
-    """Check grad_norms_by_layer(model, batch) on small Pre-LN stacks."""
-    run_check("blocks_grad_norms", grad_norms_by_layer, _probe_grad_norms)
-
-
-def init_like_xiong(model, seed):
-    """The shipped experiment's initialization, applied by name so it does not
-    depend on how the model was written: Linear weights Xavier-normal, biases 0,
-    LayerNorm weights 1, embeddings N(0, 1)."""
-    torch = _torch()
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(model.named_parameters()):
-            if name.endswith("emb.weight"):
-                p.copy_(torch.randn(p.shape, generator=generator))
-            elif p.dim() == 2:
-                fan_out, fan_in = p.shape
-                std = (2.0 / (fan_in + fan_out)) ** 0.5
-                p.copy_(std * torch.randn(p.shape, generator=generator))
-            elif name.split(".")[-2].startswith("ln") and name.endswith("weight"):
-                p.fill_(1.0)
-            else:
-                p.zero_()
-
-
-def _probe_depth_ratio(subject, case):
-    """Run the depth experiment on the grader's seeds, two ways: the student's
-    own last_block_ratio(depth, seeds), and the probe's loop over the same
-    models with the student's TinyLM and grad_norms_by_layer. Only raw
-    numbers come back; the grader reruns the experiment with its reference
-    pieces on the same seeds and compares."""
-    torch = _torch()
-    last_block_ratio, TinyLM, grad_norms_by_layer = subject
-    d, heads, vocab = int(case["d_model"]), int(case["n_heads"]), int(case["vocab"])
-    seq_len = case["inputs"].shape[-1]
-    seeds = tuple(int(seed) for seed in case["seeds"])
-    depths = [int(depth) for depth in case["depths"]]
-    ratios = np.array([float(last_block_ratio(depth, seeds)) for depth in depths])
-    last = np.zeros((2, len(depths), len(seeds)))  # pre/post, depth, seed
-    for k, position in enumerate(("pre", "post")):
-        for i, depth in enumerate(depths):
-            for j, seed in enumerate(seeds):
-                model = TinyLM(vocab, d, depth, heads, position, d_ff=4 * d,
-                               max_len=seq_len)
-                init_like_xiong(model, seed)
-                batch = (torch.from_numpy(case["inputs"][j].copy()),
-                         torch.from_numpy(case["targets"][j].copy()))
-                norms = [float(v) for v in grad_norms_by_layer(model, batch)]
-                if len(norms) != depth:
-                    raise ValueError(f"{len(norms)} gradient norms for a model of {depth} blocks")
-                last[k, i, j] = norms[-1]
-    return {"ratios": ratios, "last_layer_norms": last}
-
-
-def check_depth_ratio(last_block_ratio, TinyLM, grad_norms_by_layer):
-    """Check the depth experiment on seeds the grader picks: your
-    last_block_ratio(depth, seeds), and the last-block gradient norms of your
-    TinyLM measured with your grad_norms_by_layer, must both match the same
-    experiment run with the reference blocks."""
-    run_check("blocks_depth_ratio", (last_block_ratio, TinyLM, grad_norms_by_layer),
-              _probe_depth_ratio)
-
-
-ADA_LN_CONTRACT = "to_scale_shift.weight (2 * d_model, d_cond), to_scale_shift.bias (2 * d_model,)"
-
-
-def _probe_ada_ln(AdaLN, case):
-    torch = _torch()
-    d, d_cond = int(case["d_model"]), int(case["d_cond"])
-    layer = AdaLN(d, d_cond)
-    layer.double()
-    with torch.no_grad():  # a new layer, before any weights are loaded
-        fresh = layer(torch.from_numpy(case["x"].copy()), torch.from_numpy(case["cond"].copy()))
-    params = _load_by_contract(layer, _weights(case), "your AdaLN",
-                               f"The contract is: {ADA_LN_CONTRACT}; the LayerNorm inside "
-                               "has no parameters of its own.")
-    result = _forward_backward(layer, params, [case["x"], case["cond"]], case["dy"])
-    result["y_fresh"] = fresh
+    F = torch.nn.functional
+    kind = str(case["kind"])
+    model = make_model(kind, int(case["n_layers"]), int(case["seed"]))
+    params = sorted(model.named_parameters())
+    result = {
+        "names": np.array("\n".join(name for name, _ in params)),
+        "param_norms": np.array([float(p.detach().double().norm()) for _, p in params]),
+        "alphas": np.array([float(getattr(block, "alpha", float("nan")))
+                            for block in model.blocks]),
+    }
+    if kind in ("pre", "post"):
+        inputs = torch.from_numpy(case["inputs"].copy())
+        targets = torch.from_numpy(case["targets"].copy())
+        logits = model(inputs)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        weights = [block.mlp.proj.weight for block in model.blocks]
+        grads = torch.autograd.grad(loss, weights)
+        result["norms"] = np.array([float(g.double().norm()) for g in grads])
     return result
 
 
-def check_ada_ln(AdaLN):
-    """Check AdaLN(d_model, d_cond): forward(x, cond) and its gradients."""
-    run_check("blocks_ada_ln", AdaLN, _probe_ada_ln)
+def check_make_model(make_model):
+    """Check make_model(kind, n_layers, seed) for the four kinds: parameter
+    names, initialization, DeepNorm's alpha, and for Pre-LN and Post-LN the
+    gradient norms of its blocks, against the reference's."""
+    run_check("blocks_make_model", make_model, _probe_make_model)
+
+
+def _answers_as_text(answers, case):
+    return {name: np.array(str(value)) for name, value in answers.items()}
+
+
+def check_prediction(**answers):
+    """Check that the predictions are given, before the experiment runs."""
+    run_check("blocks_prediction", answers, _answers_as_text)
+
+
+def check_profile_shapes(**answers):
+    """Check the two choices read off the measured profiles."""
+    run_check("blocks_profile_shapes", answers, _answers_as_text)
+
+
+def check_profile_numbers(**answers):
+    """Check the two ratios read off the measured profiles."""
+    run_check("blocks_profile_numbers", answers, _answers_as_text)
