@@ -49,3 +49,16 @@ def layer_norm(x, gamma=None, beta=None, eps=1e-5):
     if beta is not None:
         x_hat = x_hat + np.asarray(beta, dtype=np.float64)  # ..., d
     return x_hat.astype(dtype)
+
+
+def shortcut_var(x):
+    """The one-pass textbook shortcut mean(x^2) - mean(x)^2, in x's own dtype.
+
+    Equal to token_var in exact arithmetic; in floating point it cancels when
+    a token's mean is large next to its spread. The checks use it to recognize
+    an answer that took the shortcut.
+
+    x: (..., d) floating -> (...)
+    """
+    x = np.asarray(x)
+    return (x * x).mean(axis=-1) - x.mean(axis=-1) ** 2  # ...

@@ -10,14 +10,32 @@ EXAMPLE_A = np.array([2.0, 4.0, 6.0, 8.0])
 EXAMPLE_B = np.array([2.0, 6.0, 4.0, 12.0])
 
 
-def _statistic_cases(rng):
+def _mean_cases(rng):
     return [
         ("x = [2, 4, 6, 8]", {"x": EXAMPLE_A}),
         ("a batch of 5 tokens, d = 8", {"x": rng.normal(size=(5, 8))}),
         ("a 3-D batch (2, 3, 16)", {"x": rng.normal(2.0, 3.0, size=(2, 3, 16))}),
+        ("a 4-D batch (2, 2, 3, 8)", {"x": rng.normal(size=(2, 2, 3, 8))}),
         ("a constant token [5, 5, 5, 5]", {"x": np.full(4, 5.0)}),
-        ("tokens with a large offset (1000 + N(0, 1))", {"x": 1000 + rng.normal(size=(3, 32))}),
         ("a float32 batch (4, 64)", {"x": rng.normal(size=(4, 64)).astype(np.float32)}),
+    ]
+
+
+def _offset_tokens(rng, offset, shape, dtype):
+    """Tokens of spread about 1 around `offset`: where the shortcut cancels."""
+    return (offset + rng.normal(size=shape)).astype(dtype)
+
+
+def _var_cases(rng):
+    return [
+        ("x = [2, 4, 6, 8]", {"x": EXAMPLE_A}),
+        ("a batch of 5 tokens, d = 8", {"x": rng.normal(size=(5, 8))}),
+        ("a 4-D batch (2, 2, 3, 8)", {"x": rng.normal(2.0, 3.0, size=(2, 2, 3, 8))}),
+        ("a constant token [5, 5, 5, 5]", {"x": np.full(4, 5.0)}),
+        ("float32 tokens around 10 000 with spread 1, (4, 64)",
+         {"x": _offset_tokens(rng, 1e4, (4, 64), np.float32)}),
+        ("float64 tokens around 1e8 with spread 1, (3, 32)",
+         {"x": _offset_tokens(rng, 1e8, (3, 32), np.float64)}),
     ]
 
 
@@ -30,19 +48,52 @@ def _judge_mean(case, output):
     return problem
 
 
+def _far_from_zero(x):
+    """True when the tokens' mean is large next to their spread."""
+    x64 = x.astype(np.float64)
+    return bool(np.all(np.abs(x64.mean(-1)) > 1000 * (x64.std(-1) + 1e-12)))
+
+
+FLOAT32_FAR_RTOL = 1e-3
+
+
+def _close_enough_in_float32(x, y, expected):
+    """Float32 tokens far from zero are stored only to about |mean| * 6e-8, so
+    a stable method that works in float32 (Welford's, say) may miss the variance
+    by a few parts in 10 000; the shortcut misses it by whole units."""
+    if x.dtype != np.float32 or not _far_from_zero(x) or np.shape(y) != expected.shape:
+        return False
+    y = np.asarray(y)
+    if not np.issubdtype(y.dtype, np.number):
+        return False
+    return bool(np.allclose(y.astype(np.float64), expected, rtol=FLOAT32_FAR_RTOL, atol=0))
+
+
 def _judge_var(case, output):
     x, y = case["x"], output["y"]
+    if bool(output.get("library_variance", False)):
+        return ("your token_var called a library variance (np.var, np.std, np.cov, "
+                "a statistics function or an array's .var/.std method): compute it "
+                "yourself")
     expected = recipe.token_var(x)
     problem = mismatch(y, expected, dtype=x.dtype)
-    if problem is None:
+    if problem is None or _close_enough_in_float32(x, y, expected):
         return None
     d = x.shape[-1]
+    with np.errstate(all="ignore"):
+        shortcut_here = recipe.shortcut_var(x)
+        shortcut_64 = recipe.shortcut_var(x.astype(np.float64))
     if matches(y, expected * d / (d - 1), dtype=x.dtype):
         return problem + ". The variance divides by d, not d - 1 (np.var's default, ddof=0)"
     if matches(y, np.sqrt(expected), dtype=x.dtype):
         return problem + ". That is the standard deviation; the variance is its square"
     if x.ndim > 1 and np.shape(y) != expected.shape:
         return problem + ". Take the variance over the last axis (each token's features)"
+    if (matches(y, shortcut_here, dtype=x.dtype) or matches(y, shortcut_64, dtype=x.dtype)
+            or _far_from_zero(x)):
+        return problem + (". This looks like the shortcut mean(x**2) - mean(x)**2, which "
+                          "cancels when the mean is large next to the spread: square "
+                          "deviations from a centre inside the data instead")
     return problem
 
 
@@ -73,14 +124,16 @@ def _token_cases(rng):
 
 
 def _batch_cases(rng):
-    constant_row = rng.normal(size=(3, 8))
-    constant_row[1] = 7.0
+    with_constant_token = rng.normal(size=(2, 2, 3, 8))
+    with_constant_token[1, 0, 2] = 7.0
     return [
         ("a batch of 4 tokens, d = 8", _ln_case(rng.normal(size=(4, 8)))),
         ("a 3-D batch (2, 3, 16) with random gamma and beta",
          _ln_case(rng.normal(1.0, 4.0, size=(2, 3, 16)), rng.normal(size=16), rng.normal(size=16))),
-        ("a batch whose second token is constant", _ln_case(constant_row, beta=np.full(8, 0.25))),
-        ("a batch with a large offset (1000 + N(0, 1))", _ln_case(1000 + rng.normal(size=(5, 32)))),
+        ("a 4-D batch (2, 2, 3, 8) holding one constant token",
+         _ln_case(with_constant_token, beta=np.full(8, 0.25))),
+        ("tokens around 1e6 with spread 1, (5, 32)",
+         _ln_case(_offset_tokens(rng, 1e6, (5, 32), np.float64))),
         ("a float32 batch (6, 32)", _ln_case(rng.normal(size=(6, 32)).astype(np.float32))),
         ("a batch of 2 tokens, d = 2", _ln_case(np.array([[0.0, 3.0], [10.0, -10.0]]))),
     ]
@@ -93,9 +146,13 @@ def _likely_layer_norm_mistake(case, y):
     mu = x64.mean(-1, keepdims=True)
     var = x64.var(-1, keepdims=True)
     d = x.shape[-1]
+    shortcut = np.maximum(recipe.shortcut_var(x64)[..., None], 0.0)
     candidates = {
         "the variance divides by d, not d - 1":
             gamma * (x64 - mu) / np.sqrt(var * d / max(d - 1, 1) + eps) + beta,
+        "the shortcut mean(x**2) - mean(x)**2 cancels at a large offset: use a "
+        "variance that survives it (your token_var)":
+            gamma * (x64 - mu) / np.sqrt(shortcut + eps) + beta,
         "eps goes inside the square root: (x - mu) / sqrt(var + eps)":
             gamma * (x64 - mu) / (np.sqrt(var) + eps) + beta,
         "eps is missing: add it to the variance before the square root":
@@ -127,56 +184,62 @@ def _judge_layer_norm(case, output):
     if problem is None:
         return None
     hint = _likely_layer_norm_mistake(case, y)
+    if hint is None and _far_from_zero(x):
+        hint = ("at a large offset the variance must not come from the shortcut "
+                "mean(x**2) - mean(x)**2: use your token_var")
     return problem + (f". Hint: {hint}" if hint else "")
 
 
 _QUESTIONS = {
-    "shift_changes_output": "Does adding c to every feature change the output?",
-    "negative_scale_effect": "What does multiplying a token by k = -2 do to its output?",
-    "zero_scale_output": "What does the layer return when k = 0?",
-    "batch_mates_matter": "Does a token's output depend on the other tokens in its batch?",
+    "predict_shortcut": "Your prediction for the float32 shortcut at 10 000",
+    "spacing_near_1e8": "The gap between neighbouring float32 numbers near 1e8",
+    "shortcut_breaks_at": "The offset at which the float64 shortcut loses the variance",
 }
+PREDICTION_CHOICES = ("a", "b", "c")
+OFFSET_CHOICES = (1e4, 1e8, 1e16)
 
 
 def _true_answers():
-    """Each answer worked out by running the reference, not typed in."""
-    x = EXAMPLE_A
-    gamma, beta = np.full(4, 2.0), np.full(4, 1.0)
-    ln = recipe.layer_norm
-    if np.allclose(ln(-2 * x), -ln(x), atol=1e-6):
-        negative = "flipped"
-    else:
-        negative = "doubled" if np.allclose(ln(-2 * x), 2 * ln(x)) else "unchanged"
-    zero = ln(0 * x, gamma, beta)
-    if np.allclose(zero, beta):
-        zero_answer = "beta"
-    else:
-        zero_answer = "zeros" if np.allclose(zero, 0) else "nan"
-    batch = np.stack([x, 10 * x[::-1], x + 3])
-    return {
-        "shift_changes_output": str(not np.allclose(ln(x + 10), ln(x))),
-        "negative_scale_effect": negative,
-        "zero_scale_output": zero_answer,
-        "batch_mates_matter": str(not np.allclose(ln(batch)[0], ln(x))),
-    }
+    """Each inline answer worked out here, not typed in."""
+    spacing = float(np.spacing(np.float32(1e8)))
+    # The shortcut's error is about offset**2 times float64's relative
+    # precision; it reaches a variance of 1 where offset = 1 / sqrt(eps).
+    breaks = 1 / np.sqrt(np.finfo(np.float64).eps)
+    nearest = min(OFFSET_CHOICES, key=lambda c: abs(np.log10(c) - np.log10(breaks)))
+    return {"spacing_near_1e8": spacing, "shortcut_breaks_at": nearest}
+
+
+def _as_number(text):
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _judge_predictions(case, output):
-    truths = _true_answers()
-    missing = [name for name in truths if name not in output]
+    missing = [name for name in _QUESTIONS if name not in output]
     if missing:
         return f"no answer given for {', '.join(missing)}"
-    wrong = [name for name, truth in truths.items() if str(output[name]) != truth]
+    answers = {name: str(output[name]) for name in _QUESTIONS}
+    if answers["predict_shortcut"].strip().strip("'\"").lower() not in PREDICTION_CHOICES:
+        return (f"{_QUESTIONS['predict_shortcut']}: give one of "
+                f"{', '.join(PREDICTION_CHOICES)} (you answered {answers['predict_shortcut']}); "
+                "any of them earns the point, it is your guess")
+    wrong = []
+    for name, truth in _true_answers().items():
+        given = _as_number(answers[name])
+        if given is None or not np.isclose(given, truth, rtol=1e-6, atol=0):
+            wrong.append(f"{_QUESTIONS[name]} (you answered {answers[name]})")
     if wrong:
-        return "not yet right: " + "; ".join(
-            f"{_QUESTIONS[name]} (you answered {output[name]})" for name in wrong)
+        return "not yet right: " + "; ".join(wrong)
     return None
 
 
 CHECKS = {
-    "token_mean": Check(_statistic_cases, _judge_mean),
-    "token_var": Check(_statistic_cases, _judge_var),
+    "token_mean": Check(_mean_cases, _judge_mean),
+    "token_var": Check(_var_cases, _judge_var),
     "layer_norm_token": Check(_token_cases, _judge_layer_norm),
     "layer_norm_batches": Check(_batch_cases, _judge_layer_norm),
-    "recipe_predictions": Check(lambda rng: [("your four predictions", {})], _judge_predictions),
+    "recipe_predictions": Check(lambda rng: [("your prediction and inline answers", {})],
+                                _judge_predictions),
 }
