@@ -976,6 +976,7 @@ def _notebook_answers(path):
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("student", ["ada_perfect", "ben_unusual", "kim_unusual_correct",
+                                     "pat_tiled_rows", "quin_scaled_two_pass",
                                      "cy_missing_mask", "dee_wrong_dw_reduction",
                                      "eve_rstd_not_saved", "fay_layer_norm_dx",
                                      "hal_half_sums", "gus_blank", "solution"])
