@@ -447,12 +447,28 @@ def test_a_prediction_counts_when_it_is_a_number_right_or_wrong():
 
 
 def test_running_var_answers_are_judged_within_their_tolerance():
-    check_running_var_answers(cs231n_var_for_8=3.5, pytorch_momentum_like_keras=0.01)
-    check_running_var_answers(cs231n_var_for_8=3.45, pytorch_momentum_like_keras=1 - 0.99)
+    eval_std = 2 / np.sqrt(3)  # data std 2 over sqrt(running_var 3)
+    check_running_var_answers(cs231n_var_for_8=3.5, cs231n_eval_std=eval_std)
+    check_running_var_answers(cs231n_var_for_8=3.45, cs231n_eval_std=np.float32(1.15))
     with pytest.raises(CheckFailed, match="CS231N_RUNNING_VAR_FOR_8"):
-        check_running_var_answers(cs231n_var_for_8=4.0, pytorch_momentum_like_keras=0.01)
-    with pytest.raises(CheckFailed, match="PYTORCH_MOMENTUM_LIKE_KERAS"):
-        check_running_var_answers(cs231n_var_for_8=3.5, pytorch_momentum_like_keras=0.99)
+        check_running_var_answers(cs231n_var_for_8=4.0, cs231n_eval_std=eval_std)
+    for wrong in (1.0, 2 / np.sqrt(3.5), np.sqrt(3) / 2, None):  # train's, n = 8's, upside down
+        with pytest.raises(CheckFailed, match="CS231N_EVAL_STD"):
+            check_running_var_answers(cs231n_var_for_8=3.5, cs231n_eval_std=wrong)
+
+
+def test_the_eval_std_question_matches_a_simulation():
+    """The truth the eval question is judged by, measured: settle CS231n's running
+    statistics on batches of 4, then normalize fresh data with them."""
+    rng = np.random.default_rng(0)
+    mean, var = np.zeros(256), np.ones(256)
+    for _ in range(2000):
+        _, mean, var = batch_norm_train(rng.normal(0.0, 2.0, size=(4, 256)), np.ones(256),
+                                        np.zeros(256), mean, var, 0.99, "cs231n")
+    fresh = rng.normal(0.0, 2.0, size=(4000, 256))
+    std = ((fresh - mean) / np.sqrt(var + 1e-5)).std(axis=0).mean()
+    assert std == pytest.approx(2 / np.sqrt(3), abs=0.01)
+    check_running_var_answers(cs231n_var_for_8=3.5, cs231n_eval_std=float(std))
 
 
 # ---------------------------------------------------------------- any seed

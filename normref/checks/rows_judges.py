@@ -361,24 +361,30 @@ def _judge_prediction(case, output):
     return None
 
 
-_VARIANCE, _VALUES_PER_CHANNEL, _KERAS_MOMENTUM = 4.0, 8, 0.99
+_VARIANCE, _VALUES_PER_CHANNEL, _EXPERIMENT_VALUES = 4.0, 8, 4
+
+
+def _biased_settles_at(values):
+    """Where CS231n's running_var settles: the biased variance of `values` values
+    averages sigma^2 (n - 1) / n, and running_var is an average of them."""
+    return _VARIANCE * (values - 1) / values
 
 
 def _judge_running_var_answers(case, output):
-    # the biased variance of n values averages sigma^2 (n - 1) / n, and CS231n's
-    # running_var is an average of biased variances
-    var_truth = _VARIANCE * (_VALUES_PER_CHANNEL - 1) / _VALUES_PER_CHANNEL
-    momentum_truth = 1 - _KERAS_MOMENTUM  # the same weight on the new value
+    var_truth = _biased_settles_at(_VALUES_PER_CHANNEL)
+    # eval divides data of std sigma by sqrt(running_var + eps), with running_var
+    # settled at the biased average for the experiment's batches of 4
+    std_truth = np.sqrt(_VARIANCE / (_biased_settles_at(_EXPERIMENT_VALUES) + 1e-5))
     wrong = []
     var_given = _number(output.get("cs231n_var_for_8"))
     if var_given is None or abs(var_given - var_truth) > 0.1:
         wrong.append(f"CS231N_RUNNING_VAR_FOR_8 (you answered {output.get('cs231n_var_for_8')}"
                      "): what does the biased variance of 8 values average to?")
-    momentum_given = _number(output.get("pytorch_momentum_like_keras"))
-    if momentum_given is None or abs(momentum_given - momentum_truth) > 1e-6:
-        wrong.append("PYTORCH_MOMENTUM_LIKE_KERAS (you answered "
-                     f"{output.get('pytorch_momentum_like_keras')}): which weight does each "
-                     "convention give the new batch value?")
+    std_given = _number(output.get("cs231n_eval_std"))
+    if std_given is None or abs(std_given - std_truth) > 0.01:
+        wrong.append(f"CS231N_EVAL_STD (you answered {output.get('cs231n_eval_std')}): in eval "
+                     "mode the data's own spread is divided by sqrt(running_var + eps); where "
+                     "did CS231n's running_var settle in the experiment?")
     return "not yet right: " + "; ".join(wrong) if wrong else None
 
 
