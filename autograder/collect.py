@@ -473,11 +473,26 @@ def _choose(handins, report):
                     f"{handin.shown} (different names {names} map to one student id "
                     f"{handin.student}; none of them collected)")
             continue
+        group.sort(key=_recency, reverse=True)
         chosen.append(group[0])
         for handin in group[1:]:
-            report.unmatched.append(f"{handin.shown} (a second hand-in for "
-                                    f"{handin.student}; {group[0].shown} was taken)")
+            report.unmatched.append(f"{handin.shown} (an earlier hand-in of "
+                                    f"{handin.student}; the latest, {group[0].shown}, "
+                                    "was taken)")
     return sorted(chosen, key=lambda handin: handin.parts)
+
+
+def _recency(handin):
+    """How recent a hand-in is, to keep the latest of a student's several: the zip
+    member's date, then the LMS's resubmission number (Canvas's `name-2.ipynb`),
+    then the LMS's submission id in the file name."""
+    first = handin.notebooks[0] if handin.notebooks else None
+    member = first.member if first is not None else None
+    stamp = member.date_time if member is not None else (0,)
+    original = first.ident.original if first is not None and first.ident else ""
+    attempt = re.search(r"-(\d+)\.ipynb$", original or "")
+    numbers = [int(n) for n in re.findall(r"_(\d+)", first.shown)] if first else []
+    return (stamp, int(attempt.group(1)) if attempt else 0, numbers)
 
 
 def _plain_name(name):

@@ -269,26 +269,31 @@ IN_KERNEL = "inside the student's kernel"
 
 def _score_in_kernel(gid, points, cell, syntax_errors=()):
     """A grade cell of plain asserts (it calls no trusted check), scored the way
-    `nbgrader autograde` scores it: no points if it raised or wrote to stderr, the
-    number it returned as partial credit, else every point. Its verdict comes from
-    the student's own kernel, so a hand-in could forge it; it never flags anyone."""
-    from nbgrader.utils import determine_grade
+    `nbgrader autograde` scores it: no points if it raised, the number it returned as
+    partial credit (nbgrader's reading of it), else every point. Two differences:
+    output on stderr (a warning, a debug print) costs nothing, and a returned number
+    above the cell's points scores 0 with a reason (nbgrader stops with an error).
+    Its verdict comes from the student's own kernel, so a hand-in could forge it; it
+    never flags anyone."""
+    from nbgrader.utils import get_partial_grade
 
     ran = cell.get("execution_count") is not None
-    reason = None
+    earned, reason = points, None
+    errors = _cell_errors(cell)
+    results = [o for o in cell.get("outputs", []) if o.get("output_type") == "execute_result"]
     if not ran:
         earned, reason = 0.0, "the cell did not run"
-    else:
-        metadata = {**cell.get("metadata", {})}
-        metadata["nbgrader"] = {**_nbgrader(cell), "grade": True, "solution": False,
-                                "points": points}
-        earned = float(determine_grade(nbformat.from_dict({**cell, "metadata": metadata}))[0])
-        errors = _cell_errors(cell)
-        if errors:
-            reason = _error_reason(errors[0], syntax_errors)
-        elif earned < points:
-            reason = ("the cell wrote to stderr" if earned == 0
-                      else f"the cell returned {earned:g} of {points:g} points")
+    elif errors:
+        earned, reason = 0.0, _error_reason(errors[0], syntax_errors)
+    elif results and results[0].get("data", {}).get("text/plain"):
+        try:
+            earned = float(get_partial_grade(results[0], points))
+        except ValueError:
+            earned, reason = 0.0, (f"the cell returned a number above its {points:g} "
+                                   "points, which cannot be a score")
+        else:
+            if earned < points:
+                reason = f"the cell returned {earned:g} of {points:g} points"
     return {"grade_id": gid, "points": earned, "max_points": points, "kernel_ok": ran,
             "reason": reason, "executed_forbidden": [], "checked": IN_KERNEL, "checks": []}
 
@@ -593,20 +598,25 @@ def _grade_ids(nb):
 
 def _wrong_notebook_reason(task, *, part, source_nb, handin_nb):
     """Why the hand-in is not this assignment's notebook (None if it is): it holds
-    none of the assignment's answer cells. Names the assignment it belongs to when
-    its cells are another assignment's."""
-    answers = {_nbgrader(c)["grade_id"] for c in source_nb.cells
-               if _nbgrader(c).get("solution") and _nbgrader(c).get("grade_id")}
+    none of the assignment's graded cells and fewer than half of its answer cells
+    (ids like a scratch cell's can be shared between assignments). Names the
+    assignment it belongs to when its cells are another assignment's."""
+    def ids(**wanted):
+        return {_nbgrader(c)["grade_id"] for c in source_nb.cells
+                if _nbgrader(c).get("grade_id")
+                and all(bool(_nbgrader(c).get(k)) == v for k, v in wanted.items())}
+
+    answers, graded = ids(solution=True), ids(grade=True)
     handed = _grade_ids(handin_nb)
-    if not answers or answers & handed:
+    if not answers or graded & handed or len(answers & handed) * 2 >= len(answers):
         return None
     for other, other_ids in task.other_assignments.items():
         if handed and len(handed & set(other_ids)) >= len(handed) / 2:
             return (f"this is the notebook of {other}, not of {task.assignment}: hand in "
                     f"{part.name}")
-    return (f"none of {task.assignment}'s {len(answers)} answer cells is in this notebook: "
-            f"is it the right one? Hand in {part.name}, with its "
-            "cells (copying code into a new notebook loses them)")
+    return (f"none of {task.assignment}'s graded cells is in this notebook: is it the "
+            f"right one? Hand in {part.name}, with its cells (copying code into a new "
+            "notebook loses them)")
 
 
 def _grade_notebook(result, *, task, notebook, source_nb, release_nb, handin_nb):

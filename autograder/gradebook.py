@@ -156,3 +156,29 @@ def with_scores_by_hand(results, by_hand, *, default_notebook=None):
         merged.append({**result, "cells": cells, "manual": manual, "score": score,
                        "pending": [m["grade_id"] for m in manual if m["points"] is None]})
     return merged
+
+
+def record_lateness(*, course, assignment, results):
+    """Write each result's submission time and late penalty (in points, on its first
+    notebook) into the gradebook, so that `nbgrader export` and the formgrader show
+    the same final score as grades.csv: score minus late_submission_penalty."""
+    from datetime import datetime
+
+    from nbgrader.api import Gradebook, MissingEntry
+
+    first = Path(course.notebook_names(assignment)[0]).stem
+    with Gradebook(gradebook_url(course)) as gradebook:
+        for result in results:
+            late = result.get("lateness") or {}
+            try:
+                submission = gradebook.find_submission(assignment, result["student_id"])
+                notebook = gradebook.find_submission_notebook(first, assignment,
+                                                              result["student_id"])
+            except MissingEntry:
+                continue
+            if late.get("submitted_at"):
+                submission.timestamp = datetime.fromisoformat(
+                    late["submitted_at"]).replace(tzinfo=None)
+            notebook.late_submission_penalty = round(
+                result["score"] - result.get("final_score", result["score"]), 6)
+        gradebook.db.commit()

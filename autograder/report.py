@@ -24,7 +24,12 @@ from nbconvert import HTMLExporter
 from autograder import summary
 from autograder.deadlines import DeadlinesError, apply_late_policy, lateness
 from autograder.grade import IN_KERNEL
-from autograder.gradebook import scores_by_hand, with_scores_by_hand, write_gradebook
+from autograder.gradebook import (
+    record_lateness,
+    scores_by_hand,
+    with_scores_by_hand,
+    write_gradebook,
+)
 
 GRADE_COLUMNS = ["student_id", "score", "max_score", "pending", "late", "late_penalty",
                  "final_score", "status", "reason", "flags"]
@@ -118,6 +123,8 @@ _MATH_VALUE = re.compile(r"[A-Za-z0-9 .%#:/_-]{0,80}")
 _DISPLAY_MATH = re.compile(r"(?<!\\)\$\$(.+?)(?<!\\)\$\$", re.DOTALL)
 _INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\$)(.+?)(?<![\\$])\$")
 _CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.DOTALL)
+MAX_MATHS = 200  # formulas drawn per page; the rest stay as their source (MathML is ~20x)
+MAX_MATHS_CELL_CHARS = 50_000  # a longer markdown cell keeps its maths as source
 _HIDDEN_TESTS = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[ \t]*$",
                            re.DOTALL | re.MULTILINE)
 
@@ -170,14 +177,24 @@ def _mathml(latex, *, display):
         return html.escape(f"$${latex}$$" if display else f"${latex}$")
 
 
-def _markdown_with_mathml(text):
-    """Markdown whose $...$ and $$...$$ maths is MathML, which browsers draw with no
-    script and no network (the page's policy allows neither)."""
+def _markdown_with_mathml(text, budget=MAX_MATHS):
+    """(markdown whose $...$ and $$...$$ maths is MathML, which browsers draw with no
+    script and no network, the budget left): at most `budget` formulas are drawn,
+    the rest stay as their source."""
+    left = budget
+
+    def draw(match, display):
+        nonlocal left
+        if left <= 0:
+            return match.group(0)
+        left -= 1
+        return _mathml(match.group(1), display=display)
+
     parts = _CODE.split(text)  # code (odd parts) keeps its dollar signs
     for i in range(0, len(parts), 2):
-        part = _DISPLAY_MATH.sub(lambda m: _mathml(m.group(1), display=True), parts[i])
-        parts[i] = _INLINE_MATH.sub(lambda m: _mathml(m.group(1), display=False), part)
-    return "".join(parts)
+        part = _DISPLAY_MATH.sub(lambda m: draw(m, True), parts[i])
+        parts[i] = _INLINE_MATH.sub(lambda m: draw(m, False), part)
+    return "".join(parts), left
 
 
 def _is_graded(cell):
@@ -193,20 +210,51 @@ def _quiet_ungraded_error(output):
              f"{str(output.get('evalue'))[:300]}\n")
 
 
+_OUTPUTS_AFTER_HIDDEN = ("(the outputs of this cell and of every later one are not shown: "
+                         "they could show the hidden tests)\n")
+
+
+def hidden_test_lines(nb):
+    """The distinctive lines of `nb`'s hidden tests (12 characters or more)."""
+    lines = set()
+    for cell in nb.cells:
+        for block in _HIDDEN_TESTS.findall(cell.source if cell.cell_type == "code" else ""):
+            lines |= {ln.strip() for ln in block.splitlines()[1:-1] if len(ln.strip()) >= 12}
+    return lines
+
+
+def scrub_hidden(text, lines):
+    """`text` with every hidden-test line in it replaced."""
+    for line in lines:
+        if line in text:
+            text = text.replace(line, "[hidden test]")
+    return text
+
+
 def _inert_notebook(nb, *, show_hidden_tests=False):
     """A copy of `nb` fit for the student's page: outputs that would only run code
-    removed, maths as MathML, hidden tests folded away (unless shown), and the
-    errors of ungraded cells quietened."""
+    removed, maths as MathML, errors of ungraded cells quietened and, unless
+    `show_hidden_tests`, the hidden tests folded away. A hand-in's own code runs
+    after the hidden tests and can print them (IPython keeps every cell's source),
+    so the outputs of the cells from the first hidden test on are not shown either:
+    their verdicts are in the score table."""
     nb = copy.deepcopy(nb)
     nb.metadata.pop("widgets", None)
+    maths_left = MAX_MATHS
+    after_hidden = False
     for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            cell.source = _markdown_with_mathml(cell.source)
+        if cell.cell_type == "markdown" and len(cell.source) <= MAX_MATHS_CELL_CHARS:
+            cell.source, maths_left = _markdown_with_mathml(cell.source, maths_left)
         if cell.cell_type != "code":
             continue
         if not show_hidden_tests:
+            after_hidden = after_hidden or bool(_HIDDEN_TESTS.search(cell.source))
             cell.source = _HIDDEN_TESTS.sub("# (hidden tests: the grader ran them)",
                                             cell.source)
+            if after_hidden:
+                cell.outputs = [nbformat.v4.new_output(
+                    "stream", name="stdout", text=_OUTPUTS_AFTER_HIDDEN)]
+                continue
         outputs = []
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error" and not _is_graded(cell):
@@ -242,7 +290,8 @@ def _summary_html(result):
         if cell["reason"] and cell["reason"] not in messages:
             messages.append(cell["reason"])
         if cell.get("checked") == IN_KERNEL:
-            messages.append("checked inside your kernel by the visible tests")
+            messages.append("(this exercise's tests run inside your own kernel: plain "
+                            "asserts, as nbgrader runs them)")
         if cell.get("by_hand"):
             messages.append("score given by hand")
         rows.append(
@@ -337,6 +386,7 @@ def write_reports(*, course, assignment, results, show_hidden_tests=False):
     results = with_scores_by_hand(results, scores_by_hand(course=course, assignment=assignment),
                                   default_notebook=Path(names[0]).stem)
     results = [_with_lateness(course, assignment, r) for r in results]
+    record_lateness(course=course, assignment=assignment, results=results)
     folder = course.reports / assignment
     (folder / "feedback").mkdir(parents=True, exist_ok=True)
     (folder / "gradescope").mkdir(parents=True, exist_ok=True)
@@ -379,14 +429,20 @@ def _write_class_exports(*, course, assignment, results, folder):
 
 
 def grade_table(results, *, expected=None):
-    """A plain-text table; with `expected` ({student: total}) a column says if each matches."""
+    """A plain-text table; with `expected` ({student: total}) a column says if each
+    matches. A final column appears when a late penalty changed any score."""
+    late = any(r.get("final_score", r["score"]) != r["score"] for r in results)
     header = f"{'student':<24} {'score':>9}  {'status':<8} {'flags':<5}"
+    if late:
+        header += f" {'final':>6}"
     if expected is not None:
         header += "  expected"
     lines = [header, "-" * len(header)]
     for r in results:
         line = (f"{r['student_id']:<24} {r['score']:>4g}/{r['max_score']:<4g}  "
                 f"{r['status']:<8} {'yes' if r.get('flags') else '':<5}")
+        if late:
+            line += f" {r.get('final_score', r['score']):>6g}"
         if expected is not None:
             want = expected.get(r["student_id"])
             line += f"  {want:g} {'ok' if want == r['score'] else 'MISMATCH'}" if want is not None \

@@ -124,6 +124,9 @@ def _canvas(header, rows, skipped):
         name, uid = _cell(row, name_i), _cell(row, id_i)
         if name.casefold().endswith("points possible") or not (name or uid):
             continue
+        if name.casefold() in ("student, test", "test student"):
+            skipped.append(f"row {number}: Canvas's test student")
+            continue
         if not uid.isdigit():
             skipped.append(f"row {number}: no Canvas user id")
             continue

@@ -153,8 +153,13 @@ class _GradingClient(NotebookClient):
         self.output_capped = False
         self.cells_with_error = set()
         self.stopped_because = None
-        self.first_code_index = next(
-            (i for i, c in enumerate(nb.cells) if c.cell_type == "code"), None)
+        # The imports allowance goes to the instructor's first code cell, never to
+        # a cell the student put before it.
+        code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+        instructor = [i for i in code if self._grade_id(nb.cells[i])
+                      and not nb.cells[i].get("metadata", {}).get("nbgrader", {}).get("solution")]
+        self.first_code_index = (instructor or code or [None])[0]
+        self.timed_out = {}  # cell index -> its limit, for the cells stopped at it
         self.started_cells = None  # when the first cell started (the kernel is up)
         self.cell_seconds = {}  # {grade_id or "cell N": seconds}
         self.phase_seconds = {"imports": 0.0, "answer_cells": 0.0, "test_cells": 0.0,
@@ -201,6 +206,8 @@ class _GradingClient(NotebookClient):
         stopped, and the cells after this one do not run.
         """
         await self._async_check_alive()
+        if cell is not None and cell in self.nb.cells:
+            self.timed_out[self.nb.cells.index(cell)] = timeout
         await ensure_async(self.km.interrupt_kernel())
         try:
             probe = self.kc.kernel_info()
@@ -235,6 +242,13 @@ class _GradingClient(NotebookClient):
             cell.outputs.append(_short_error(content))
         return await super()._check_raise_for_error(cell, cell_index, exec_reply)
 
+    def _name_the_timeout(self, cell, limit):
+        """A cell stopped at its time limit says so, instead of KeyboardInterrupt."""
+        message = f"the cell ran past its {limit:.0f} s limit and was stopped"
+        cell.outputs = [_error_output("CellTimeout", message)
+                        if o.get("output_type") == "error" and o.get("ename") == "KeyboardInterrupt"
+                        else o for o in cell.outputs]
+
     def _fail_cell(self, cell, name, message):
         """Give `cell` one error output (unless it has one); a reply saying so."""
         if cell is not None:
@@ -245,14 +259,23 @@ class _GradingClient(NotebookClient):
         return {"content": {"status": "error", "ename": name, "evalue": message,
                             "traceback": []}}
 
+    @staticmethod
+    def _grade_id(cell):
+        return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
     def cell_timeout_for(self, cell):
         remaining = max(1.0, self.deadline - time.monotonic())
         index = self.nb.cells.index(cell) if cell in self.nb.cells else None
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        gid = self._grade_id(cell)
+        scaled = self.settings.cell_timeouts
         if index == self.first_code_index:
             limit = self.settings.startup_timeout
+        elif gid in scaled:
+            limit = scaled[gid]
+        elif scaled:  # a cell the reference does not have: the longest scaled limit
+            limit = min(self.settings.cell_timeout, max(scaled.values()))
         else:
-            limit = self.settings.cell_timeouts.get(gid, self.settings.cell_timeout)
+            limit = self.settings.cell_timeout
         return min(limit, remaining)
 
     def _phase_of(self, cell, cell_index):
@@ -282,6 +305,8 @@ class _GradingClient(NotebookClient):
                                                     store_history)
         finally:
             self.server.current_cell = None
+            if cell_index in self.timed_out:
+                self._name_the_timeout(cell, self.timed_out[cell_index])
             if cell.cell_type == "code":
                 spent = time.monotonic() - began
                 self.cell_seconds[gid or f"cell {cell_index}"] = round(spent, 3)

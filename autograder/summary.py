@@ -43,7 +43,9 @@ def class_summary(results):
               "passed": sum(p >= row["max_points"] for p in row["points"]),
               "mean": float(np.mean(row["points"])) if row["points"] else 0.0}
              for row in exercises.values()]
+    pending = [r for r in results if r.get("pending")]
     return {"students": len(results), "graded": len(graded),
+            "pending": len(pending), "pending_cells": sum(len(r["pending"]) for r in pending),
             "scores": [r.get("final_score", r["score"]) for r in graded],
             "max_score": max((r["max_score"] for r in results), default=0.0),
             "exercises": table, "failures": failures.most_common(_COMMON_FAILURES)}
@@ -52,8 +54,13 @@ def class_summary(results):
 def summary_text(assignment, summary):
     scores = summary["scores"]
     lines = [f"{assignment}: {summary['graded']} of {summary['students']} graded"]
+    if summary.get("pending"):
+        lines.append(f"NOT FINAL: {summary['pending']} hand-ins still have "
+                     f"{summary['pending_cells']} answers to grade by hand (formgrader); "
+                     "their scores and the LMS import files leave those points out")
     if scores:
-        lines.append(f"score: mean {np.mean(scores):.2f}, median {np.median(scores):g} "
+        lines.append(f"final score (after hand grading and the late policy): mean "
+                     f"{np.mean(scores):.2f}, median {np.median(scores):g} "
                      f"of {summary['max_score']:g}")
     lines.append(f"{'exercise':<28} {'passed':>9} {'mean':>11}")
     for row in summary["exercises"]:
@@ -104,7 +111,8 @@ def summary_html(assignment, summary):
         f"<title>{esc(assignment)}: class summary</title></head>"
         "<body style='font-family:sans-serif;max-width:60em;margin:1em auto'>"
         f"<h1>{esc(assignment)}: class summary</h1>"
-        f"<pre>{esc(summary_text(assignment, summary).splitlines()[0])}</pre>{picture}"
+        f"<pre>{esc(chr(10).join(summary_text(assignment, summary).splitlines()[:3]))}</pre>"
+        f"{picture}"
         "<h2>Exercises</h2><table border='1' style='border-collapse:collapse'>"
         "<tr><th>exercise</th><th>full points</th><th>mean</th></tr>"
         f"{rows}</table><h2>Most frequent failures</h2>"

@@ -141,7 +141,9 @@ def _benign_notebook():
         new_markdown_cell("# Layer normalisation\n\nThe mean is $\\mu = \\frac{1}{n}\\sum_i "
                           "x_i$, see [the paper](https://arxiv.org/abs/1607.06450).\n\n"
                           "| n | mean |\n|---|---|\n| 3 | 0.5 |\n"),
-        new_code_cell("plot(); print('hello stdout'); 1 / 0", execution_count=1, outputs=[
+        new_code_cell("plot(); print('hello stdout'); 1 / 0", execution_count=1,
+                      metadata={"nbgrader": {"grade": True, "grade_id": "ex_two",
+                                             "points": 2}}, outputs=[
             new_output("display_data", data={"image/png": PNG_B64, "text/plain": "<Figure>"}),
             new_output("stream", name="stdout", text="hello stdout\n"),
             error]),
@@ -349,9 +351,11 @@ def test_benign_notebook_still_reads_well(tmp_path, browser):
         assert page.locator("h1", has_text="Layer normalisation").first.is_visible()
         text = page.inner_text("body")
         for expected in (REAL_SCORE, "all passed fine", "AssertionError: fine",
-                         "\\mu = \\frac{1}{n}", "the paper", "hello stdout",
+                         "the paper", "hello stdout",
                          "ZeroDivisionError: division by zero", "----> 1"):
             assert expected in text, expected
+        assert "\\frac" not in text, "maths is drawn (MathML), not shown as LaTeX"
+        assert page.locator("math").first.is_visible()
         link = page.locator("a", has_text="the paper").first
         assert link.get_attribute("href") == "https://arxiv.org/abs/1607.06450"
         assert page.locator("td", has_text="0.5").first.is_visible()

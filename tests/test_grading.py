@@ -55,7 +55,8 @@ def test_grades_csv_lists_every_student_even_unreadable_ones(course, venv_env):
     assert done.returncode == 0, done.stderr[-3000:]
     with open(course.reports / "01_the_recipe" / "grades.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == ["student_id", "score", "max_score", "status", "reason", "flags"]
+    assert list(rows[0]) == ["student_id", "score", "max_score", "pending", "late",
+                             "late_penalty", "final_score", "status", "reason", "flags"]
     by_student = {row["student_id"]: row for row in rows}
     assert set(by_student) == {"ada", "broken", "empty"}
     assert (by_student["ada"]["score"], by_student["ada"]["status"]) == ("8", "graded")

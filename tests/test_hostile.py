@@ -32,8 +32,8 @@ from conftest import REPO
 
 ASSIGNMENT = "01_the_recipe"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
-GRADE_CELLS = {"token_mean_correct": 1, "token_var_correct": 1, "ln_single_token": 2,
-               "ln_handles_batches": 2, "predictions_correct": 2}
+GRADE_CELLS = {"token_mean_correct": 1, "token_var_correct": 3, "ln_single_token": 1,
+               "ln_handles_batches": 2, "predictions_correct": 1}
 # Short, but not so short that a busy machine (2 cores, shared) times out honest cells.
 SETTINGS = RunSettings(cell_timeout=15, handin_timeout=60)
 
@@ -58,11 +58,10 @@ def layer_norm(x, gamma, beta, eps=1e-5):
     var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
     return gamma * (x - mu) / np.sqrt(var + eps) + beta
 ''',
+    "shortcut_prediction_answer": 'PREDICT_SHORTCUT = "c"',
     "predictions_answer": '''
-SHIFT_CHANGES_OUTPUT = False
-NEGATIVE_SCALE_EFFECT = "flipped"
-ZERO_SCALE_OUTPUT = "beta"
-BATCH_MATES_MATTER = False
+SPACING_NEAR_1E8 = 8.0
+SHORTCUT_BREAKS_AT = 1e8
 ''',
     "scratch_answer": "# nothing to try",
 }
