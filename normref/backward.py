@@ -1,4 +1,4 @@
-"""Unit 04, the backward pass: layer norm and RMSNorm gradients in numpy.
+"""Unit 04, the backward pass: layer norm, RMSNorm and GroupNorm gradients in numpy.
 
 A *token* is one row of d features; every function works on the last axis and
 accepts any leading batch shape (...). Arithmetic is done in float64; results
@@ -15,6 +15,12 @@ With g = dy * gamma and the mean taken over each token's features:
     dgamma = dy * x_hat summed over every token
     dx     = rstd * (g - mean(g) - x_hat * mean(g * x_hat))           (layer norm)
     dx     = rstd * (g - x_hat * mean(g * x_hat))                     (RMSNorm)
+
+GroupNorm works on x: (N, C, *) and takes its statistics per example and per
+group of C / G consecutive channels, over those channels and every position;
+gamma and beta are per channel. Its dx is layer norm's formula applied to
+each group (the means taken over the group's members), with g = dy * gamma
+broadcast per channel; dgamma and dbeta sum over every axis but the channels.
 """
 
 import numpy as np
@@ -87,3 +93,29 @@ def rms_norm_backward(dy, x, gamma, eps=1e-5):
     g = dy64 * gamma64  # ..., d
     dx = rstd * (g - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))  # ..., d
     return dx.astype(dtype), dgamma.astype(dtype)
+
+
+def group_norm_backward(dy, x, num_groups, gamma, eps=1e-5):
+    """Gradients of GroupNorm y = gamma * x_hat + beta, statistics per group.
+
+    dy, x: (N, C, *); gamma: (C,); C divisible by num_groups ->
+    (dx: like x, in dy's dtype; dgamma: (C,); dbeta: (C,))
+    """
+    dy64, dtype = _as_float(dy)
+    x64 = np.asarray(x, dtype=np.float64)  # N, C, *
+    n, c = x64.shape[:2]
+    if c % num_groups:
+        raise ValueError(f"num_channels ({c}) must be divisible by num_groups ({num_groups})")
+    per_channel = (c,) + (1,) * (x64.ndim - 2)  # gamma as C, 1, ..., 1
+    gamma64 = np.asarray(gamma, dtype=np.float64).reshape(per_channel)
+    grouped = x64.reshape(n, num_groups, -1)  # N, G, M
+    mean = grouped.mean(axis=-1, keepdims=True)  # N, G, 1
+    rstd = 1.0 / np.sqrt(grouped.var(axis=-1, keepdims=True) + eps)  # N, G, 1
+    x_hat = (grouped - mean) * rstd  # N, G, M
+    not_channels = (0,) + tuple(range(2, x64.ndim))
+    dbeta = dy64.sum(axis=not_channels)  # C
+    dgamma = (dy64 * x_hat.reshape(x64.shape)).sum(axis=not_channels)  # C
+    g = (dy64 * gamma64).reshape(n, num_groups, -1)  # N, G, M
+    dx = rstd * (g - g.mean(axis=-1, keepdims=True)
+                 - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))  # N, G, M
+    return dx.reshape(x64.shape).astype(dtype), dgamma.astype(dtype), dbeta.astype(dtype)

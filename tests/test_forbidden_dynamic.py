@@ -44,7 +44,7 @@ ASSIGNMENTS = sorted(p.stem for p in POLICIES_DIR.glob("*.json"))
 POLICIES = {a: forbidden.load_policy(a) for a in ASSIGNMENTS}
 LN_CELL = POLICIES["01_the_recipe"]["ln_handles_batches"]
 MLN_CELL = POLICIES["03_pytorch_layernorm"]["mln_forward"]
-DX_CELL = POLICIES["04_backward_pass"]["ln_backward_dx"]
+DX_CELL = POLICIES["04_backward_pass"]["gn_backward_dx"]
 
 
 def _t(array):

@@ -8,7 +8,7 @@ can reproduce without trusting the reference.
 
 import numpy as np
 
-from normref import backward, recipe
+from normref import backward, batchnorm, recipe
 from normref.checks._registry import Check
 from normref.checks.tolerances import matches, mismatch
 
@@ -82,6 +82,12 @@ def _rms_cases(rng):
          _case(0.001 * EXAMPLE_A, [1.5, 0.5, -1.0, 2.0], rng=rng)),
         ("a float32 batch (4, 32)", _random_case(rng, (4, 32), dtype=np.float32)),
     ]
+
+
+def _rms_params_cases(rng):
+    """Batches first: a sum over axis 0 alone then fails on a 3-D batch."""
+    cases = _rms_cases(rng)
+    return cases[1:] + cases[:1]
 
 
 # ---------------------------------------------------------------- helpers
@@ -330,22 +336,313 @@ def _rms_dx_mistakes(case):
     }
 
 
-def _judge_rms(case, output):
+def _rms_dx_extra_mistakes(case):
+    """Slips of the derivation's arithmetic: d - 1 for d, a doubled factor."""
+    c, mean_square, rstd, x_hat = _rms_parts(case)
+    d = c["x"].shape[-1]
+    g = c["dy"] * c["gamma"]
+
+    def avg(v):
+        return v.mean(axis=-1, keepdims=True)
+
+    unbiased = 1.0 / np.sqrt(mean_square * d / max(d - 1, 1) + float(case["eps"]))
+    return {
+        "mean(x^2) divides by d, the number of features, not d - 1 (RMSNorm has "
+        "no mean to lose a degree of freedom to)":
+            unbiased * (g - c["x"] * unbiased * avg(g * c["x"] * unbiased)),
+        "the derivative of mean(x^2) with respect to x_j is 2 x_j / d, and the "
+        "power -1/2 halves it again: the 2s cancel":
+            rstd * (g - 2 * x_hat * avg(g * x_hat)),
+    }
+
+
+def _judge_rms_dx(case, output):
     x = case["x"]
-    dx, dgamma = backward.rms_norm_backward(case["dy"], x, case["gamma"], float(case["eps"]))
+    dx, _ = backward.rms_norm_backward(case["dy"], x, case["gamma"], float(case["eps"]))
     problem = mismatch(output["dx"], dx, dtype=x.dtype, what="dx")
-    if problem:
-        hint = _first_hint(output["dx"], _rms_dx_mistakes(case), x.dtype)
-        evidence = _fd_evidence(_rms_loss, case, "x", "dx", output["dx"], dx)
-        return _with_hint(problem + evidence, hint)
+    if problem is None:
+        return None
+    hint = _first_hint(output["dx"], {**_rms_dx_mistakes(case),
+                                      **_rms_dx_extra_mistakes(case)}, x.dtype)
+    evidence = _fd_evidence(_rms_loss, case, "x", "dx", output["dx"], dx)
+    return _with_hint(problem + evidence, hint)
+
+
+def _judge_rms_dgamma(case, output):
+    x = case["x"]
+    _, dgamma = backward.rms_norm_backward(case["dy"], x, case["gamma"], float(case["eps"]))
     _, _, _, x_hat = _rms_parts(case)
     return _judge_param(output, case, "dgamma", dgamma, x_hat, _rms_loss, "gamma",
                         has_beta=False)
+
+
+# ---------------------------------------------------------------- GroupNorm backward
+
+def _gn_case(rng, shape, num_groups, loc=0.0, scale=1.0, dtype=np.float64):
+    channels = shape[1]
+    return {
+        "x": rng.normal(loc, scale, size=shape).astype(dtype),
+        "num_groups": np.array(num_groups),
+        "gamma": rng.normal(1.0, 0.5, size=channels).astype(dtype),
+        "beta": rng.normal(size=channels).astype(dtype),
+        "dy": rng.normal(size=shape).astype(dtype),
+        "eps": np.array(1e-5),
+    }
+
+
+def _random_gn_shape(rng):
+    """(N, C, *positions) with C = groups * channels per group, each >= 2."""
+    num_groups = int(rng.integers(2, 4))
+    channels = num_groups * int(rng.integers(2, 4))
+    positions = tuple(int(n) for n in rng.integers(2, 6, size=int(rng.integers(1, 3))))
+    return (int(rng.integers(1, 4)), channels) + positions, num_groups
+
+
+def _gn_cases(rng):
+    shape, groups = _random_gn_shape(rng)
+    other_shape, other_groups = _random_gn_shape(rng)
+    return [
+        ("x of shape (2, 4), 2 groups, no positions", _gn_case(rng, (2, 4), 2)),
+        (f"a random shape {shape}, {groups} groups", _gn_case(rng, shape, groups, 1.0, 2.0)),
+        (f"a random shape {other_shape}, {other_groups} groups",
+         _gn_case(rng, other_shape, other_groups)),
+        ("1 group, shape (2, 6, 4): layer norm over channels and positions",
+         _gn_case(rng, (2, 6, 4), 1)),
+        ("as many groups as channels, shape (2, 3, 5): instance norm",
+         _gn_case(rng, (2, 3, 5), 3)),
+        ("a 4-D input (2, 6, 3, 3), 3 groups, values near 100",
+         _gn_case(rng, (2, 6, 3, 3), 3, 100.0)),
+        ("groups of a single value, shape (3, 4), 4 groups", _gn_case(rng, (3, 4), 4)),
+        ("a float32 input (2, 8, 6), 4 groups", _gn_case(rng, (2, 8, 6), 4, dtype=np.float32)),
+    ]
+
+
+def _gn_params_cases(rng):
+    """Inputs with positions first: a sum over the wrong axes then shows in the shape."""
+    cases = _gn_cases(rng)
+    return cases[1:] + cases[:1]
+
+
+def _gn_loss(c):
+    y = batchnorm.group_norm(c["x"], int(c["num_groups"]), c["gamma"], c["beta"],
+                             float(c["eps"]))
+    return float(np.sum(c["dy"] * y))
+
+
+def _grouped(values, num_groups, interleaved=False):
+    """(N, C, *) -> (N, G, M): consecutive channels per group, or every G-th."""
+    n, channels = values.shape[:2]
+    if interleaved:  # channel c in group c % G
+        values = values.reshape((n, channels // num_groups, num_groups) + values.shape[2:])
+        values = np.moveaxis(values, 2, 1)
+    return values.reshape(n, num_groups, -1)
+
+
+def _ungrouped(values, shape, num_groups, interleaved=False):
+    if not interleaved:
+        return values.reshape(shape)
+    n, channels = shape[:2]
+    values = values.reshape((n, num_groups, channels // num_groups) + shape[2:])
+    return np.moveaxis(values, 1, 2).reshape(shape)
+
+
+def _gn_dx_variant(case, num_groups=None, interleaved=False, ddof=0, mean_term=True,
+                   projection_term=True, use_gamma=True):
+    """GroupNorm's dx, or one of its wrong variants."""
+    c = _float64(case)
+    x, eps = c["x"], float(case["eps"])
+    num_groups = int(case["num_groups"]) if num_groups is None else num_groups
+    per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
+    g = c["dy"] * c["gamma"].reshape(per_channel) if use_gamma else c["dy"]
+    xg = _grouped(x, num_groups, interleaved)  # N, G, M
+    gg = _grouped(g, num_groups, interleaved)  # N, G, M
+    size = xg.shape[-1]
+    mean = xg.mean(axis=-1, keepdims=True)
+    var = ((xg - mean) ** 2).sum(axis=-1, keepdims=True) / max(size - ddof, 1)
+    rstd = 1.0 / np.sqrt(var + eps)
+    x_hat = (xg - mean) * rstd
+    dx = gg.copy()
+    if mean_term:
+        dx = dx - gg.mean(axis=-1, keepdims=True)
+    if projection_term:
+        dx = dx - x_hat * (gg * x_hat).mean(axis=-1, keepdims=True)
+    return _ungrouped(rstd * dx, x.shape, num_groups, interleaved)
+
+
+def _gn_dx_mistakes(case):
+    x = case["x"]
+    variants = {
+        "dx is missing the -mean(g) term: each group's mean depends on every value "
+        "in the group": {"mean_term": False},
+        "dx is missing the -x_hat * mean(g * x_hat) term: each group's rstd depends "
+        "on its values too": {"projection_term": False},
+        "dx is missing both correction terms": {"mean_term": False, "projection_term": False},
+        "the gradient reaching x_hat is g = dy * gamma, gamma taken per channel":
+            {"use_gamma": False},
+        "a group is num_channels / num_groups consecutive channels (channels 0 to "
+        "C/G - 1 form group 0), as in torch's GroupNorm, not every G-th channel":
+            {"interleaved": True},
+        "the statistics belong to each group, not to each channel": {
+            "num_groups": x.shape[1]},
+        "the statistics belong to each group, not to the whole example": {"num_groups": 1},
+        "the variance is the biased one: divide by the group's size M, not M - 1":
+            {"ddof": 1},
+    }
+    mistakes = {}
+    for hint, options in variants.items():
+        if options.get("num_groups") == int(case["num_groups"]):
+            continue  # the same as the right answer on this case
+        with np.errstate(all="ignore"):
+            mistakes[hint] = _gn_dx_variant(case, **options)
+    mistakes["the sign of dx is flipped"] = -_gn_dx_variant(case)
+    return mistakes
+
+
+def _gn_reference(case):
+    return backward.group_norm_backward(case["dy"], case["x"], int(case["num_groups"]),
+                                        case["gamma"], float(case["eps"]))
+
+
+def _judge_gn_dx(case, output):
+    x = case["x"]
+    dx, _, _ = _gn_reference(case)
+    problem = mismatch(output["dx"], dx, dtype=x.dtype, what="dx")
+    if problem is None:
+        return None
+    hint = _first_hint(output["dx"], _gn_dx_mistakes(case), x.dtype)
+    evidence = _fd_evidence(_gn_loss, case, "x", "dx", output["dx"], dx)
+    return _with_hint(problem + evidence, hint)
+
+
+def _gn_x_hat(case):
+    c = _float64(case)
+    return batchnorm.group_norm(c["x"], int(case["num_groups"]), eps=float(case["eps"]))
+
+
+def _gn_param_hint(actual, case, name, expected):
+    x = case["x"]
+    shape = np.shape(actual)
+    if shape != expected.shape:
+        if len(shape) == 1 and shape[0] == x.shape[-1] != x.shape[1]:
+            return (f"{name} has one entry per channel, and the channels are axis 1, "
+                    f"not the last axis")
+        return (f"{name} has one entry per channel (axis 1): sum over the examples "
+                f"(axis 0) and over every position (axes 2 and up)")
+    c = _float64(case)
+    x_hat = _gn_x_hat(case)
+    not_channels = (0,) + tuple(range(2, x.ndim))
+    count = x.size // x.shape[1]
+    right = (c["dy"] * x_hat if name == "dgamma" else c["dy"]).sum(axis=not_channels)
+    candidates = {
+        f"{name} is a sum over examples and positions, not an average": right / count,
+        "dgamma and dbeta are swapped": (
+            c["dy"].sum(axis=not_channels) if name == "dgamma"
+            else (c["dy"] * x_hat).sum(axis=not_channels)),
+    }
+    if name == "dgamma":
+        candidates["dgamma multiplies dy by x_hat (the normalized input), not by x"] = (
+            c["dy"] * c["x"]).sum(axis=not_channels)
+        candidates["x_hat uses the group's statistics, not each channel's"] = (
+            c["dy"] * batchnorm.group_norm(c["x"], x.shape[1], eps=float(case["eps"]))
+        ).sum(axis=not_channels)
+    return _first_hint(actual, candidates, x.dtype)
+
+
+def _judge_gn_params(case, output):
+    x = case["x"]
+    _, dgamma, dbeta = _gn_reference(case)
+    for name, expected, key in (("dgamma", dgamma, "gamma"), ("dbeta", dbeta, "beta")):
+        problem = mismatch(output[name], expected, dtype=x.dtype, what=name)
+        if problem:
+            hint = _gn_param_hint(output[name], case, name, expected)
+            evidence = _fd_evidence(_gn_loss, case, key, name, output[name], expected)
+            return _with_hint(problem + evidence, hint)
+    return None
+
+
+# ---------------------------------------------------------------- inline answers
+
+def _letters(text):
+    """'(b), C' -> 'bc': the chosen letters a to d, sorted, each once."""
+    return "".join(sorted({ch for ch in str(text).lower() if ch in "abcd"}))
+
+
+def _letter_for(first, second):
+    """The choice among (a) first only, (b) second only, (c) both, (d) neither."""
+    return {(True, False): "a", (False, True): "b", (True, True): "c"}.get(
+        (bool(first), bool(second)), "d")
+
+
+def _rms_zero_truth():
+    """With eps = 0: is sum(dx) zero, is dx . x zero, for every token and dy?"""
+    rng = np.random.default_rng(0)
+    x, dy, gamma = rng.normal(1.0, 2.0, (64, 8)), rng.normal(size=(64, 8)), rng.normal(size=8)
+    dx, _ = backward.rms_norm_backward(dy, x, gamma, eps=0.0)
+    scale = np.abs(dx).max() * np.abs(x).max() * 8
+    return _letter_for(np.all(np.abs(dx.sum(axis=-1)) < 1e-12 * scale),
+                       np.all(np.abs((dx * x).sum(axis=-1)) < 1e-12 * scale))
+
+
+def _gn_zero_sums_truth():
+    """Which of four sums of GroupNorm's dx vanish, for random dy (N, C, L)."""
+    rng = np.random.default_rng(0)
+    x, dy = rng.normal(size=(4, 6, 5)), rng.normal(size=(4, 6, 5))
+    dx, _, _ = backward.group_norm_backward(dy, x, 3, rng.normal(1.0, 0.5, 6))
+    tiny = 1e-12 * np.abs(dx).max() * dx.size
+    sums = {
+        "a": dx.sum(axis=2),  # each channel of each example
+        "b": dx.reshape(4, 3, -1).sum(axis=2),  # each group of each example
+        "c": dx.sum(axis=(1, 2)),  # each example
+        "d": dx.sum(axis=(0, 2)),  # each channel over the batch
+    }
+    return "".join(letter for letter, values in sums.items() if np.all(np.abs(values) < tiny))
+
+
+def _blind_check_truth():
+    """Which wrong dx equals the right one when dy and gamma are all ones?"""
+    rng = np.random.default_rng(0)
+    case = _gn_case(rng, (2, 6, 5), 3)
+    case["dy"], case["gamma"] = np.ones_like(case["x"]), np.ones(6)
+    right = _gn_dx_variant(case)
+    missed = [np.allclose(_gn_dx_variant(case, **{term: False}), right, atol=1e-12)
+              for term in ("mean_term", "projection_term")]
+    return _letter_for(*missed)
+
+
+_ANSWERS = {
+    "backward_rms_zero_answer": (
+        "which quantity is zero for RMSNorm's dx (eps = 0), for every token and every dy",
+        _rms_zero_truth),
+    "backward_gn_zero_sums_answer": (
+        "which sums of GroupNorm's dx are zero for every dy", _gn_zero_sums_truth),
+    "backward_blind_check_answer": (
+        "which wrong dx a gradient check with dy = 1 and gamma = 1 cannot catch",
+        _blind_check_truth),
+}
+
+
+def _answer_judge(name):
+    question, truth = _ANSWERS[name]
+
+    def judge(case, output):
+        given = _letters(output["answer"])
+        if not given:
+            return f"no answer given to: {question} (write letters from a to d)"
+        if given != truth():
+            return f"not right yet: {question} (you answered {given})"
+        return None
+
+    return judge
 
 
 CHECKS = {
     "backward_ln_forward_cache": Check(_forward_cases, _judge_forward),
     "backward_ln_dx": Check(_ln_backward_cases, _judge_ln_dx),
     "backward_ln_params": Check(_ln_params_cases, _judge_ln_params),
-    "backward_rms": Check(_rms_cases, _judge_rms),
+    "backward_rms_dx": Check(_rms_cases, _judge_rms_dx),
+    "backward_rms_dgamma": Check(_rms_params_cases, _judge_rms_dgamma),
+    "backward_gn_dx": Check(_gn_cases, _judge_gn_dx),
+    "backward_gn_params": Check(_gn_params_cases, _judge_gn_params),
+    **{name: Check(lambda rng: [("your answer", {})], _answer_judge(name))
+       for name in _ANSWERS},
 }

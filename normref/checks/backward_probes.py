@@ -1,5 +1,10 @@
 """Unit 04 checks, the student-facing half: how each exercise is called.
 
+The assignment grades RMSNorm's and GroupNorm's backward passes and three
+inline answers; the layer-norm checks grade the lesson's own case (an
+instructor can run them on the lesson's functions) and guard the grader's
+autograd recorder in the test suite.
+
 A student's cache is theirs to shape (a dict, a tuple, anything): the backward
 probes hand it straight from the student's forward to the student's backward,
 so only the resulting arrays travel back to be judged.
@@ -45,10 +50,30 @@ def _call_ln_backward(functions, case):
     return {"dx": dx, "dgamma": dgamma, "dbeta": dbeta}
 
 
+def _unpack(result, name, count):
+    if not isinstance(result, (tuple, list)) or len(result) != count:
+        raise TypeError(f"{name} should return {count} arrays, "
+                        f"got {type(result).__name__}")
+    return result
+
+
 def _call_rms_backward(rms_norm_backward, case):
-    dx, dgamma = rms_norm_backward(case["dy"].copy(), case["x"].copy(),
-                                   case["gamma"].copy(), float(case["eps"]))
+    result = rms_norm_backward(case["dy"].copy(), case["x"].copy(),
+                               case["gamma"].copy(), float(case["eps"]))
+    dx, dgamma = _unpack(result, "rms_norm_backward", 2)
     return {"dx": dx, "dgamma": dgamma}
+
+
+def _call_gn_backward(group_norm_backward, case):
+    result = group_norm_backward(case["dy"].copy(), case["x"].copy(),
+                                 int(case["num_groups"]), case["gamma"].copy(),
+                                 float(case["eps"]))
+    dx, dgamma, dbeta = _unpack(result, "group_norm_backward", 3)
+    return {"dx": dx, "dgamma": dgamma, "dbeta": dbeta}
+
+
+def _answer_as_text(answer, case):
+    return {"answer": np.array(str(answer))}
 
 
 def check_layer_norm_forward(layer_norm_forward):
@@ -70,6 +95,38 @@ def check_layer_norm_backward_params(layer_norm_forward, layer_norm_backward):
               _call_ln_backward)
 
 
-def check_rms_norm_backward(rms_norm_backward):
-    """Check rms_norm_backward(dy, x, gamma, eps) -> (dx, dgamma)."""
-    run_check("backward_rms", rms_norm_backward, _call_rms_backward)
+def check_rms_norm_backward_dx(rms_norm_backward):
+    """Check dx from rms_norm_backward(dy, x, gamma, eps) -> (dx, dgamma)."""
+    run_check("backward_rms_dx", rms_norm_backward, _call_rms_backward)
+
+
+def check_rms_norm_backward_dgamma(rms_norm_backward):
+    """Check dgamma from rms_norm_backward(dy, x, gamma, eps), for batches with
+    one or several leading axes."""
+    run_check("backward_rms_dgamma", rms_norm_backward, _call_rms_backward)
+
+
+def check_group_norm_backward_dx(group_norm_backward):
+    """Check dx from group_norm_backward(dy, x, num_groups, gamma, eps) ->
+    (dx, dgamma, dbeta), with x: (N, C, *) on random shapes."""
+    run_check("backward_gn_dx", group_norm_backward, _call_gn_backward)
+
+
+def check_group_norm_backward_params(group_norm_backward):
+    """Check dgamma and dbeta from group_norm_backward: one number a channel."""
+    run_check("backward_gn_params", group_norm_backward, _call_gn_backward)
+
+
+def check_rms_zero_answer(answer):
+    """Check the answer to: which quantity is zero for RMSNorm's dx?"""
+    run_check("backward_rms_zero_answer", answer, _answer_as_text)
+
+
+def check_gn_zero_sums_answer(answer):
+    """Check the answer to: which sums of GroupNorm's dx are always zero?"""
+    run_check("backward_gn_zero_sums_answer", answer, _answer_as_text)
+
+
+def check_blind_check_answer(answer):
+    """Check the answer to: which mistake does a check with dy = 1 miss?"""
+    run_check("backward_blind_check_answer", answer, _answer_as_text)
