@@ -9,7 +9,7 @@ BRANCH ?= main
 EDITION ?=
 SITE := build/site
 
-.PHONY: setup demo test lab release grade lint site publish
+.PHONY: setup demo test lab release grade lint site publish mutation
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ grade: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check normref autograder tests
+
+## mutation [MODULE=autograder/forbidden.py]: mutation testing (mutmut) of the checks and
+## the grader, each module against its fast tests; prints the score and the survivors
+mutation: $(STAMP)
+	$(PY) scripts/mutation.py $(MODULE)
 
 ## site REPO_URL=https://github.com/OWNER/NAME: run every lesson, build the static
 ## site (build/site/) whose pages link to the edition's notebooks on Binder and Colab

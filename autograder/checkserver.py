@@ -73,6 +73,12 @@ class CheckServer:
         return self
 
     def __exit__(self, *exc):
+        # close() alone leaves the thread blocked in accept(), still serving the
+        # socket: shutdown() wakes it, and it returns.
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._sock.close()
 
     def _serve(self):

@@ -246,6 +246,21 @@ class _Scanner(ast.NodeVisitor):
             self.flag("calls get_ipython(), which can run magics and shell commands")
         self.generic_visit(node)
 
+    def used(self, resolved, parent_resolved):
+        """Flag the use of `resolved` (`parent_resolved`.name) where it hides what runs."""
+        # report a chain once, at its longest private prefix
+        if _under(resolved, PRIVATE_TORCH) and not (
+                parent_resolved and _under(parent_resolved, PRIVATE_TORCH)):
+            self.flag(f"uses {resolved}, a private part of torch")
+        elif _under(resolved, INTERPRETER_HOOKS):
+            self.flag(f"uses {resolved}, which reaches into the interpreter")
+        elif _under(resolved, OUTSIDE_THE_CALL) and not (
+                parent_resolved and _under(parent_resolved, OUTSIDE_THE_CALL)):
+            self.flag(f"uses {resolved}, which runs code outside the graded call")
+        elif _under(resolved, ["importlib"]) and not (
+                parent_resolved and _under(parent_resolved, ["importlib"])):
+            self.flag(f"uses {resolved}, which can import modules by computed names")
+
     def visit_Attribute(self, node):
         resolved = self.resolve(node)
         if node.attr in INTERNAL_ATTRIBUTES:
@@ -253,19 +268,7 @@ class _Scanner(ast.NodeVisitor):
         elif node.attr == "__dict__" and self.is_module(node.value):
             self.flag(f"reads {self.resolve(node.value)}.__dict__, a module's names by string")
         if resolved and isinstance(node.ctx, ast.Load):
-            parent_resolved = self.resolve(node.value)
-            # report a chain once, at its longest private prefix
-            if _under(resolved, PRIVATE_TORCH) and not (
-                    parent_resolved and _under(parent_resolved, PRIVATE_TORCH)):
-                self.flag(f"uses {resolved}, a private part of torch")
-            elif _under(resolved, INTERPRETER_HOOKS):
-                self.flag(f"uses {resolved}, which reaches into the interpreter")
-            elif _under(resolved, OUTSIDE_THE_CALL) and not (
-                    parent_resolved and _under(parent_resolved, OUTSIDE_THE_CALL)):
-                self.flag(f"uses {resolved}, which runs code outside the graded call")
-            elif _under(resolved, ["importlib"]) and not (
-                    parent_resolved and _under(parent_resolved, ["importlib"])):
-                self.flag(f"uses {resolved}, which can import modules by computed names")
+            self.used(resolved, self.resolve(node.value))
         if isinstance(node.ctx, (ast.Store, ast.Del)) and self.is_module(node.value):
             self.flag(f"replaces {resolved}, an attribute of an imported module")
         self.generic_visit(node)
@@ -289,11 +292,16 @@ class _Scanner(ast.NodeVisitor):
             if not _constant_string(node.args[1]) and not (
                     isinstance(target, ast.Name) and target.id in ("self", "cls")):
                 self.flag(f"calls {name} with a computed attribute name")
+            elif name == "getattr" and self.resolve(node):
+                # getattr(torch, "_C") reaches what torch._C does
+                self.used(self.resolve(node), self.resolve(target))
         if isinstance(func, ast.Attribute) and func.attr in ("__getattribute__", "__getattr__") \
                 and node.args and not _constant_string(node.args[0]):
             self.flag(f"calls {func.attr} with a computed attribute name")
+        # attrgetter's arguments are all attribute names; methodcaller's first one only
+        names = node.args if resolved == "operator.attrgetter" else node.args[:1]
         if resolved in ("operator.attrgetter", "operator.methodcaller") and node.args \
-                and not all(_constant_string(a) for a in node.args[:1]):
+                and not all(_constant_string(a) for a in names):
             self.flag(f"calls {resolved} with a computed attribute name")
         if name == "__import__" or resolved in ("importlib.import_module",):
             if node.args and _constant_string(node.args[0]):

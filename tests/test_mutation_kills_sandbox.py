@@ -1,0 +1,427 @@
+"""The sandbox's pieces, argument by argument, without starting a kernel.
+
+Each test fails on a small bug in autograder/sandbox.py (`make mutation`),
+among them the project's own source folder dropped from what the sandbox
+hides: the check below moves the project to a folder of its own, so it fails
+wherever the checkout sits (a checkout under /work is hidden anyway).
+"""
+
+import os
+import stat
+import subprocess
+import sys
+import time
+import types
+import warnings
+from pathlib import Path, PosixPath
+
+import pytest
+
+import normref
+from autograder import sandbox
+from conftest import REPO
+from normref.checks import _runner
+
+LIMITS = sandbox.Limits(memory_bytes=111, cpu_seconds=22, processes=33, file_bytes=44,
+                        open_files=55, scratch_bytes=66)
+
+
+def _tmpfs_targets(args):
+    return [args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"]
+
+
+# --- what is hidden -------------------------------------------------------------------------
+
+
+def test_the_project_is_hidden_wherever_it_sits(monkeypatch, tmp_path):
+    project = tmp_path / "somewhere" / "checkout"
+    project.mkdir(parents=True)
+    monkeypatch.setattr(sandbox, "_project_root", lambda: project)
+    assert project in sandbox.hidden_folders()
+    args = sandbox._bwrap_prefix(link_dir=tmp_path / "l", client_dir=tmp_path / "c",
+                                 hidden=(), limits=LIMITS)
+    assert str(project) in _tmpfs_targets(args)
+
+
+def test_the_real_project_root_is_hidden():
+    assert sandbox._project_root() == REPO
+    assert sandbox._project_root() == Path(normref.__file__).resolve().parent.parent
+    assert REPO in sandbox.hidden_folders()
+
+
+def test_the_usual_folders_and_the_extra_ones_are_hidden(tmp_path):
+    extra = tmp_path / "course"
+    extra.mkdir()
+    hidden = sandbox.hidden_folders([extra, tmp_path / "missing"])
+    assert extra in hidden and tmp_path / "missing" not in hidden
+    assert hidden == sorted(hidden)
+    for folder in ("/root", "/home", "/work", "/srv", "/mnt", "/media", "/opt", "/var",
+                   "/run"):
+        assert (Path(folder) in hidden) is Path(folder).is_dir(), folder
+    assert Path("/tmp") not in hidden  # the kernel's own tmpfs goes there
+    assert Path(sandbox.tempfile.gettempdir()) in hidden or \
+        Path(sandbox.tempfile.gettempdir()) == Path("/tmp")
+    assert Path.home() in hidden or Path.home() == Path("/")
+
+
+def test_root_s_home_is_hidden_whoever_grades(monkeypatch):
+    monkeypatch.setattr(sandbox.Path, "home", staticmethod(lambda: Path("/nonexistent")))
+    assert (Path("/root") in sandbox.hidden_folders()) is Path("/root").is_dir()
+
+
+def test_neither_root_nor_the_kernels_home_is_hidden(monkeypatch):
+    monkeypatch.setattr(sandbox.Path, "home", staticmethod(lambda: Path("/")))
+    monkeypatch.setattr(sandbox.tempfile, "gettempdir", lambda: "/tmp")
+    hidden = sandbox.hidden_folders([Path("/"), Path("/tmp")])
+    assert Path("/") not in hidden and Path("/tmp") not in hidden
+
+
+# --- the bwrap command ----------------------------------------------------------------------
+
+
+def _controlled(monkeypatch, *, root):
+    monkeypatch.setattr(sandbox, "sys", types.SimpleNamespace(prefix="/venv/x",
+                                                              base_prefix="/usr"))
+    monkeypatch.setattr(sandbox, "hidden_folders",
+                        lambda hidden: sorted([Path("/work"), Path("/srv"), *map(Path, hidden)]))
+    monkeypatch.setattr(sandbox, "grader_is_root", lambda: root)
+
+
+def test_the_bwrap_arguments_in_full(monkeypatch):
+    _controlled(monkeypatch, root=True)
+    args = sandbox._bwrap_prefix(link_dir="/work/link", client_dir="/tmp/g/h/client",
+                                 hidden=["/course"], limits=LIMITS)
+    assert args == [
+        "bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+        "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+        "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+        "--size", "1048576", "--perms", "0755", "--tmpfs", "/course",
+        "--size", "1048576", "--perms", "0755", "--tmpfs", "/srv",
+        "--size", "1048576", "--perms", "0755", "--tmpfs", "/work",
+        "--size", "66", "--perms", "1777", "--tmpfs", "/tmp",
+        "--perms", "0755", "--dir", "/tmp/g",
+        "--perms", "0755", "--dir", "/tmp/g/h",
+        "--ro-bind", "/tmp/g/h/client", "/tmp/g/h/client",
+        "--ro-bind", "/usr", "/usr",
+        "--ro-bind", "/venv/x", "/venv/x",
+        "--bind", "/work/link", "/work/link", "--chdir", "/tmp",
+        "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--"]
+
+
+def test_a_grader_that_is_not_root_maps_the_kernel_to_nobody(monkeypatch):
+    _controlled(monkeypatch, root=False)
+    args = sandbox._bwrap_prefix(link_dir="/work/a/b/link", client_dir="/work/a/b/client",
+                                 hidden=[], limits=LIMITS)
+    start = args.index("--unshare-user")
+    assert args[start:start + 9] == ["--unshare-user", "--uid", "65534", "--gid", "65534",
+                                     "--disable-userns", "--cap-drop", "ALL", "--size"]
+    assert args[start - 1] == "/proc"
+    dirs = [args[i + 1] for i, a in enumerate(args) if a == "--dir"]
+    assert dirs == ["/work/a", "/work/a/b"]  # shortest first: bwrap makes them in order
+
+
+def test_limits_and_privileges(monkeypatch):
+    assert sandbox.Limits() == sandbox.Limits(2 * 1024**3, 600, 512, 64 * 1024**2, 1024,
+                                              256 * 1024**2)
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: f"/bin/{name}")
+    assert sandbox._rlimit_prefix(LIMITS) == [
+        "/bin/prlimit", "--as=111", "--cpu=22", "--nproc=33", "--fsize=44", "--nofile=55", "--"]
+    uid = sandbox.run_uid()
+    assert uid == 1_000_000 + os.getpid()
+    assert sandbox._drop_privileges_prefix() == [
+        "/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+        "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--pdeathsig=SIGKILL",
+        "--"]
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    assert sandbox._rlimit_prefix(LIMITS) == []
+    assert sandbox._drop_privileges_prefix()[0] == "setpriv"
+    assert sandbox.bwrap_available() is False
+
+
+def test_bwrap_is_found_on_the_path(monkeypatch):
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: "/x/bwrap" if name == "bwrap"
+                        else None)
+    assert sandbox.bwrap_available() is True
+
+
+@pytest.mark.parametrize("euid, root", [(0, True), (1000, False)])
+def test_root_is_euid_zero(monkeypatch, euid, root):
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: euid)
+    assert sandbox.grader_is_root() is root
+
+
+@pytest.mark.parametrize("root", [True, False])
+def test_the_kernel_prefix_with_bwrap(monkeypatch, root):
+    monkeypatch.setattr(sandbox, "grader_is_root", lambda: root)
+    monkeypatch.setattr(sandbox, "bwrap_available", lambda: True)
+    monkeypatch.setattr(sandbox, "_bwrap_prefix", lambda *, link_dir, client_dir, hidden,
+                        limits: ["BWRAP", link_dir, client_dir, hidden, limits.cpu_seconds])
+    monkeypatch.setattr(sandbox, "_rlimit_prefix", lambda limits: ["RLIMIT", limits])
+    monkeypatch.setattr(sandbox, "_drop_privileges_prefix", lambda: ["SETPRIV"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prefix = sandbox.kernel_prefix(link_dir="l", client_dir="c", limits=LIMITS,
+                                       hidden=("h",))
+    assert prefix == ["BWRAP", "l", "c", ("h",), 22, "RLIMIT", LIMITS] + (
+        ["SETPRIV"] if root else [])
+    assert sandbox.kernel_prefix(link_dir="l", client_dir="c", limits=LIMITS,
+                                 use_bwrap=True)[:4] == ["BWRAP", "l", "c", ()]
+
+
+def test_without_bwrap_a_loud_warning_and_the_limits_alone(monkeypatch):
+    monkeypatch.setattr(sandbox, "grader_is_root", lambda: False)
+    monkeypatch.setattr(sandbox, "bwrap_available", lambda: False)
+    monkeypatch.setattr(sandbox, "_rlimit_prefix", lambda limits: ["RLIMIT"])
+    for use_bwrap in (False, None):
+        with pytest.warns(UserWarning, match=r"^bubblewrap \(bwrap\) is not installed: "
+                          "student code runs with resource limits only, and can see the "
+                          "network and this machine's files. Install Debian's 'bubblewrap' "
+                          "before grading real hand-ins.$") as caught:
+            prefix = sandbox.kernel_prefix(link_dir="l", client_dir="c", limits=LIMITS,
+                                           use_bwrap=use_bwrap)
+        assert prefix == ["RLIMIT"]
+        assert caught[0].filename != sandbox.__file__  # it names the caller
+
+
+def test_the_kernels_home(monkeypatch):
+    assert sandbox.kernel_home(use_bwrap=True, host_home=Path("/h")) == "/tmp"
+    assert sandbox.kernel_home(use_bwrap=False, host_home=Path("/h")) == "/h"
+    monkeypatch.setattr(sandbox, "bwrap_available", lambda: False)
+    assert sandbox.kernel_home(use_bwrap=None, host_home=Path("/h")) == "/h"
+    monkeypatch.setattr(sandbox, "bwrap_available", lambda: True)
+    assert sandbox.kernel_home(use_bwrap=None, host_home=Path("/h")) == "/tmp"
+
+
+def test_the_kernels_environment_carries_no_secrets(monkeypatch):
+    for name in list(os.environ):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PATH", "/bin")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.setenv("AUTOGRADER_KEY_FILE", "/secret")
+    assert sandbox.kernel_environment(socket_path=Path("/l/s"), client_dir=Path("/c"),
+                                      home="/tmp") == {
+        "PATH": "/bin", "LANG": "C.UTF-8", "OPENBLAS_CORETYPE": "Haswell",
+        _runner.SOCKET_ENV: "/l/s", "PYTHONPATH": "/c", "HOME": "/tmp", "TMPDIR": "/tmp",
+        "MPLBACKEND": "agg", "MPLCONFIGDIR": "/tmp", "OMP_NUM_THREADS": "1",
+        "PYTHONDONTWRITEBYTECODE": "1", "JUPYTER_PLATFORM_DIRS": "1",
+        "TRITON_CACHE_DIR": "/tmp/.triton"}
+    monkeypatch.setenv("LC_ALL", "C")
+    monkeypatch.setenv("OPENBLAS_L2_SIZE", "1")
+    env = sandbox.kernel_environment(socket_path="s", client_dir="c", home="h")
+    assert env["LC_ALL"] == "C" and env["OPENBLAS_L2_SIZE"] == "1"
+
+
+# --- the run's folders ----------------------------------------------------------------------
+
+
+def _mode(path):
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_the_client_package_is_the_client_half_only_and_world_readable(tmp_path):
+    mask = os.umask(0o077)  # a grader's private umask must not make it unreadable
+    try:
+        sandbox.write_client_package(tmp_path / "client")
+    finally:
+        os.umask(mask)
+    root = tmp_path / "client"
+    shipped = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    probes = sorted(f"normref/checks/{p.name}" for p in (REPO / "normref" / "checks").glob(
+        "*_probes.py"))
+    assert probes
+    assert shipped == sorted(["normref", "normref/__init__.py", "normref/checks",
+                              "normref/checks/__init__.py", "normref/checks/_runner.py",
+                              "normref/checks/_wire.py", *probes])
+    assert (root / "normref" / "__init__.py").read_text() == (
+        '"""The grading sandbox\'s normref: the check client only."""\n')
+    for name in ("_runner.py", "_wire.py", "__init__.py"):
+        assert (root / "normref" / "checks" / name).read_bytes() == (
+            REPO / "normref" / "checks" / name).read_bytes()
+    assert _mode(root) == 0o755
+    for path in root.rglob("*"):
+        assert _mode(path) == (0o755 if path.is_dir() else 0o644), path
+    sandbox.write_client_package(root)  # a second time over the first: no error
+
+
+@pytest.mark.parametrize("root", [True, False])
+def test_the_run_folders(monkeypatch, tmp_path, root):
+    monkeypatch.setattr(sandbox, "grader_is_root", lambda: root)
+    owners = []
+    monkeypatch.setattr(sandbox.os, "chown", lambda path, uid, gid: owners.append(
+        (Path(path), uid, gid)))
+    scratch = tmp_path / "s" / "t"
+    link, client, home = sandbox.prepare_run_dirs(scratch)
+    assert (link, client, home) == (scratch / "link", scratch / "client", scratch / "home")
+    assert (client / "normref" / "checks" / "_wire.py").is_file()
+    assert _mode(scratch) == 0o711 and _mode(home) == 0o700
+    assert _mode(link) == (0o1777 if root else 0o700)
+    uid = sandbox.run_uid()
+    assert owners == ([(home, uid, uid)] if root else [])
+    sandbox.close_link_dir(link)
+    assert _mode(link) == (0o755 if root else 0o700)
+    sandbox.prepare_run_dirs(scratch)  # again over the same folders
+
+
+# --- the cgroup -----------------------------------------------------------------------------
+
+
+class _FakeCgroup(PosixPath):
+    """A folder that behaves like a cgroup-v1 folder: its files appear with it."""
+
+    def mkdir(self, *args, **kwargs):
+        super().mkdir(*args, **kwargs)
+        for name in ("cgroup.procs", "pids.max", "memory.limit_in_bytes",
+                     "memory.memsw.limit_in_bytes"):
+            (self / name).write_text("")
+
+    def rmdir(self):
+        for child in self.iterdir():
+            child.unlink()
+        super().rmdir()
+
+
+@pytest.fixture
+def cgroups(monkeypatch, tmp_path):
+    parents = {c: _FakeCgroup(tmp_path / c) for c in ("pids", "memory")}
+    for parent in parents.values():
+        PosixPath.mkdir(parent)
+    monkeypatch.setattr(sandbox, "_cgroup_v1_dir", lambda controller: parents[controller])
+    return parents
+
+
+def test_a_resource_group_caps_processes_and_memory(cgroups):
+    group = sandbox.ResourceGroup("g1", LIMITS)
+    assert group.dirs == [cgroups["pids"] / "g1", cgroups["memory"] / "g1"]
+    assert (cgroups["pids"] / "g1" / "pids.max").read_text() == "33"
+    assert (cgroups["memory"] / "g1" / "memory.limit_in_bytes").read_text() == "111"
+    assert (cgroups["memory"] / "g1" / "memory.memsw.limit_in_bytes").read_text() == "111"
+    assert not (cgroups["pids"] / "g1" / "memory.memsw.limit_in_bytes").read_text()
+    joins = " && ".join(f"echo $$ > {d / 'cgroup.procs'}" for d in group.dirs)
+    assert group.prefix() == ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh"]
+    done = subprocess.run(group.prefix() + ["/bin/echo", "inside"], capture_output=True,
+                          text=True, check=True)
+    assert done.stdout == "inside\n"
+    assert (cgroups["pids"] / "g1" / "cgroup.procs").read_text().strip().isdigit()
+
+
+def test_killing_a_group_kills_its_processes_and_removes_it(cgroups):
+    group = sandbox.ResourceGroup("g2", LIMITS)
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    (cgroups["pids"] / "g2" / "cgroup.procs").write_text(f"{sleepers[0].pid}\n")
+    (cgroups["memory"] / "g2" / "cgroup.procs").write_text(f"{sleepers[1].pid}\n")
+    started = time.monotonic()
+    group.kill_all()
+    assert [s.wait(timeout=10) for s in sleepers] == [-9, -9]
+    assert time.monotonic() - started < 10
+    assert not (cgroups["pids"] / "g2").exists() and not (cgroups["memory"] / "g2").exists()
+
+
+def test_a_process_that_will_not_die_is_killed_twenty_times_at_most(cgroups, monkeypatch):
+    group = sandbox.ResourceGroup("g4", LIMITS)
+    (cgroups["pids"] / "g4" / "cgroup.procs").write_text("123456789\n")
+    kills = []
+    monkeypatch.setattr(sandbox.os, "kill", lambda pid, sig: kills.append((pid, sig)))
+    monkeypatch.setattr(sandbox.time, "sleep", lambda seconds: None)
+    group.kill_all()
+    assert kills == [(123456789, sandbox.signal.SIGKILL)] * 20
+
+
+def test_a_missing_controller_does_not_stop_the_next(monkeypatch, tmp_path):
+    memory = _FakeCgroup(tmp_path / "memory")
+    PosixPath.mkdir(memory)
+    monkeypatch.setattr(sandbox, "_cgroup_v1_dir",
+                        lambda controller: memory if controller == "memory" else None)
+    assert sandbox.ResourceGroup("g", LIMITS).dirs == [memory / "g"]
+
+
+def test_an_empty_group_is_removed_at_once(cgroups):
+    group = sandbox.ResourceGroup("g3", LIMITS)
+    started = time.monotonic()
+    group.kill_all()
+    assert time.monotonic() - started < 0.5
+    assert not (cgroups["pids"] / "g3").exists()
+
+
+def test_a_group_that_cannot_be_made_is_left_out(cgroups):
+    (cgroups["pids"] / "taken").mkdir()
+    group = sandbox.ResourceGroup("taken", LIMITS)
+    assert group.dirs == [cgroups["memory"] / "taken"]
+
+
+def test_without_cgroups_the_group_does_nothing(monkeypatch):
+    monkeypatch.setattr(sandbox, "_cgroup_v1_dir", lambda controller: None)
+    group = sandbox.ResourceGroup("g", LIMITS)
+    assert group.dirs == [] and group.prefix() == []
+    group.kill_all()
+
+
+def test_a_group_whose_file_cannot_be_written_is_removed(monkeypatch, tmp_path):
+    class Broken(_FakeCgroup):
+        def write_text(self, *args, **kwargs):
+            if self.name == "pids.max":
+                raise PermissionError("no")
+            return super().write_text(*args, **kwargs)
+
+    parent = Broken(tmp_path / "pids")
+    PosixPath.mkdir(parent)
+    monkeypatch.setattr(sandbox, "_cgroup_v1_dir",
+                        lambda controller: parent if controller == "pids" else None)
+    assert sandbox.ResourceGroup("g", LIMITS).dirs == []
+    assert not (parent / "g").exists()
+
+
+def _with_proc(monkeypatch, tmp_path, lines, writable=True):
+    (tmp_path / "cgroup").write_text("\n".join(lines) + "\n")
+    real = Path
+
+    def fake_path(value):
+        value = str(value)
+        if value == "/proc/self/cgroup":
+            return real(tmp_path / "cgroup")
+        if value == "/sys/fs/cgroup":
+            return real(tmp_path / "fs")
+        return real(value)
+
+    (tmp_path / "fs" / "pids" / "user" / "a").mkdir(parents=True)
+    if not writable:
+        (tmp_path / "fs" / "pids" / "user" / "a").chmod(0o500)
+    monkeypatch.setattr(sandbox, "Path", fake_path)
+    monkeypatch.setattr(sandbox.os, "access", lambda path, mode: mode == os.W_OK and (
+        _mode(real(path)) & 0o200 != 0))
+
+
+def test_the_cgroup_folder_of_a_controller(monkeypatch, tmp_path):
+    _with_proc(monkeypatch, tmp_path, ["9:name=systemd:/", "8:cpu,pids:/user/a",
+                                       "7:memory:/user/b", "0::/v2"])
+    assert sandbox._cgroup_v1_dir("pids") == tmp_path / "fs" / "pids" / "user" / "a"
+    (tmp_path / "fs" / "memory" / "X:y").mkdir(parents=True)
+    (tmp_path / "cgroup").write_text("7:memory:/X:y\n")  # a colon in the group's name
+    assert sandbox._cgroup_v1_dir("memory") == tmp_path / "fs" / "memory" / "X:y"
+    (tmp_path / "cgroup").write_text("9:name=systemd:/\n8:cpu,pids:/user/a\n"
+                                     "7:memory:/user/b\n0::/v2\n")
+    assert sandbox._cgroup_v1_dir("cpu") is None  # no such folder: not writable
+    assert sandbox._cgroup_v1_dir("memory") is None
+    assert sandbox._cgroup_v1_dir("blkio") is None
+
+
+def test_a_cgroup_folder_that_is_not_writable(monkeypatch, tmp_path):
+    _with_proc(monkeypatch, tmp_path, ["8:pids:/user/a"], writable=False)
+    assert sandbox._cgroup_v1_dir("pids") is None
+
+
+def test_no_proc_no_cgroup(monkeypatch):
+    monkeypatch.setattr(sandbox, "Path", lambda value: Path("/nonexistent/proc/cgroup"))
+    assert sandbox._cgroup_v1_dir("pids") is None
+
+
+def test_this_machines_cgroup_folder_is_writable_or_none():
+    for controller in ("pids", "memory"):
+        folder = sandbox._cgroup_v1_dir(controller)
+        assert folder is None or os.access(folder, os.W_OK)
+
+
+def test_the_module_names_its_constants():
+    assert sandbox.SANDBOX_UID == sandbox.SANDBOX_GID == 65534
+    assert sandbox.HOME_IN_SANDBOX == "/tmp"
+    assert sys.modules["autograder.sandbox"] is sandbox
