@@ -13,6 +13,7 @@ from normref import blocks
 from normref.checks import (
     CheckFailed,
     blocks_judges,
+    blocks_probes,
     check_deepnorm_block,
     check_deepnorm_scale,
     check_make_model,
@@ -644,3 +645,38 @@ def test_answer_checks():
     _fails(check_profile_numbers, hint="DEEPNORM_OVER_POST",
            sandwich_over_pre=truths["sandwich_over_pre"],
            deepnorm_over_post=2 * truths["deepnorm_over_post"])
+
+
+def _no_final_ln(kind, n_layers, seed):
+    """A make_model that forgets the final LN: a slip of exercise 4."""
+    model = blocks.experiment_model(kind, n_layers, seed)
+    model.ln_f = nn.Identity()
+    return model
+
+
+def _broken_make_model(kind, n_layers, seed):
+    raise NotImplementedError()
+
+
+def test_readings_of_the_students_own_table_pass(one_thread):
+    """A slip in make_model is not counted twice: answers read off the table
+    that the student's own make_model gives pass, answers that fit neither
+    table fail, and a make_model that cannot run leaves the grader's table."""
+    truths = blocks_judges.true_answers()
+    case = blocks_judges._profile_case("")(None)[0][1]
+    own = blocks_judges._answers_from(blocks_probes._own_profiles(_no_final_ln, case))
+    assert abs(own["sandwich_over_pre"] / truths["sandwich_over_pre"] - 1) > 0.05
+    numbers = {"sandwich_over_pre": own["sandwich_over_pre"],
+               "deepnorm_over_post": own["deepnorm_over_post"]}
+    check_profile_numbers(make_model=_no_final_ln, **numbers)
+    check_profile_shapes(make_model=_no_final_ln, flattest=own["flattest"],
+                         steepest=own["steepest"])
+    _fails(check_profile_numbers, hint="not counted twice", **numbers)
+    _fails(check_profile_numbers, hint="not counted twice",
+           make_model=_broken_make_model, **numbers)
+    check_profile_numbers(make_model=_broken_make_model,
+                          sandwich_over_pre=truths["sandwich_over_pre"],
+                          deepnorm_over_post=truths["deepnorm_over_post"])
+    _fails(check_profile_numbers, hint="SANDWICH_OVER_PRE", make_model=_no_final_ln,
+           sandwich_over_pre=3 * truths["sandwich_over_pre"],
+           deepnorm_over_post=truths["deepnorm_over_post"])

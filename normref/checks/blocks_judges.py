@@ -373,7 +373,7 @@ def _judge_model_norms(case, output):
 
 # --- the prediction and the questions on the measured profiles ---
 
-PROFILE_LAYERS, PROFILE_SEEDS = 8, (0, 1, 2)
+PROFILE_LAYERS, PROFILE_SEEDS = probes.PROFILE_LAYERS, probes.PROFILE_SEEDS
 CHOICES = {"predict_flattest": KINDS, "predict_steepest": KINDS,
            "flattest": KINDS, "steepest": KINDS}
 _QUESTIONS = {
@@ -399,7 +399,10 @@ def measured_profiles():
 
 def true_answers():
     """Each answer worked out from the measured profiles, not typed in."""
-    profiles = measured_profiles()
+    return _answers_from(measured_profiles())
+
+
+def _answers_from(profiles):
     spread = {kind: p.max() / p.min() for kind, p in profiles.items()}
     fall = {kind: p[-1] / p[0] for kind, p in profiles.items()}
     return {
@@ -412,6 +415,19 @@ def true_answers():
 
 def _one_case(label):
     return lambda rng: [(label, {})]
+
+
+def _profile_case(label):
+    """One case with the experiment's batches, for measuring the student's
+    own make_model the way the notebook does."""
+    def cases(rng):
+        case = {}
+        for seed in PROFILE_SEEDS:
+            inputs, targets = blocks.experiment_batch(seed)
+            case[f"inputs{seed}"], case[f"targets{seed}"] = inputs.numpy(), targets.numpy()
+        return [(label, case)]
+
+    return cases
 
 
 def _given(output, names):
@@ -430,20 +446,44 @@ def _judge_prediction(case, output):
     return _given(output, ("predict_flattest", "predict_steepest"))
 
 
+def _own_answers(output):
+    """The answers for the table the student's own make_model gives, or None
+    when the probe could not measure it."""
+    own = {}
+    for kind in KINDS:
+        profile = np.asarray(output.get(f"own:{kind}", np.zeros(0)), dtype=F64)
+        if profile.shape != (PROFILE_LAYERS,) or not np.all(np.isfinite(profile) & (profile > 0)):
+            return None
+        own[kind] = profile
+    return _answers_from(own)
+
+
+def _tables(output):
+    """The answer sets an answer may match: the grader's, then the student's own."""
+    own = _own_answers(output)
+    return [true_answers()] + ([own] if own is not None else [])
+
+
+BOTH_TABLES = ("(checked against the grader's table and against the one your make_model "
+               "gives, so a slip in exercise 4 is not counted twice)")
+
+
 def _judge_profile_shapes(case, output):
     problem = _given(output, ("flattest", "steepest"))
     if problem:
         return problem
-    truths = true_answers()
-    wrong = [name for name in ("flattest", "steepest") if str(output[name]) != truths[name]]
+    tables = _tables(output)
+    wrong = [name for name in ("flattest", "steepest")
+             if not any(str(output[name]) == truths[name] for truths in tables)]
     if wrong:
         return "not yet right: " + "; ".join(
-            f"{_QUESTIONS[name]} (you answered {output[name]})" for name in wrong)
+            f"{_QUESTIONS[name]} (you answered {output[name]})" for name in wrong
+        ) + f" {BOTH_TABLES}"
     return None
 
 
 def _judge_profile_numbers(case, output):
-    truths = true_answers()
+    tables = _tables(output)
     problems = []
     for name in ("sandwich_over_pre", "deepnorm_over_post"):
         if name not in output:
@@ -452,11 +492,12 @@ def _judge_profile_numbers(case, output):
             value = float(str(output[name]))
         except ValueError:
             return f"{name.upper()} is {str(output[name])!r}, not a number"
-        if not abs(value - truths[name]) <= RELATIVE_TOLERANCE * abs(truths[name]):
+        if not any(abs(value - truths[name]) <= RELATIVE_TOLERANCE * abs(truths[name])
+                   for truths in tables):
             problems.append(f"{_QUESTIONS[name]} (you answered {value:g})")
     if problems:
         return ("not yet right, within 5%: " + "; ".join(problems)
-                + ". Read them off the printed profiles at L = 8, seeds 0, 1, 2")
+                + f". Read them off the printed profiles at L = 8, seeds 0, 1, 2 {BOTH_TABLES}")
     return None
 
 
@@ -466,6 +507,6 @@ CHECKS = {
     "blocks_deepnorm_scale": Check(_deepnorm_scale_cases, _judge_deepnorm_scale),
     "blocks_make_model": Check(_make_model_cases, _judge_make_model),
     "blocks_prediction": Check(_one_case("your two predictions"), _judge_prediction),
-    "blocks_profile_shapes": Check(_one_case("your two choices"), _judge_profile_shapes),
-    "blocks_profile_numbers": Check(_one_case("your two ratios"), _judge_profile_numbers),
+    "blocks_profile_shapes": Check(_profile_case("your two choices"), _judge_profile_shapes),
+    "blocks_profile_numbers": Check(_profile_case("your two ratios"), _judge_profile_numbers),
 }

@@ -183,16 +183,66 @@ def _answers_as_text(answers, case):
     return {name: np.array(str(value)) for name, value in answers.items()}
 
 
+# The assignment's experiment: 8 blocks, seeds 0, 1, 2, one copy-task batch
+# per seed (the case carries them as "inputs<seed>", "targets<seed>").
+PROFILE_KINDS = ("pre", "post", "sandwich", "deepnorm")
+PROFILE_LAYERS, PROFILE_SEEDS = 8, (0, 1, 2)
+
+
+def _own_profiles(make_model, case):
+    """{kind: (PROFILE_LAYERS,)} measured with the student's make_model, as
+    the notebook's experiment cell measures it; None if it cannot be run."""
+    torch = _torch()
+    F = torch.nn.functional
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        profiles = {}
+        for kind in PROFILE_KINDS:
+            rows = []
+            for seed in PROFILE_SEEDS:
+                model = make_model(kind, PROFILE_LAYERS, seed)
+                inputs = torch.from_numpy(case[f"inputs{seed}"].copy())
+                targets = torch.from_numpy(case[f"targets{seed}"].copy())
+                logits = model(inputs)
+                loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+                weights = [block.mlp.proj.weight for block in model.blocks]
+                grads = torch.autograd.grad(loss, weights)
+                rows.append([float(g.double().norm()) for g in grads])
+            profiles[kind] = np.median(np.array(rows), axis=0)
+        return profiles
+    except Exception:  # a broken make_model: only the grader's table counts
+        return None
+    finally:
+        torch.set_num_threads(before)
+
+
+def _answers_and_own_profiles(answers, case):
+    """The answers as text and, when make_model is given, the profiles that
+    the student's own make_model gives ("own:<kind>")."""
+    answers = dict(answers)
+    make_model = answers.pop("make_model", None)
+    result = _answers_as_text(answers, case)
+    own = _own_profiles(make_model, case) if make_model is not None else None
+    for kind, profile in (own or {}).items():
+        result[f"own:{kind}"] = profile
+    return result
+
+
 def check_prediction(**answers):
     """Check that the predictions are given, before the experiment runs."""
     run_check("blocks_prediction", answers, _answers_as_text)
 
 
-def check_profile_shapes(**answers):
-    """Check the two choices read off the measured profiles."""
-    run_check("blocks_profile_shapes", answers, _answers_as_text)
+def check_profile_shapes(make_model=None, **answers):
+    """Check the two choices read off the measured profiles: right for the
+    grader's table, or for the table the student's make_model gives."""
+    answers["make_model"] = make_model
+    run_check("blocks_profile_shapes", answers, _answers_and_own_profiles)
 
 
-def check_profile_numbers(**answers):
-    """Check the two ratios read off the measured profiles."""
-    run_check("blocks_profile_numbers", answers, _answers_as_text)
+def check_profile_numbers(make_model=None, **answers):
+    """Check the two ratios read off the measured profiles: right for the
+    grader's table, or for the table the student's make_model gives."""
+    answers["make_model"] = make_model
+    run_check("blocks_profile_numbers", answers, _answers_and_own_profiles)
