@@ -575,3 +575,69 @@ def test_inline_truths_come_from_the_references():
     assert backward_judges._rms_zero_truth() == "b"
     assert backward_judges._gn_zero_sums_truth() == "bc"
     assert backward_judges._blind_check_truth() == "b"
+
+
+def _visible_answer_test(grade_id):
+    """The visible half of one of the assignment's answer grade cells."""
+    import json
+    from pathlib import Path
+
+    path = (Path(__file__).resolve().parents[1] / "source" / "04_backward_pass"
+            / "04_backward_pass.ipynb")
+    cells = json.loads(path.read_text())["cells"]
+    source = next("".join(c["source"]) for c in cells
+                  if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
+    return source.split("### BEGIN HIDDEN TESTS")[0]
+
+
+@pytest.mark.parametrize("grade_id, name, right, wrong", [
+    ("rms_zero_correct", "rms_zero", ["b", "B", "(b)", " b "], [None, "", "ab"]),
+    ("gn_zero_sums_correct", "gn_zero_sums", ["bc", "cb", "b, c", "B C", ["b", "c"]],
+     [None, "", "b and c"]),
+    ("blind_check_correct", "blind_check", ["b", " b ", "B", "(b)"], [None, "", "bc"]),
+])
+def test_visible_answer_asserts_accept_what_the_hidden_check_accepts(
+        grade_id, name, right, wrong):
+    """A right answer in another format must not fail the visible assert."""
+    code = _visible_answer_test(grade_id)
+    hidden = {"rms_zero": check_rms_zero_answer,
+              "gn_zero_sums": check_gn_zero_sums_answer,
+              "blind_check": check_blind_check_answer}[name]
+    for answer in right:
+        exec(code, {name: answer})
+        hidden(answer)
+    for answer in wrong:
+        with pytest.raises(AssertionError):
+            exec(code, {name: answer})
+
+
+def _gn_channels_last(dy, x, num_groups, gamma, eps=1e-5):
+    """GroupNorm's backward with the channels moved last: (N, P, G, K)."""
+    x, dy = np.asarray(x, dtype=np.float64), np.asarray(dy, dtype=np.float64)
+    n, c = x.shape[:2]
+    xl = np.moveaxis(x, 1, -1).reshape(n, -1, num_groups, c // num_groups)
+    dl = np.moveaxis(dy, 1, -1).reshape(xl.shape)
+    mu = xl.mean(axis=(1, 3), keepdims=True)
+    r = 1 / np.sqrt(((xl - mu) ** 2).mean(axis=(1, 3), keepdims=True) + eps)
+    xh = (xl - mu) * r
+    g = dl * np.asarray(gamma, dtype=np.float64).reshape(num_groups, -1)
+    dxl = r * (g - g.mean(axis=(1, 3), keepdims=True)
+               - xh * (g * xh).mean(axis=(1, 3), keepdims=True))
+    dx = np.moveaxis(dxl.reshape((n,) + x.shape[2:] + (c,)), -1, 1)
+    return dx, (dl * xh).sum(axis=(0, 1)).reshape(c), dl.sum(axis=(0, 1)).reshape(c)
+
+
+def _rms_torch_no_autograd(dy, x, gamma, eps=1e-5):
+    """RMSNorm's backward in torch tensors, written with r**3, returning tensors."""
+    x, dy = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(dy, dtype=torch.float64)
+    r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    g = dy * torch.as_tensor(gamma, dtype=torch.float64)
+    dx = r * g - r.pow(3) * x * (g * x).mean(-1, keepdim=True)
+    return dx, (dy * x * r).reshape(-1, x.shape[-1]).sum(0)
+
+
+def test_checks_pass_a_channels_last_group_norm_and_a_torch_rms_norm():
+    check_group_norm_backward_dx(_gn_channels_last)
+    check_group_norm_backward_params(_gn_channels_last)
+    check_rms_norm_backward_dx(_rms_torch_no_autograd)
+    check_rms_norm_backward_dgamma(_rms_torch_no_autograd)
