@@ -518,7 +518,12 @@ def _process_census():
     return alive, usage.ru_utime + usage.ru_stime
 
 
-threading.setprofile(_arm_new_thread)
+# Only in a grading kernel (the grader gives it the check socket before anything
+# runs): a grader or a notebook outside grading must not have torch modes entered in
+# every thread it starts (a thread that ends with a mode entered aborts the process
+# when it exits during interpreter shutdown).
+if os.environ.get(SOCKET_ENV):
+    threading.setprofile(_arm_new_thread)
 
 
 def _runner_unchanged():
