@@ -1,5 +1,6 @@
 """normref's unit-01 references against torch and float64 math, and its checks."""
 
+import math
 import statistics
 import sys
 
@@ -159,8 +160,30 @@ def _ln(x, gamma, beta, eps=1e-5, var=_two_pass):
     return gamma * (x - mu) / np.sqrt(var(x)[..., None] + eps) + beta
 
 
+def _fsum_per_token(x):
+    rows = np.asarray(x, dtype=np.float64).reshape(-1, np.shape(x)[-1])
+    out = []
+    for row in rows:
+        mu = math.fsum(row) / row.size
+        out.append(math.fsum((v - mu) ** 2 for v in row) / row.size)
+    return np.array(out).reshape(np.shape(x)[:-1])
+
+
+def _shifted_one_pass_same_dtype(x):
+    x = np.asarray(x)
+    s = x - x[..., :1]
+    s1, s2 = s.sum(-1), (s * s).sum(-1)
+    return (s2 - s1 * s1 / x.shape[-1]) / x.shape[-1]
+
+
+def _torch_two_pass(x):
+    t = torch.as_tensor(np.asarray(x))
+    return ((t - t.mean(-1, keepdim=True)) ** 2).mean(-1)
+
+
 @pytest.mark.parametrize("token_var", [_two_pass, _two_pass_same_dtype, _welford_same_dtype,
-                                       _shifted_by_first_feature])
+                                       _shifted_by_first_feature, _fsum_per_token,
+                                       _shifted_one_pass_same_dtype, _torch_two_pass])
 def test_variance_check_accepts_stable_methods(token_var, capsys):
     check_token_var(token_var)
     assert "all 6 cases passed" in capsys.readouterr().out
@@ -195,6 +218,7 @@ def test_batch_check_catches_a_shortcut_variance():
     lambda x: np.asarray(x).var(axis=-1),
     lambda x: np.std(x, axis=-1) ** 2,
     lambda x: np.nanvar(x, axis=-1),
+    lambda x: np.nanstd(x, axis=-1) ** 2,
     lambda x: np.array([np.cov(row, bias=True) for row in np.reshape(x, (-1, x.shape[-1]))]
                        ).reshape(x.shape[:-1]),
     lambda x: np.array([statistics.pvariance(row) for row in np.reshape(x, (-1, x.shape[-1]))]
@@ -223,6 +247,17 @@ def test_policy_forbids_torch_var_in_token_var():
     check_token_var(torch_var)  # right numbers: only the policy refuses them
     policy = forbidden.load_policy("01_the_recipe")["token_var_correct"]
     assert "aten::var" in forbidden.executed_violations(policy, _runner.last_executed)
+
+
+def test_policy_forbids_torch_var_mean_in_token_var():
+    def torch_var_mean(x):
+        t = torch.from_numpy(np.asarray(x, dtype=np.float64))
+        return torch.var_mean(t, -1, unbiased=False)[0].numpy()
+
+    _runner.last_executed = None
+    check_token_var(torch_var_mean)
+    policy = forbidden.load_policy("01_the_recipe")["token_var_correct"]
+    assert forbidden.executed_violations(policy, _runner.last_executed)
 
 
 def test_layer_norm_may_use_a_library_variance():
