@@ -186,8 +186,9 @@ KERNEL_READY = """panel => {
 RUN_FINISHED = """panel => {
   const root = document.querySelector(panel);
   const state = root.querySelector('.jp-Notebook-ExecutionIndicator').dataset.status;
+  // A cell whose code is folded away (source_hidden) shows no prompt at all.
   const prompts = [...root.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
-    .map(p => p.textContent.trim());
+    .map(p => p.textContent.trim()).filter(p => p !== '');
   if (state !== 'idle' || prompts.some(p => p.includes('*'))) return false;
   return prompts.every(p => /^\\[\\d+\\]:$/.test(p))
     || !!root.querySelector('[data-mime-type="application/vnd.jupyter.stderr"]');
@@ -224,7 +225,9 @@ def run_all_cells(page, timeout_ms=180_000):
     seconds it took. The notebook must not have run yet: "every cell has a number"
     is how the end is recognised."""
     prompts = page.locator(f"{PANEL} .jp-CodeCell .jp-InputPrompt").all_inner_texts()
-    assert all(p.strip() == "[ ]:" for p in prompts), "run_all_cells wants a fresh notebook"
+    # A cell whose code is folded away (source_hidden) shows no prompt at all.
+    assert all(p.strip() in ("[ ]:", "") for p in prompts), \
+        "run_all_cells wants a fresh notebook"
     started = time.monotonic()
     page.locator("#jp-menu-panel").get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
