@@ -3,8 +3,11 @@
 import subprocess
 import sys
 
+import nbformat
 import numpy as np
+from nbformat.v4 import new_code_cell, new_notebook, new_output
 
+from autograder.report import _inert_notebook
 from conftest import REPO
 from normref.checks.tolerances import mismatch
 
@@ -53,3 +56,30 @@ def test_demo_grades_in_a_scratch_course_and_leaves_the_course_alone(tmp_path, v
                              cwd=REPO, env=venv_env, capture_output=True, text=True)
     assert refused.returncode == 2 and "left alone" in refused.stderr
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_the_page_quietens_ungraded_errors_and_shows_nothing_after_a_hidden_test():
+    """An ungraded cell's error is one grey line; from the first hidden test on, no
+    output is shown (a hand-in's code can print the hidden tests); graded cells keep
+    their source, with the hidden part folded away."""
+    error = new_output("error", ename="NotImplementedError", evalue="", traceback=["tb"])
+    graded = {"nbgrader": {"grade": True, "grade_id": "t", "points": 1}}
+    nb = new_notebook(cells=[
+        new_code_cell("raise NotImplementedError()", outputs=[error]),
+        new_code_cell("assert f(1) == 2\n### BEGIN HIDDEN TESTS\nassert f(2) == 4\n"
+                      "### END HIDDEN TESTS", metadata=graded,
+                      outputs=[new_output("stream", name="stdout", text="ok\n")]),
+        new_code_cell("print(In)", outputs=[new_output("stream", name="stdout",
+                                                       text="assert f(2) == 4\n")]),
+    ])
+    shown = _inert_notebook(nbformat.from_dict(nb))
+    first, test, after = shown.cells
+    assert [o.output_type for o in first.outputs] == ["stream"]
+    assert first.outputs[0].text.startswith("(not graded) this cell stopped with "
+                                            "NotImplementedError")
+    assert "f(2)" not in test.source and "assert f(1) == 2" in test.source
+    for cell in (test, after):
+        assert "f(2)" not in str(cell.outputs) and "not shown" in cell.outputs[0].text
+    everything = _inert_notebook(nbformat.from_dict(nb), show_hidden_tests=True)
+    assert "f(2) == 4" in everything.cells[1].source
+    assert everything.cells[2].outputs[0].text == "assert f(2) == 4\n"
