@@ -261,6 +261,8 @@ def build_parser():
     p.add_argument("--handins", type=int, default=40, help="hand-ins to grade (default 40)")
     p.add_argument("--workers", type=int, default=None,
                    help="this pipeline's parallel hand-ins (default: the number of cores)")
+    p.add_argument("--engines", action="store_true",
+                   help="compare the Dask path with a plain process pool (hand-ins per minute)")
     p = add("new-check", cmd_new_check, "scaffold a trusted check for a new exercise")
     p.add_argument("name", help="the check's name: check_NAME is what a hidden test calls")
     p.add_argument("--function", required=True,
