@@ -27,7 +27,7 @@ from autograder.runner import RunSettings
 
 ASSIGNMENT = "01_the_recipe"
 # Students whose score stock nbgrader can be trusted with: they do not cheat.
-DISHONEST_SAMPLES = {"hal_cheats"}
+DISHONEST_SAMPLES = {"hal_cheats", "lou_hidden_cheat"}
 
 
 def sample_students(assignment=ASSIGNMENT):
