@@ -67,23 +67,19 @@ def warm_worker():
     return os.getpid()
 
 
-def _die_with_parent(parent_pid):
-    """A local worker dies when the process that started it dies: a worker left
-    behind would go on using the machine for a result nobody will write."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # no prctl (not Linux): nothing to arm
-        return
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-
 def _arm_parent_death_signal():
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):  # no prctl (not Linux)
         pass
+
+
+def _die_with_parent(parent_pid):
+    """A local worker dies when the process that started it dies: a worker left
+    behind would go on using the machine for a result nobody will write."""
+    _arm_parent_death_signal()
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def _worker_dies_with_the_grader():

@@ -441,28 +441,23 @@ def handin_files(course, assignment, student):
 
 
 def handin_digest(files):
-    """The hand-in's hash: its one notebook's sha256, or, for several notebooks, the
-    sha256 of each name and content in turn; None when nothing was handed in."""
-    present = [(name, path) for name, path in files if path is not None]
-    if not present:
-        return None
-    if len(files) == 1:
-        return sha256(present[0][1])
-    digest = hashlib.sha256()
-    for name, path in present:
-        digest.update(name.encode() + b"\0" + Path(path).read_bytes() + b"\0")
-    return digest.hexdigest()
+    """The hand-in's hash from [(notebook name, path or None)] (see _digest)."""
+    return _digest([(name, Path(path).read_bytes() if path is not None else None)
+                    for name, path in files])
 
 
-def _digest_of_parts(parts):
-    present = [p for p in parts if p.handin is not None]
+def _digest(contents):
+    """The hand-in's hash from [(notebook name, bytes or None)]: its one notebook's
+    sha256, or, for several notebooks, the sha256 of each name and content in turn;
+    None when nothing was handed in."""
+    present = [(name, data) for name, data in contents if data is not None]
     if not present:
         return None
-    if len(parts) == 1:
-        return hashlib.sha256(present[0].handin).hexdigest()
+    if len(contents) == 1:
+        return hashlib.sha256(present[0][1]).hexdigest()
     digest = hashlib.sha256()
-    for part in present:
-        digest.update(part.name.encode() + b"\0" + part.handin + b"\0")
+    for name, data in present:
+        digest.update(name.encode() + b"\0" + data + b"\0")
     return digest.hexdigest()
 
 
@@ -513,7 +508,8 @@ def grade_task(task):
     result = {"student_id": task.student, "assignment": task.assignment, "score": 0.0,
               "max_score": max_score, "status": "graded", "reason": "", "flags": [],
               "notes": [task.name_note] if task.name_note else [], "cells": [],
-              "manual": manual, "handin_sha256": _digest_of_parts(task.notebooks),
+              "manual": manual,
+              "handin_sha256": _digest([(p.name, p.handin) for p in task.notebooks]),
               "grader_version": GRADER_VERSION, "graded_against": task.against,
               "phases": {}, "cell_seconds": {}, "run_seconds": 0.0}
     runs = {}

@@ -1,5 +1,6 @@
 """Shared paths and helpers for the course's test suites."""
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -13,6 +14,22 @@ REPO = Path(__file__).resolve().parent.parent
 LESSONS = sorted((REPO / "notebooks").glob("*.ipynb"))
 SOURCES = sorted((REPO / "source").glob("*/*.ipynb"))
 RELEASES = sorted((REPO / "release").glob("*/*.ipynb"))
+
+
+def tiny_notebook(tag):
+    """A small, valid notebook whose bytes name `tag`."""
+    return json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": tag}],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
+
+
+def tiny_course(root, assignment, *, extra=b""):
+    """A course at `root` whose assignment is one tiny notebook (plus `extra` bytes)."""
+    from autograder.course import Course
+
+    (root / "source" / assignment).mkdir(parents=True)
+    (root / "source" / assignment / f"{assignment}.ipynb").write_bytes(
+        tiny_notebook("instructor") + extra)
+    return Course(root)
 
 
 @pytest.fixture

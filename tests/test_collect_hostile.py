@@ -11,24 +11,17 @@ import pytest
 import autograder.collect as collect_module
 from autograder.collect import collect
 from autograder.course import Course
+from conftest import tiny_course, tiny_notebook
 
 ASSIGNMENT = "01_hw"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
 SECRET = b"TOP-SECRET-ANSWER-KEY-7f3a9c"
 
 
-def _notebook(tag):
-    """A small, valid notebook whose bytes name `tag`."""
-    return json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": tag}],
-                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
-
 
 @pytest.fixture
 def course(tmp_path):
-    root = tmp_path / "course"
-    (root / "source" / ASSIGNMENT).mkdir(parents=True)
-    (root / "source" / ASSIGNMENT / NOTEBOOK).write_bytes(_notebook("instructor") + SECRET)
-    return Course(root)
+    return tiny_course(tmp_path / "course", ASSIGNMENT, extra=SECRET)
 
 
 def _submitted(course, student):
@@ -64,7 +57,7 @@ def test_a_symlinked_handin_is_refused_and_listed(course, tmp_path):
     secret.write_bytes(SECRET)
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    (inbox / "ada.ipynb").write_bytes(_notebook("ada"))
+    (inbox / "ada.ipynb").write_bytes(tiny_notebook("ada"))
     (inbox / "mallory.ipynb").symlink_to(secret)
     (inbox / "trent.ipynb").symlink_to(course.source / ASSIGNMENT / NOTEBOOK)
     report = collect(course=course, assignment=ASSIGNMENT, source_path=inbox)
@@ -78,10 +71,10 @@ def test_a_symlinked_handin_is_refused_and_listed(course, tmp_path):
 def test_a_symlinked_student_folder_is_refused_and_listed(course, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    (elsewhere / "answers.ipynb").write_bytes(_notebook("stolen") + SECRET)
+    (elsewhere / "answers.ipynb").write_bytes(tiny_notebook("stolen") + SECRET)
     inbox = tmp_path / "inbox"
     (inbox / "ben").mkdir(parents=True)
-    (inbox / "ben" / "hw.ipynb").write_bytes(_notebook("ben"))
+    (inbox / "ben" / "hw.ipynb").write_bytes(tiny_notebook("ben"))
     (inbox / "mallory").symlink_to(elsewhere, target_is_directory=True)
     (inbox / "ben" / "deeper").symlink_to(elsewhere, target_is_directory=True)
     report = collect(course=course, assignment=ASSIGNMENT, source_path=inbox)
@@ -94,7 +87,7 @@ def test_a_symlinked_student_folder_is_refused_and_listed(course, tmp_path):
 def test_a_symlink_inside_a_zip_is_refused_and_listed(course, tmp_path):
     archive = tmp_path / "handins.zip"
     with zipfile.ZipFile(archive, "w") as z:
-        z.writestr("ada.ipynb", _notebook("ada"))
+        z.writestr("ada.ipynb", tiny_notebook("ada"))
         link = zipfile.ZipInfo("mallory.ipynb")
         link.create_system = 3
         link.external_attr = (stat.S_IFLNK | 0o777) << 16
@@ -126,7 +119,7 @@ def test_a_zip_bomb_member_is_capped_and_listed(course, tmp_path, monkeypatch):
     monkeypatch.setattr(collect_module, "MAX_HANDIN_BYTES", cap, raising=False)
     archive = tmp_path / "bomb.zip"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("ada.ipynb", _notebook("ada"))
+        z.writestr("ada.ipynb", tiny_notebook("ada"))
         for name in ("bomb.ipynb", "liar.ipynb"):
             with z.open(name, "w") as member:
                 for _ in range(32):
@@ -150,35 +143,35 @@ def test_a_zip_bomb_member_is_capped_and_listed(course, tmp_path, monkeypatch):
 
 def test_two_canvas_students_with_the_same_name_are_both_collected(course, tmp_path):
     archive = _zip(tmp_path / "canvas.zip", {
-        f"smithjohn_111_901_{NOTEBOOK}": _notebook("first john"),
-        f"smithjohn_222_902_{NOTEBOOK}": _notebook("second john"),
+        f"smithjohn_111_901_{NOTEBOOK}": tiny_notebook("first john"),
+        f"smithjohn_222_902_{NOTEBOOK}": tiny_notebook("second john"),
     })
     report = collect(course=course, assignment=ASSIGNMENT, source_path=archive)
     assert sorted(report.collected) == ["smithjohn_111", "smithjohn_222"]
-    assert _submitted(course, "smithjohn_111").read_bytes() == _notebook("first john")
-    assert _submitted(course, "smithjohn_222").read_bytes() == _notebook("second john")
+    assert _submitted(course, "smithjohn_111").read_bytes() == tiny_notebook("first john")
+    assert _submitted(course, "smithjohn_222").read_bytes() == tiny_notebook("second john")
 
 
 def test_two_moodle_names_differing_in_spacing_are_both_collected(course, tmp_path):
     archive = _zip(tmp_path / "moodle.zip", {
-        f"John Smith_4711_assignsubmission_file_{NOTEBOOK}": _notebook("john 1"),
-        f"John  Smith_4712_assignsubmission_file_{NOTEBOOK}": _notebook("john 2"),
-        f"O'Brien_5001_assignsubmission_file_{NOTEBOOK}": _notebook("o'brien"),
-        f"OBrien_5002_assignsubmission_file_{NOTEBOOK}": _notebook("obrien"),
+        f"John Smith_4711_assignsubmission_file_{NOTEBOOK}": tiny_notebook("john 1"),
+        f"John  Smith_4712_assignsubmission_file_{NOTEBOOK}": tiny_notebook("john 2"),
+        f"O'Brien_5001_assignsubmission_file_{NOTEBOOK}": tiny_notebook("o'brien"),
+        f"OBrien_5002_assignsubmission_file_{NOTEBOOK}": tiny_notebook("obrien"),
     })
     report = collect(course=course, assignment=ASSIGNMENT, source_path=archive)
     assert sorted(report.collected) == ["John_Smith_4711", "John_Smith_4712",
                                         "OBrien_5002", "O_Brien_5001"]
-    assert _submitted(course, "John_Smith_4712").read_bytes() == _notebook("john 2")
+    assert _submitted(course, "John_Smith_4712").read_bytes() == tiny_notebook("john 2")
     assert report.unmatched == []
 
 
 def test_two_names_mapping_to_one_id_are_both_refused(course, tmp_path):
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    (inbox / "John Smith.ipynb").write_bytes(_notebook("john 1"))
-    (inbox / "John  Smith.ipynb").write_bytes(_notebook("john 2"))
-    (inbox / "ada.ipynb").write_bytes(_notebook("ada"))
+    (inbox / "John Smith.ipynb").write_bytes(tiny_notebook("john 1"))
+    (inbox / "John  Smith.ipynb").write_bytes(tiny_notebook("john 2"))
+    (inbox / "ada.ipynb").write_bytes(tiny_notebook("ada"))
     report = collect(course=course, assignment=ASSIGNMENT, source_path=inbox)
     assert report.collected == ["ada"]
     assert _listed(report, "John Smith.ipynb") and _listed(report, "John  Smith.ipynb")
@@ -188,21 +181,21 @@ def test_two_names_mapping_to_one_id_are_both_refused(course, tmp_path):
     (inbox / "John  Smith.ipynb").unlink()
     assert collect(course=course, assignment=ASSIGNMENT, source_path=inbox).collected == [
         "John_Smith"]
-    (inbox / "John  Smith.ipynb").write_bytes(_notebook("john 2"))
+    (inbox / "John  Smith.ipynb").write_bytes(tiny_notebook("john 2"))
     again = collect(course=course, assignment=ASSIGNMENT, source_path=inbox)
     assert again.replaced == [] and len(_listed(again, "Smith")) == 2
-    assert _submitted(course, "John_Smith").read_bytes() == _notebook("john 1")
+    assert _submitted(course, "John_Smith").read_bytes() == tiny_notebook("john 1")
 
 
 def test_a_too_long_or_odd_member_is_listed_while_the_rest_are_collected(course, tmp_path):
     long_name = "x" * 300 + ".ipynb"
     archive = _zip(tmp_path / "odd.zip", {
-        "ada.ipynb": _notebook("ada"),
-        long_name: _notebook("long"),
-        "y" * 80 + ".ipynb": _notebook("long id"),
+        "ada.ipynb": tiny_notebook("ada"),
+        long_name: tiny_notebook("long"),
+        "y" * 80 + ".ipynb": tiny_notebook("long id"),
         "cy.ipynb/": b"",
-        "dee.ipynb/inner.ipynb": _notebook("inside a folder named like a notebook"),
-        "ben/hw.ipynb": _notebook("ben"),
+        "dee.ipynb/inner.ipynb": tiny_notebook("inside a folder named like a notebook"),
+        "ben/hw.ipynb": tiny_notebook("ben"),
     })
     report = collect(course=course, assignment=ASSIGNMENT, source_path=archive)
     assert sorted(report.collected) == ["ada", "ben"]
@@ -216,28 +209,28 @@ def test_student_folders_with_any_notebook_name_are_still_collected(course, tmp_
     inbox = tmp_path / "inbox"
     for student, name in [("ada", "my homework.ipynb"), ("ben", NOTEBOOK)]:
         (inbox / student).mkdir(parents=True)
-        (inbox / student / name).write_bytes(_notebook(student))
-    (inbox / "cy.ipynb").write_bytes(_notebook("cy"))
+        (inbox / student / name).write_bytes(tiny_notebook(student))
+    (inbox / "cy.ipynb").write_bytes(tiny_notebook("cy"))
     report = collect(course=course, assignment=ASSIGNMENT, source_path=inbox)
     assert sorted(report.collected) == ["ada", "ben", "cy"]
-    assert _submitted(course, "ada").read_bytes() == _notebook("ada")
+    assert _submitted(course, "ada").read_bytes() == tiny_notebook("ada")
 
 
 def test_canvas_late_names_are_collected_to_the_right_id(course, tmp_path):
     archive = _zip(tmp_path / "late.zip", {
-        f"lovelaceada_LATE_12345_67890_{NOTEBOOK}": _notebook("ada late"),
-        f"turingalan_late_23456_78901_{ASSIGNMENT}-1.ipynb": _notebook("alan late"),
-        f"hopperg_34567_89012_{NOTEBOOK}": _notebook("grace"),
+        f"lovelaceada_LATE_12345_67890_{NOTEBOOK}": tiny_notebook("ada late"),
+        f"turingalan_late_23456_78901_{ASSIGNMENT}-1.ipynb": tiny_notebook("alan late"),
+        f"hopperg_34567_89012_{NOTEBOOK}": tiny_notebook("grace"),
     })
     report = collect(course=course, assignment=ASSIGNMENT, source_path=archive)
     assert sorted(report.collected) == ["hopperg_34567", "lovelaceada_12345", "turingalan_23456"]
-    assert _submitted(course, "lovelaceada_12345").read_bytes() == _notebook("ada late")
+    assert _submitted(course, "lovelaceada_12345").read_bytes() == tiny_notebook("ada late")
 
 
 def test_recollecting_a_zip_is_unchanged_and_a_changed_one_names_the_replaced(course, tmp_path):
     members = {
-        f"lovelaceada_12345_67890_{NOTEBOOK}": _notebook("ada"),
-        f"Dee Blank_4242_assignsubmission_file_{NOTEBOOK}": _notebook("dee"),
+        f"lovelaceada_12345_67890_{NOTEBOOK}": tiny_notebook("ada"),
+        f"Dee Blank_4242_assignsubmission_file_{NOTEBOOK}": tiny_notebook("dee"),
         "notes.txt": b"not a notebook",
     }
     archive = _zip(tmp_path / "lms.zip", members)
@@ -247,15 +240,15 @@ def test_recollecting_a_zip_is_unchanged_and_a_changed_one_names_the_replaced(co
     again = collect(course=course, assignment=ASSIGNMENT, source_path=archive)
     assert sorted(again.unchanged) == ["Dee_Blank_4242", "lovelaceada_12345"]
     assert again.collected == [] and again.replaced == []
-    members[f"lovelaceada_12345_67890_{NOTEBOOK}"] = _notebook("ada, second try")
+    members[f"lovelaceada_12345_67890_{NOTEBOOK}"] = tiny_notebook("ada, second try")
     changed = collect(course=course, assignment=ASSIGNMENT,
                       source_path=_zip(tmp_path / "lms2.zip", members))
     assert changed.replaced == ["lovelaceada_12345"]
     assert any("replaced" in line and "lovelaceada_12345" in line for line in changed.lines())
     folder = _submitted(course, "lovelaceada_12345").parent
     kept = [p for p in folder.iterdir() if p.name.endswith(".ipynb.bak")]
-    assert len(kept) == 1 and kept[0].read_bytes() == _notebook("ada")
-    assert _submitted(course, "lovelaceada_12345").read_bytes() == _notebook("ada, second try")
+    assert len(kept) == 1 and kept[0].read_bytes() == tiny_notebook("ada")
+    assert _submitted(course, "lovelaceada_12345").read_bytes() == tiny_notebook("ada, second try")
 
 
 def test_a_hidden_notebook_is_listed_not_skipped(course, tmp_path):
@@ -275,14 +268,14 @@ def test_a_hidden_notebook_is_listed_not_skipped(course, tmp_path):
 
 def test_an_untitled_notebook_is_collected_with_a_note(course, tmp_path):
     archive = _zip(tmp_path / "canvas.zip", {
-        "lovelaceada_12345_67890_Untitled.ipynb": _notebook("ada"),
-        f"hopperg_34567_89012_{ASSIGNMENT}-1.ipynb": _notebook("grace, resubmitted"),
-        "ben/Untitled1.ipynb": _notebook("ben"),
-        "Untitled.ipynb": _notebook("whose?"),
+        "lovelaceada_12345_67890_Untitled.ipynb": tiny_notebook("ada"),
+        f"hopperg_34567_89012_{ASSIGNMENT}-1.ipynb": tiny_notebook("grace, resubmitted"),
+        "ben/Untitled1.ipynb": tiny_notebook("ben"),
+        "Untitled.ipynb": tiny_notebook("whose?"),
     })
     report = collect(course=course, assignment=ASSIGNMENT, source_path=archive)
     assert sorted(report.collected) == ["ben", "hopperg_34567", "lovelaceada_12345"]
-    assert _submitted(course, "lovelaceada_12345").read_bytes() == _notebook("ada")
+    assert _submitted(course, "lovelaceada_12345").read_bytes() == tiny_notebook("ada")
     assert report.renamed == {"ben": f"Untitled1.ipynb saved as {NOTEBOOK}",
                               "lovelaceada_12345": f"Untitled.ipynb saved as {NOTEBOOK}"}
     assert any("renamed: lovelaceada_12345" in line and "Untitled.ipynb" in line
@@ -292,12 +285,12 @@ def test_an_untitled_notebook_is_collected_with_a_note(course, tmp_path):
 
 
 def test_replaced_students_are_named_in_the_report(course, tmp_path):
-    first = {f"{name}_{uid}_1_{NOTEBOOK}": _notebook(name)
+    first = {f"{name}_{uid}_1_{NOTEBOOK}": tiny_notebook(name)
              for name, uid in (("lovelaceada", 1), ("turingalan", 2), ("hopperg", 3))}
     collect(course=course, assignment=ASSIGNMENT, source_path=_zip(tmp_path / "1.zip", first))
     second = dict(first)
-    second[f"lovelaceada_1_1_{NOTEBOOK}"] = _notebook("ada again")
-    second[f"hopperg_3_1_{NOTEBOOK}"] = _notebook("grace again")
+    second[f"lovelaceada_1_1_{NOTEBOOK}"] = tiny_notebook("ada again")
+    second[f"hopperg_3_1_{NOTEBOOK}"] = tiny_notebook("grace again")
     report = collect(course=course, assignment=ASSIGNMENT,
                      source_path=_zip(tmp_path / "2.zip", second))
     assert sorted(report.replaced) == ["hopperg_3", "lovelaceada_1"]
@@ -315,21 +308,21 @@ def _nbgrader_course(tmp_path, assignment=ASSIGNMENT, notebooks=(NOTEBOOK,)):
         folder = root / "submitted" / student / assignment
         folder.mkdir(parents=True)
         for name in notebooks:
-            (folder / name).write_bytes(_notebook(f"{student} {name}"))
+            (folder / name).write_bytes(tiny_notebook(f"{student} {name}"))
         (folder / "jupyter.png").write_bytes(b"\x89PNG fake image " + student.encode())
         (folder / "timestamp.txt").write_text(stamp)
         (folder / ".ipynb_checkpoints").mkdir()
         (folder / ".ipynb_checkpoints" / "x-checkpoint.ipynb").write_text("{}")
     (root / "source" / assignment).mkdir(parents=True)
-    (root / "source" / assignment / notebooks[0]).write_bytes(_notebook("instructor"))
+    (root / "source" / assignment / notebooks[0]).write_bytes(tiny_notebook("instructor"))
     (root / "submitted" / "hacker" / "ps2").mkdir()
-    (root / "submitted" / "hacker" / "ps2" / "problem1.ipynb").write_bytes(_notebook("ps2"))
+    (root / "submitted" / "hacker" / "ps2" / "problem1.ipynb").write_bytes(tiny_notebook("ps2"))
     return root
 
 
 def test_nbgrader_submitted_layout_is_collected_with_its_timestamps(course, tmp_path):
     (course.source / "ps2").mkdir()
-    (course.source / "ps2" / "problem1.ipynb").write_bytes(_notebook("ps2"))
+    (course.source / "ps2" / "problem1.ipynb").write_bytes(tiny_notebook("ps2"))
     root = _nbgrader_course(tmp_path)
     for source_path in (root / "submitted", root):
         report = collect(course=course, assignment=ASSIGNMENT, source_path=source_path)
@@ -337,7 +330,7 @@ def test_nbgrader_submitted_layout_is_collected_with_its_timestamps(course, tmp_
     report = collect(course=course, assignment=ASSIGNMENT, source_path=root / "submitted")
     assert report.unchanged == ["bitdiddle", "hacker"]
     folder = course.submitted / "bitdiddle" / ASSIGNMENT
-    assert (folder / NOTEBOOK).read_bytes() == _notebook(f"bitdiddle {NOTEBOOK}")
+    assert (folder / NOTEBOOK).read_bytes() == tiny_notebook(f"bitdiddle {NOTEBOOK}")
     assert (folder / "jupyter.png").read_bytes() == b"\x89PNG fake image bitdiddle"
     assert (folder / "timestamp.txt").read_text() == "2015-02-02 22:58:23.948203 UTC"
     assert not (folder / ".ipynb_checkpoints").exists()
@@ -354,7 +347,7 @@ def test_nbgrader_layout_with_several_notebooks_in_a_zip(tmp_path):
     root = tmp_path / "course"
     (root / "source" / "ps1").mkdir(parents=True)
     for name in ("problem1.ipynb", "problem2.ipynb"):
-        (root / "source" / "ps1" / name).write_bytes(_notebook("instructor"))
+        (root / "source" / "ps1" / name).write_bytes(tiny_notebook("instructor"))
     course = Course(root)
     tree = _nbgrader_course(tmp_path, "ps1", ("problem1.ipynb", "problem2.ipynb"))
     archive = tmp_path / "exchange.zip"

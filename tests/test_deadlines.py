@@ -14,7 +14,6 @@ import pytest
 
 from autograder.cli_class import register
 from autograder.collect import collect
-from autograder.course import Course
 from autograder.deadlines import (
     DeadlinesError,
     apply_late_policy,
@@ -22,22 +21,16 @@ from autograder.deadlines import (
     lateness,
     parse_timestamp,
 )
+from conftest import tiny_course, tiny_notebook
 
 ASSIGNMENT = "01_hw"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
 
 
-def _notebook(tag):
-    return json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": tag}],
-                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
-
 
 @pytest.fixture
 def course(tmp_path):
-    root = tmp_path / "course"
-    (root / "source" / ASSIGNMENT).mkdir(parents=True)
-    (root / "source" / ASSIGNMENT / NOTEBOOK).write_bytes(_notebook("instructor"))
-    return Course(root)
+    return tiny_course(tmp_path / "course", ASSIGNMENT)
 
 
 def _deadlines(course, data):
@@ -54,9 +47,9 @@ def _zip(path, members):
 
 def _canvas_zip(tmp_path):
     return _zip(tmp_path / "canvas.zip", {
-        f"lovelaceada_LATE_12345_67890_{NOTEBOOK}": (_notebook("ada"), (2026, 10, 1, 12, 0, 0)),
-        f"hopperg_34567_89012_{NOTEBOOK}": (_notebook("grace"), (2026, 9, 30, 9, 0, 0)),
-        f"turingalan_23456_78901_{NOTEBOOK}": (_notebook("alan"), (2026, 10, 3, 12, 0, 0)),
+        f"lovelaceada_LATE_12345_67890_{NOTEBOOK}": (tiny_notebook("ada"), (2026, 10, 1, 12, 0, 0)),
+        f"hopperg_34567_89012_{NOTEBOOK}": (tiny_notebook("grace"), (2026, 9, 30, 9, 0, 0)),
+        f"turingalan_23456_78901_{NOTEBOOK}": (tiny_notebook("alan"), (2026, 10, 3, 12, 0, 0)),
     })
 
 
@@ -112,9 +105,9 @@ def test_due_date_extension_and_policy_give_the_right_penalty(course, tmp_path):
 
 
 def test_grace_cap_zero_after_and_the_lms_marker_alone(course, tmp_path):
-    members = {f"s{n}_{1000 + n}_1_{NOTEBOOK}": (_notebook(str(n)), (2026, 10, day, hour, 0, 0))
+    members = {f"s{n}_{1000 + n}_1_{NOTEBOOK}": (tiny_notebook(str(n)), (2026, 10, day, hour, 0, 0))
                for n, (day, hour) in enumerate([(1, 10), (1, 13), (8, 11), (20, 11)])}
-    members[f"early_LATE_1009_1_{NOTEBOOK}"] = (_notebook("early"), (2026, 9, 1, 0, 0, 0))
+    members[f"early_LATE_1009_1_{NOTEBOOK}"] = (tiny_notebook("early"), (2026, 9, 1, 0, 0, 0))
     _deadlines(course, {"policy": {"percent_per_day": 25, "max_percent": 60, "grace_minutes": 5,
                                    "partial_days": "exact", "zero_after_days": 14},
                         "assignments": {ASSIGNMENT: {"due": "2026-10-01T12:00:00+02:00"}}})
@@ -137,7 +130,7 @@ def test_grace_cap_zero_after_and_the_lms_marker_alone(course, tmp_path):
 def test_a_folder_handin_uses_the_file_time_and_says_so(course, tmp_path):
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    (inbox / "ada.ipynb").write_bytes(_notebook("ada"))
+    (inbox / "ada.ipynb").write_bytes(tiny_notebook("ada"))
     when = datetime(2026, 10, 2, 12, 0, tzinfo=UTC).timestamp()
     os.utime(inbox / "ada.ipynb", (when, when))
     _deadlines(course, {"policy": {"percent_per_day": 10},

@@ -12,8 +12,8 @@ import pytest
 
 from autograder.cli_class import register
 from autograder.collect import collect
-from autograder.course import Course
 from autograder.roster import RosterError, import_roster, load_roster
+from conftest import tiny_course, tiny_notebook
 
 ASSIGNMENT = "01_hw"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
@@ -38,17 +38,10 @@ Kim,Park,u102,kim@uni.example
 """
 
 
-def _notebook(tag):
-    return json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": tag}],
-                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
-
 
 @pytest.fixture
 def course(tmp_path):
-    root = tmp_path / "course"
-    (root / "source" / ASSIGNMENT).mkdir(parents=True)
-    (root / "source" / ASSIGNMENT / NOTEBOOK).write_bytes(_notebook("instructor"))
-    return Course(root)
+    return tiny_course(tmp_path / "course", ASSIGNMENT)
 
 
 def _csv(tmp_path, text, name="roster.csv"):
@@ -67,8 +60,8 @@ def _zip(path, members):
 def test_two_john_smiths_without_a_roster_are_not_merged(course, tmp_path):
     """The problem as reported: same name, different Canvas ids -> two students."""
     archive = _zip(tmp_path / "canvas.zip", {
-        f"smithjohn_111_901_{NOTEBOOK}": _notebook("first john"),
-        f"smithjohn_222_902_{NOTEBOOK}": _notebook("second john"),
+        f"smithjohn_111_901_{NOTEBOOK}": tiny_notebook("first john"),
+        f"smithjohn_222_902_{NOTEBOOK}": tiny_notebook("second john"),
     })
     report = collect(course=course, assignment=ASSIGNMENT, source_path=archive)
     assert sorted(report.collected) == ["smithjohn_111", "smithjohn_222"]
@@ -89,17 +82,17 @@ def test_a_canvas_gradebook_export_is_imported(course, tmp_path):
 def test_two_john_smiths_with_a_canvas_roster_stay_two_students(course, tmp_path):
     import_roster(course=course, csv_path=_csv(tmp_path, CANVAS_CSV))
     archive = _zip(tmp_path / "canvas.zip", {
-        f"smithjohn_111_901_{NOTEBOOK}": _notebook("first john"),
-        f"smithjohn_LATE_222_902_{NOTEBOOK}": _notebook("second john"),
-        f"lovelaceada_12345_903_{NOTEBOOK}": _notebook("ada"),
-        f"smithjohn_999_904_{NOTEBOOK}": _notebook("a third john, not enrolled"),
+        f"smithjohn_111_901_{NOTEBOOK}": tiny_notebook("first john"),
+        f"smithjohn_LATE_222_902_{NOTEBOOK}": tiny_notebook("second john"),
+        f"lovelaceada_12345_903_{NOTEBOOK}": tiny_notebook("ada"),
+        f"smithjohn_999_904_{NOTEBOOK}": tiny_notebook("a third john, not enrolled"),
     })
     report = collect(course=course, assignment=ASSIGNMENT, source_path=archive)
     assert sorted(report.collected) == ["111", "12345", "222"]
     assert (course.submitted / "111" / ASSIGNMENT / NOTEBOOK).read_bytes() == \
-        _notebook("first john")
+        tiny_notebook("first john")
     assert (course.submitted / "222" / ASSIGNMENT / NOTEBOOK).read_bytes() == \
-        _notebook("second john")
+        tiny_notebook("second john")
     unknown = [item for item in report.unmatched if "999" in item]
     assert len(unknown) == 1 and "not in the roster" in unknown[0]
     assert report.unknown == [f"smithjohn_999_904_{NOTEBOOK}"]
@@ -110,9 +103,9 @@ def test_a_name_matching_two_roster_entries_is_listed_not_merged(course, tmp_pat
     import_roster(course=course, csv_path=_csv(tmp_path, CANVAS_CSV))
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    (inbox / "John Smith.ipynb").write_bytes(_notebook("which john?"))
-    (inbox / "Kim Park.ipynb").write_bytes(_notebook("kim"))
-    (inbox / "12345.ipynb").write_bytes(_notebook("ada by roster id"))
+    (inbox / "John Smith.ipynb").write_bytes(tiny_notebook("which john?"))
+    (inbox / "Kim Park.ipynb").write_bytes(tiny_notebook("kim"))
+    (inbox / "12345.ipynb").write_bytes(tiny_notebook("ada by roster id"))
     report = collect(course=course, assignment=ASSIGNMENT, source_path=inbox)
     assert sorted(report.collected) == ["12345", "333"]
     ambiguous = [item for item in report.unmatched if "John Smith" in item]
@@ -124,9 +117,9 @@ def test_one_id_style_for_a_class_from_moodle_and_folders(course, tmp_path):
     """smithbob, Olu_Adeyemi, kim_park: three styles before; the roster's ids after."""
     import_roster(course=course, csv_path=_csv(tmp_path, MOODLE_PARTICIPANTS))
     archive = _zip(tmp_path / "moodle.zip", {
-        f"Olu Adeyemi_4712_assignsubmission_file_{NOTEBOOK}": _notebook("olu"),
-        "smithbob/hw.ipynb": _notebook("bob"),
-        "kim_park.ipynb": _notebook("kim"),
+        f"Olu Adeyemi_4712_assignsubmission_file_{NOTEBOOK}": tiny_notebook("olu"),
+        "smithbob/hw.ipynb": tiny_notebook("bob"),
+        "kim_park.ipynb": tiny_notebook("kim"),
     })
     report = collect(course=course, assignment=ASSIGNMENT, source_path=archive)
     assert sorted(report.collected) == ["u100", "u101", "u102"]
@@ -137,8 +130,8 @@ def test_a_moodle_worksheet_matches_by_participant_id(course, tmp_path):
     summary = import_roster(course=course, csv_path=_csv(tmp_path, MOODLE_WORKSHEET))
     assert summary["source"] == "moodle"
     archive = _zip(tmp_path / "moodle.zip", {
-        f"John Smith_4711_assignsubmission_file_{NOTEBOOK}": _notebook("john"),
-        f"John Smith_4799_assignsubmission_file_{NOTEBOOK}": _notebook("another john"),
+        f"John Smith_4711_assignsubmission_file_{NOTEBOOK}": tiny_notebook("john"),
+        f"John Smith_4799_assignsubmission_file_{NOTEBOOK}": tiny_notebook("another john"),
     })
     report = collect(course=course, assignment=ASSIGNMENT, source_path=archive)
     assert report.collected == ["4711"]

@@ -166,14 +166,7 @@ def _probe_autograd(MyLayerNorm, case):
         return {"missing": np.array("all: the output is not connected to the autograd graph")}
     (y * torch.tensor(case["upstream"])).sum().backward()
     gamma, beta = _affine_parameters(module)
-    report, missing = {}, []
-    for key, tensor in (("x_grad", x), ("weight_grad", gamma), ("bias_grad", beta)):
-        if tensor is None or tensor.grad is None:
-            missing.append(key)
-        else:
-            report[key] = tensor.grad
-    report["missing"] = np.array(",".join(missing))
-    return report
+    return _gradients({}, (("x_grad", x), ("weight_grad", gamma), ("bias_grad", beta)))
 
 
 def _probe_shape_error(MyLayerNorm, case):
@@ -242,9 +235,15 @@ def _probe_add_layer_norm(AddLayerNorm, case):
     if isinstance(loss, torch.Tensor):
         loss.backward()
     gamma, beta = _affine_parameters(module)
+    return _gradients(report, (("x_grad", x), ("residual_grad", residual),
+                               ("weight_grad", gamma), ("bias_grad", beta)))
+
+
+def _gradients(report, tensors):
+    """`report` with each (key, tensor)'s gradient, and under "missing" the keys of
+    those that got none."""
     missing = []
-    for key, tensor in (("x_grad", x), ("residual_grad", residual),
-                        ("weight_grad", gamma), ("bias_grad", beta)):
+    for key, tensor in tensors:
         if tensor is None or tensor.grad is None:
             missing.append(key)
         else:
