@@ -9,7 +9,7 @@ build/mutation/<module>/, so the checkout is never mutated.
 Usage: .venv/bin/python scripts/mutation.py [MODULE ...] [--max-children N]
   MODULE: a path of the mapping (autograder/forbidden.py); default: all of them.
 Prints per module the mutants killed out of the total, the time taken, and
-every survivor with its diff, marked "equivalent" when docs/mutation_equivalents.md
+every survivor with its diff, marked "equivalent" when docs/mutation_equivalents/
 lists it (a change that cannot alter behaviour); the score counts the rest.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SCRATCH = REPO / "build" / "mutation"
-EQUIVALENTS = REPO / "docs" / "mutation_equivalents.md"
+EQUIVALENTS = REPO / "docs" / "mutation_equivalents"  # one Markdown file per module
 MUTMUT = Path(sys.executable).parent / "mutmut"
 CAUGHT = {"killed", "timeout", "segfault", "caught by type check"}
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
@@ -46,19 +46,29 @@ def _toml_value(value):
     return "[" + ", ".join(_toml_value(v) for v in value) + "]"
 
 
+def _tracked_files():
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
+                            check=True).stdout.decode()
+    return [Path(name) for name in listed.split("\0") if name]
+
+
 def _prepare(module, tests, base):
-    """A scratch copy holding the packages, the module's tests and its mutmut config."""
+    """A scratch copy of the project's files (the tests read the course's notebooks)
+    with a mutmut config that mutates `module` and runs `tests`."""
     work = SCRATCH / module.replace("/", "_").removesuffix(".py")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    for package in ("autograder", "normref"):
-        shutil.copytree(REPO / package, work / package, ignore=_IGNORE)
-    (work / "tests").mkdir()
-    shutil.copy2(REPO / "tests" / "conftest.py", work / "tests" / "conftest.py")
-    for test in {t.partition("::")[0] for t in tests}:  # a file, or one test in it
-        shutil.copy2(REPO / test, work / test)
+    for name in _tracked_files():
+        if name == Path("pyproject.toml") or not (REPO / name).is_file():
+            continue
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, work / name)
+    # mutmut runs the tests in work/mutants/, which gets the packages and tests/ by
+    # itself; everything else the tests read is copied there too.
+    also_copy = sorted({name.parts[0] for name in _tracked_files()}
+                       - {"autograder", "normref", "tests", "pyproject.toml"})
     config = {**base, "source_paths": ["autograder", "normref"], "only_mutate": [module],
-              "pytest_add_cli_args_test_selection": list(tests)}
+              "pytest_add_cli_args_test_selection": list(tests), "also_copy": also_copy}
     lines = ["[tool.pytest.ini_options]", 'testpaths = ["tests"]', "", "[tool.mutmut]"]
     lines += [f"{key} = {_toml_value(value)}" for key, value in config.items()]
     (work / "pyproject.toml").write_text("\n".join(lines) + "\n")
@@ -66,10 +76,9 @@ def _prepare(module, tests, base):
 
 
 def _equivalents():
-    """Mutant names listed in docs/mutation_equivalents.md (in backquotes)."""
-    if not EQUIVALENTS.exists():
-        return set()
-    return set(re.findall(r"`([\w.]+__mutmut_\d+)`", EQUIVALENTS.read_text()))
+    """Mutant names listed in docs/mutation_equivalents/*.md (in backquotes)."""
+    return {name for listing in sorted(EQUIVALENTS.glob("*.md"))
+            for name in re.findall(r"`([\w.ǁ]+__mutmut_\d+)`", listing.read_text())}
 
 
 def run_module(module, tests, base, max_children):
@@ -108,8 +117,12 @@ def main(argv=None):
     parser.add_argument("modules", nargs="*", help="modules to mutate (default: all mapped)")
     parser.add_argument("--max-children", type=int, default=1,
                         help="parallel mutant runs (default 1: the machine is shared)")
+    parser.add_argument("--tests", nargs="+", metavar="TEST",
+                        help="run these tests instead of the mapped ones (while writing them)")
     args = parser.parse_args(argv)
     base, mapping = _settings()
+    if args.tests:
+        mapping = {module: args.tests for module in args.modules}
     modules = args.modules or list(mapping)
     unknown = [m for m in modules if m not in mapping]
     if unknown:
