@@ -21,11 +21,12 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
 _IN_FLIGHT_PER_WORKER = 3
-# A LocalCluster tuned for long tasks that each start a kernel: the scheduler hands
-# each worker its next hand-ins ahead (rather than one at a time as a thread frees:
-# no round trip between two hand-ins), and workers do not sample their own stacks
-# every 10 ms for the dashboard's profile, a cost charged to the hand-ins.
-_LOCAL_CLUSTER_CONFIG = {"distributed.scheduler.worker-saturation": float("inf"),
+# A LocalCluster's scheduler hands each single-threaded worker one hand-in at a time
+# (Dask's default hands it a second one to queue): a worker that dies counts a death
+# against every hand-in it holds, so a hand-in that kills its worker would take the
+# one queued behind it down with it. And workers do not sample their own stacks every
+# 10 ms for the dashboard's profile: a cost charged to the hand-ins.
+_LOCAL_CLUSTER_CONFIG = {"distributed.scheduler.worker-saturation": 1.0,
                          "distributed.worker.profile.enabled": False}
 _PR_SET_PDEATHSIG = 1
 # What a worker must share with the client, besides the project's own code.

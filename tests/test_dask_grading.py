@@ -173,3 +173,44 @@ def test_a_worker_running_another_version_is_refused(cluster, tmp_path):
         grade_assignment(course=course, assignment=ASSIGNMENT, settings=SETTINGS,
                          scheduler=cluster.address)
     assert not list(course.autograded.glob(f"*/{ASSIGNMENT}/{RESULT_FILE}"))
+
+
+class _Task:
+    """What the engine needs of a task to name it; the stand-in grade_task reads `student`."""
+
+    def __init__(self, student):
+        self.assignment, self.student = ASSIGNMENT, student
+
+
+def _grade_or_die(task):
+    """A stand-in for grade_task: the hand-in of "killer" takes its worker down."""
+    if task.student == "killer":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.2)
+    return {"student_id": task.student, "status": "graded"}
+
+
+def test_a_hand_in_that_kills_every_worker_it_meets_fails_alone(monkeypatch):
+    """Dask retries the task of a worker that died; one that kills each worker it
+    runs on comes back as KilledWorker (a `failed` result with its reason), and
+    the hand-ins around it are graded."""
+    import cloudpickle
+
+    from autograder import grade
+    from autograder.engines import DaskEngine
+
+    # The workers cannot import this test module: send the stand-in by value.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    monkeypatch.setattr(grade, "grade_task", _grade_or_die)
+    students = ["a", "b", "killer", "c", "d", "e"]
+    done = {}
+    with DaskEngine(workers=2, log=open(os.devnull, "w")) as engine:
+        engine.run([_Task(s) for s in students],
+                   on_done=lambda task, graded, error: done.setdefault(
+                       task.student, (graded, error)))
+    assert sorted(done) == sorted(students)
+    graded, error = done["killer"]
+    assert graded is None and type(error).__name__ == "KilledWorker"
+    assert grade._failure_status(error) == "failed"
+    for student in set(students) - {"killer"}:
+        assert done[student] == ({"student_id": student, "status": "graded"}, None)
