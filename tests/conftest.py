@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -47,4 +48,7 @@ def _no_resource_tracker():
 
     tracker = resource_tracker._resource_tracker
     if getattr(tracker, "_pid", None) is not None:
+        # killed first: a Dask worker still exiting holds its pipe open, and the tracker
+        # (which ignores SIGTERM) would wait for that end of file, and _stop with it
+        os.kill(tracker._pid, signal.SIGKILL)
         tracker._stop()
