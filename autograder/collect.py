@@ -25,6 +25,7 @@ member at a time, never unpacked onto disk. Reasons name files, never their cont
 An existing, different hand-in is kept beside the new one, never overwritten.
 """
 
+import errno
 import hashlib
 import json
 import os
@@ -197,7 +198,7 @@ def _classify(parts, candidate, assignment=None, others=()):
         return candidate
     other = _nbgrader_split(parts, None)
     if other and other[0][-1] in others:
-        candidate.other_assignment = other[0][-1]
+        candidate.folder, candidate.other_assignment = other[0], other[0][-1]
         return candidate
     if not name.endswith(".ipynb"):
         candidate.reason = "not a notebook"
@@ -310,13 +311,14 @@ def _read_from_folder(root_fd, candidate):
         finally:
             os.close(parent)
     except OSError as e:
-        if e.errno == getattr(os, "ELOOP", None) or e.errno == getattr(os, "ENOTDIR", None):
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
             raise _Refused("a symbolic link; links are never followed") from None
         raise _Refused(f"cannot be read: {e.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # a folder swapped in: os.fdopen would raise
+        os.close(fd)
+        raise _Refused("not a regular file")
     with os.fdopen(fd, "rb", buffering=0) as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise _Refused("not a regular file")
         if info.st_size > MAX_HANDIN_BYTES:
             raise _Refused(f"larger than the {_mib(MAX_HANDIN_BYTES)} cap")
         candidate.when = datetime.fromtimestamp(info.st_mtime, UTC)
@@ -400,7 +402,7 @@ def _handins(candidates, report, expected):
     handins, folders, others = [], {}, {}
     for candidate in candidates:
         if candidate.other_assignment:
-            others.setdefault(candidate.other_assignment, set()).add(candidate.parts[:-1])
+            others.setdefault(candidate.other_assignment, set()).add(candidate.folder)
             continue
         if candidate.reason:
             report.unmatched.append(f"{candidate.shown} ({candidate.reason})")

@@ -29,7 +29,8 @@ def _clean(cell, *, nbgrader=None):
     """A copy without outputs, whose nbgrader metadata is `nbgrader` (the
     instructor's) or none: a student's cell cannot claim to be a grade cell."""
     cell = nbformat.from_dict(dict(cell))
-    cell.metadata = {k: v for k, v in dict(cell.get("metadata") or {}).items()
+    metadata = cell.get("metadata")
+    cell.metadata = {k: v for k, v in (metadata.items() if isinstance(metadata, dict) else ())
                      if k != "nbgrader"}
     if nbgrader is not None:
         cell.metadata["nbgrader"] = nbformat.from_dict(dict(nbgrader))
@@ -54,7 +55,7 @@ def merge_handin(*, source_nb, release_nb, handin_nb):
     previous_known = None
     for cell in handin_nb.cells:
         gid = _grade_id(cell)
-        if gid in source_ids and gid not in handed_in:
+        if gid is not None and gid in source_ids and gid not in handed_in:
             handed_in[gid] = cell
             previous_known = gid
             extras_after.setdefault(gid, [])
@@ -68,7 +69,8 @@ def merge_handin(*, source_nb, release_nb, handin_nb):
             answer = handed_in.get(gid)
             if answer is None:
                 notes.append(f"answer cell {gid} is missing from the hand-in: graded as unanswered")
-                answer = release_cells.get(gid, cell)
+                # never the instructor's solution: an empty cell if the release lacks it
+                answer = release_cells.get(gid) or {**cell, "source": ""}
             merged.append(_clean(answer, nbgrader=_nbgrader(cell)))
         else:
             if gid is not None:

@@ -274,7 +274,8 @@ def _scan(paths, root, secret_lines):
     return leaks
 
 
-def _files_under(root, entries):
+def _files_under(entries):
+    """The regular files among `entries` and under its folders (links left out)."""
     return sorted(p for entry in entries
                   for p in ([entry] if entry.is_file() else entry.rglob("*"))
                   if p.is_file() and not p.is_symlink())
@@ -294,7 +295,7 @@ def find_edition_leaks(*, course, folder):
         for assignment in sorted(p.name for p in shim.release.iterdir() if p.is_dir()):
             leaks += find_leaks(course=shim, assignment=assignment)
     entries = [p for p in folder.iterdir() if p.name != ".git"]
-    leaks += _scan(_files_under(folder, entries), folder, _hidden_test_lines(course))
+    leaks += _scan(_files_under(entries), folder, _hidden_test_lines(course))
     return list(dict.fromkeys(leaks))
 
 
@@ -330,13 +331,19 @@ def _check_destination(course, dest):
                                "a clone of the edition's repository")
 
 
+def _last_edition(dest):
+    """The files the last run wrote into `dest` (from its manifest), less the manifest."""
+    if not (dest / MANIFEST).is_file():
+        return set()
+    return set(json.loads((dest / MANIFEST).read_text())["files"]) - {MANIFEST}
+
+
 def _write_in_place(staged, dest, log):
     """Make `dest` hold the staged edition: changed files rewritten, files of the last
     edition that this one lacks removed, anything else in `dest` left alone."""
     dest.mkdir(parents=True, exist_ok=True)
     new = set(_files(staged))
-    old = set(json.loads((dest / MANIFEST).read_text())["files"]) - {MANIFEST} \
-        if (dest / MANIFEST).is_file() else set()
+    old = _last_edition(dest)
     removed = sorted(old - new)
     for relative in removed:
         target = dest / relative
@@ -384,9 +391,12 @@ def publish(*, course, dest, repo, site=None, log=sys.stderr):
         _stage(course=course, repo=repo, folder=staged, site=site)
         problems = [f"{name}: not part of a student edition" for name in _strangers(staged)]
         leaks = find_edition_leaks(course=course, folder=staged)
-        if dest.is_dir():  # what the edition's repository holds besides our files
-            kept = [p for p in dest.iterdir() if p.name not in EDITION_ENTRIES | {".git"}]
-            leaks += _scan(_files_under(dest, kept), dest, _hidden_test_lines(course))
+        if dest.is_dir():  # what the edition's repository keeps besides our files,
+            # wherever they lie (a file put into its assignments/ is published too)
+            ours = set(_files(staged)) | _last_edition(dest) | {MANIFEST}
+            kept = [p for p in _files_under([p for p in dest.iterdir() if p.name != ".git"])
+                    if str(p.relative_to(dest)) not in ours]
+            leaks += _scan(kept, dest, _hidden_test_lines(course))
         if leaks or problems:
             raise LeakError("the edition would show grading material; nothing was "
                             "written:\n  " + "\n  ".join(problems + leaks))

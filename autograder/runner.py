@@ -354,7 +354,7 @@ def run_notebook(nb, *, workdir, settings, cell_checks, record_cells=(), seed=0,
             on_first_cell=lambda: sandbox.close_link_dir(link_dir),
             km=km, allow_errors=True,
             interrupt_on_timeout=True, startup_timeout=settings.startup_timeout,
-            kernel_name="python3", record_timing=False,
+            kernel_name="python3", record_timing=False, shutdown_kernel="immediate",
             resources={"metadata": {"path": str(host_home)}})
         client.timeout_func = client.cell_timeout_for
         env = sandbox.kernel_environment(socket_path=socket_path, client_dir=client_dir,
@@ -374,8 +374,10 @@ def run_notebook(nb, *, workdir, settings, cell_checks, record_cells=(), seed=0,
         watchdog.start()
         try:
             # The kernel gets none of the grader's open files: not its terminal, not its log.
+            # It is stopped when the run ends (nbclient leaves running a kernel whose
+            # manager it was given; without cgroups nothing else would stop it).
             client.execute(env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+                           stderr=subprocess.DEVNULL, cleanup_kc=True)
         except DeadKernelError as exc:
             problem = (f"stopped by force after {settings.handin_timeout:.0f} s"
                        if killed.is_set() else client.stopped_because
