@@ -93,7 +93,9 @@ def _rms_params_cases(rng):
 # ---------------------------------------------------------------- helpers
 
 def _float64(case):
-    return {key: np.asarray(value, dtype=np.float64) for key, value in case.items()}
+    """Float64 copies of the case's arrays: the finite differences perturb them, and a
+    case's arrays (EXAMPLE_A among them) must come out of a verdict unchanged."""
+    return {key: np.array(value, dtype=np.float64) for key, value in case.items()}
 
 
 def _per_token(values, x):

@@ -141,40 +141,43 @@ def _batch_cases(rng):
 
 def _likely_layer_norm_mistake(case, y):
     """Name the mistake whose output `y` reproduces, if any."""
-    x, gamma, beta, eps = case["x"], case["gamma"], case["beta"], float(case["eps"])
-    x64 = x.astype(np.float64)
-    mu = x64.mean(-1, keepdims=True)
-    var = x64.var(-1, keepdims=True)
-    d = x.shape[-1]
-    shortcut = np.maximum(recipe.shortcut_var(x64)[..., None], 0.0)
-    candidates = {
-        "the variance divides by d, not d - 1":
-            gamma * (x64 - mu) / np.sqrt(var * d / max(d - 1, 1) + eps) + beta,
-        "the shortcut mean(x**2) - mean(x)**2 cancels at a large offset: use a "
-        "variance that survives it (your token_var)":
-            gamma * (x64 - mu) / np.sqrt(shortcut + eps) + beta,
-        "eps goes inside the square root: (x - mu) / sqrt(var + eps)":
-            gamma * (x64 - mu) / (np.sqrt(var) + eps) + beta,
-        "eps is missing: add it to the variance before the square root":
-            gamma * (x64 - mu) / np.sqrt(var) + beta,
-        "gamma scales and beta shifts, in that order: gamma * x_hat + beta":
-            beta * (x64 - mu) / np.sqrt(var + eps) + gamma,
-        "gamma and beta are applied after normalizing, not before":
-            ((gamma * x64 + beta) - (gamma * x64 + beta).mean(-1, keepdims=True))
-            / np.sqrt((gamma * x64 + beta).var(-1, keepdims=True) + eps),
-    }
-    if x.ndim > 1:
-        m0, v0 = x64.mean(0, keepdims=True), x64.var(0, keepdims=True)
-        mall, vall = x64.mean(), x64.var()
-        candidates["normalize each token over its features (the last axis), not over the batch"] = (
-            gamma * (x64 - m0) / np.sqrt(v0 + eps) + beta)
-        candidates["take the mean and variance per token (axis=-1), not over the whole array"] = (
-            gamma * (x64 - mall) / np.sqrt(vall + eps) + beta)
+    # 0 / 0 in a candidate (a constant token without eps) is expected: no warning
     with np.errstate(all="ignore"):
+        x, gamma, beta, eps = case["x"], case["gamma"], case["beta"], float(case["eps"])
+        x64 = x.astype(np.float64)
+        mu = x64.mean(-1, keepdims=True)
+        var = x64.var(-1, keepdims=True)
+        d = x.shape[-1]
+        shortcut = np.maximum(recipe.shortcut_var(x64)[..., None], 0.0)
+        candidates = {
+            "the variance divides by d, not d - 1":
+                gamma * (x64 - mu) / np.sqrt(var * d / max(d - 1, 1) + eps) + beta,
+            "the shortcut mean(x**2) - mean(x)**2 cancels at a large offset: use a "
+            "variance that survives it (your token_var)":
+                gamma * (x64 - mu) / np.sqrt(shortcut + eps) + beta,
+            "eps goes inside the square root: (x - mu) / sqrt(var + eps)":
+                gamma * (x64 - mu) / (np.sqrt(var) + eps) + beta,
+            "eps is missing: add it to the variance before the square root":
+                gamma * (x64 - mu) / np.sqrt(var) + beta,
+            "gamma scales and beta shifts, in that order: gamma * x_hat + beta":
+                beta * (x64 - mu) / np.sqrt(var + eps) + gamma,
+            "gamma and beta are applied after normalizing, not before":
+                ((gamma * x64 + beta) - (gamma * x64 + beta).mean(-1, keepdims=True))
+                / np.sqrt((gamma * x64 + beta).var(-1, keepdims=True) + eps),
+        }
+        if x.ndim > 1:
+            m0, v0 = x64.mean(0, keepdims=True), x64.var(0, keepdims=True)
+            mall, vall = x64.mean(), x64.var()
+            candidates[
+                "normalize each token over its features (the last axis), not over the batch"] = (
+                gamma * (x64 - m0) / np.sqrt(v0 + eps) + beta)
+            candidates[
+                "take the mean and variance per token (axis=-1), not over the whole array"] = (
+                gamma * (x64 - mall) / np.sqrt(vall + eps) + beta)
         for hint, wrong in candidates.items():
             if np.shape(y) == wrong.shape and matches(y, wrong, dtype=x.dtype):
                 return hint
-    return None
+        return None
 
 
 def _judge_layer_norm(case, output):

@@ -1,0 +1,1075 @@
+"""Unit 05's checks (sandwich-LN, DeepNorm, DeepNet's init, the experiment),
+pinned down to the verdict and the sentence a student reads.
+
+Each test fails on a small bug in normref/checks/blocks_judges.py or
+normref/checks/blocks_probes.py (a case changed, a branch dropped, a hint
+given for the wrong mistake, a word of the feedback changed): see `make
+mutation`. The judges are called directly, on outputs of tiny blocks written
+here the way students get them wrong.
+"""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normref import blocks
+from normref.checks import CheckFailed, blocks_judges, blocks_probes
+from normref.checks.blocks_judges import (
+    _judge_deepnorm_scale,
+    _judge_make_model,
+    _judge_prediction,
+    _judge_profile_numbers,
+    _judge_profile_shapes,
+)
+from normref.checks.tolerances import mismatch
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models run faster on one thread than on two that share cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class KnownDraws:
+    """A stand-in for numpy's Generator whose draws are known: normal() is one
+    standard deviation above the mean everywhere, integers() its largest value."""
+
+    def normal(self, loc=0.0, scale=1.0, size=None):
+        return loc + scale * np.ones(size)
+
+    def integers(self, high):
+        return high - 1
+
+
+def _as_arrays(result):
+    return {key: np.asarray(value.detach() if hasattr(value, "detach") else value)
+            for key, value in result.items()}
+
+
+def _small_case(seed=0, alpha=None, sandwich=False, d=4, heads=2, d_ff=6, seq_len=3):
+    rng = np.random.default_rng(seed)
+    extra = {} if alpha is None else {"alpha": alpha}
+    case = blocks_judges._block_case(rng, 2, seq_len, d, heads, d_ff, **extra)
+    if sandwich:
+        case.update(blocks_judges._layer_norm(rng, d, "ln1_out"))
+        case.update(blocks_judges._layer_norm(rng, d, "ln2_out"))
+    return case
+
+
+def _run(block_class, case):
+    return _as_arrays(blocks_probes._probe_block(block_class, case))
+
+
+# ------------------------------------------------------------ probes: loading weights
+
+def test_weights_are_the_cases_w_entries():
+    case = {"w:ln1.weight": 1, "w:attn.qkv.bias": 2, "x": 3, "dy": 4, "d_model": 5}
+    assert blocks_probes._weights(case) == {"ln1.weight": 1, "attn.qkv.bias": 2}
+
+
+def test_load_by_contract_copies_the_weights_in_float64():
+    layer = nn.Linear(2, 3)
+    weights = {"weight": np.arange(6.0).reshape(3, 2), "bias": np.array([1.0, -1.0, 0.5])}
+    params = blocks_probes._load_by_contract(layer, weights, "your layer")
+    assert set(params) == {"weight", "bias"} and params["weight"] is layer.weight
+    assert layer.weight.dtype == torch.float64
+    assert layer.weight.tolist() == weights["weight"].tolist()
+    assert layer.bias.tolist() == [1.0, -1.0, 0.5]
+
+
+def test_load_by_contract_names_missing_and_unexpected_parameters():
+    """The contract's names the module lacks, and the module's names the contract
+    does not have, sorted, then the contract itself."""
+    layer = nn.Linear(2, 3)
+    weights = {"weight": np.zeros((3, 2)), "w2": np.zeros(1), "w1": np.zeros(1)}
+    with pytest.raises(ValueError) as caught:
+        blocks_probes._load_by_contract(layer, weights, "your block", "The contract is: C.")
+    assert str(caught.value) == (
+        "your block's parameters do not follow the naming contract: missing ['w1', 'w2']; "
+        "unexpected ['bias']. The contract is: C.")
+    with pytest.raises(ValueError) as caught:
+        blocks_probes._load_by_contract(layer, {"weight": np.zeros((3, 2))}, "the test block")
+    assert str(caught.value) == ("the test block's parameters do not follow the naming "
+                                 "contract: unexpected ['bias'].")
+    with pytest.raises(ValueError) as caught:
+        blocks_probes._load_by_contract(layer, {**weights, "bias": np.zeros(3)}, "your block")
+    assert str(caught.value) == ("your block's parameters do not follow the naming contract: "
+                                 "missing ['w1', 'w2'].")
+
+
+def test_load_by_contract_names_a_parameter_of_the_wrong_shape():
+    layer = nn.Linear(2, 3)
+    weights = {"weight": np.zeros((2, 3)), "bias": np.zeros(3)}
+    with pytest.raises(ValueError) as caught:
+        blocks_probes._load_by_contract(layer, weights, "your block", "The contract is: C.")
+    assert str(caught.value) == ("your block's parameter weight has shape (3, 2); the contract "
+                                 "gives it shape (2, 3). The contract is: C.")
+    with pytest.raises(ValueError) as caught:
+        blocks_probes._load_by_contract(layer, weights, "your block")
+    assert str(caught.value).endswith("the contract gives it shape (2, 3).")
+    assert layer.weight.dtype == torch.float64
+
+
+# ------------------------------------------------------------ probes: forward and backward
+
+class _TwoInputs(nn.Module):
+    """y = a * x + b, with an integer input t (no gradient), c never used, x2 unused."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(torch.tensor([2.0, 3.0], dtype=torch.float64))
+        self.b = nn.Parameter(torch.tensor([0.5, -1.0], dtype=torch.float64))
+        self.c = nn.Parameter(torch.zeros(2, dtype=torch.float64))
+
+    def forward(self, x, t, x2):
+        return self.a * x + self.b + t
+
+
+def test_forward_backward_reports_output_and_every_gradient():
+    """dy weights the output; a parameter the forward never used gets NaN, an
+    unused float input gets zeros, an integer input gets nothing."""
+    module = _TwoInputs()
+    params = dict(module.named_parameters())
+    x, t, x2 = np.array([1.0, 4.0]), np.array([1, 2]), np.array([5.0, 6.0])
+    dy = np.array([10.0, 100.0])
+    result = _as_arrays(blocks_probes._forward_backward(module, params, [x, t, x2], dy))
+    assert set(result) == {"y", "d0", "d2", "g:a", "g:b", "g:c"}
+    np.testing.assert_array_equal(result["y"], [3.5, 13.0])
+    np.testing.assert_array_equal(result["d0"], [20.0, 300.0])
+    np.testing.assert_array_equal(result["d2"], [0.0, 0.0])
+    np.testing.assert_array_equal(result["g:a"], [10.0, 400.0])
+    np.testing.assert_array_equal(result["g:b"], [10.0, 100.0])
+    assert np.isnan(result["g:c"]).all() and result["g:c"].shape == (2,)
+    assert x.tolist() == [1.0, 4.0], "the case's arrays are not the tensors handed out"
+
+
+def test_forward_backward_stops_at_a_wrong_shape_or_a_non_tensor():
+    module = _TwoInputs()
+    params = dict(module.named_parameters())
+    inputs = [np.array([1.0, 4.0]), np.array([1, 2]), np.zeros(2)]
+    result = blocks_probes._forward_backward(module, params, inputs, np.zeros(3))
+    assert set(result) == {"y"} and not result["y"].requires_grad
+    assert module.a.grad is None
+
+    class Listy(nn.Module):
+        def forward(self, x):
+            return [x]
+
+    with pytest.raises(TypeError, match="^forward returned a list, not a tensor$"):
+        blocks_probes._forward_backward(Listy(), {}, [np.zeros(2)], np.zeros(2))
+
+
+def test_block_args_with_and_without_alpha():
+    case = {"d_model": np.array(8), "n_heads": np.array(2), "d_ff": np.array(32)}
+    assert blocks_probes._block_args(case) == [8, 2, 32]
+    assert blocks_probes._block_args({**case, "alpha": np.array(1.75)}) == [8, 2, 32, 1.75]
+    assert all(type(a) is int for a in blocks_probes._block_args(case))
+    assert type(blocks_probes._block_args({**case, "alpha": np.array(2)})[-1]) is float
+
+
+def test_probe_block_names_the_contract_of_the_exercise():
+    with pytest.raises(ValueError) as caught:
+        blocks_probes._probe_block(blocks.PreLNBlock, _small_case(sandwich=True))
+    assert str(caught.value) == (
+        "your block's parameters do not follow the naming contract: missing ['ln1_out.bias', "
+        "'ln1_out.weight', 'ln2_out.bias', 'ln2_out.weight']. The contract is: "
+        f"{blocks_probes.SANDWICH_CONTRACT}.")
+    class DeepSandwich(blocks.SandwichLNBlock):
+        def __init__(self, d_model, n_heads, d_ff, alpha):
+            super().__init__(d_model, n_heads, d_ff)
+
+    with pytest.raises(ValueError) as caught:
+        blocks_probes._probe_block(DeepSandwich, _small_case(alpha=1.5))
+    assert str(caught.value).endswith(f"The contract is: {blocks_probes.BLOCK_CONTRACT}.")
+    assert blocks_probes.SANDWICH_CONTRACT.startswith(blocks_probes.BLOCK_CONTRACT + ", ln1_out")
+
+
+def test_probe_block_runs_in_eval_mode_in_float64():
+    seen = {}
+
+    class Watched(blocks.DeepNormBlock):
+        def forward(self, x):
+            seen["training"], seen["dtype"] = self.training, x.dtype
+            return super().forward(x)
+
+    case = _small_case(alpha=1.5)
+    result = _run(Watched, case)
+    assert seen == {"training": False, "dtype": torch.float64}
+    reference = blocks.DeepNormBlock(4, 2, 6, 1.5).double()
+    with torch.no_grad():
+        for name, p in reference.named_parameters():
+            p.copy_(torch.from_numpy(case[f"w:{name}"]))
+        np.testing.assert_allclose(result["y"], reference(torch.from_numpy(case["x"])).numpy(),
+                                   rtol=1e-12)
+
+
+# ------------------------------------------------------------ cases
+
+def test_weight_helpers_draw_each_parameter_at_its_scale():
+    """Linear weights N(0, 1/fan_in), biases N(0, 0.1); LN gains 1 + N(0, 0.3),
+    LN biases N(0, 0.2): one standard deviation up, from KnownDraws."""
+    linear = blocks_judges._linear(KnownDraws(), 3, 4, "mlp.fc")
+    assert set(linear) == {"w:mlp.fc.weight", "w:mlp.fc.bias"}
+    np.testing.assert_array_equal(linear["w:mlp.fc.weight"], np.full((3, 4), 0.5))
+    np.testing.assert_allclose(linear["w:mlp.fc.bias"], np.full(3, 0.1))
+    norm = blocks_judges._layer_norm(KnownDraws(), 5, "ln2")
+    assert set(norm) == {"w:ln2.weight", "w:ln2.bias"}
+    np.testing.assert_allclose(norm["w:ln2.weight"], np.full(5, 1.3))
+    np.testing.assert_allclose(norm["w:ln2.bias"], np.full(5, 0.2))
+
+
+def test_block_weights_follow_the_contract():
+    weights = blocks_judges._block_weights(KnownDraws(), 4, 6)
+    shapes = {f"w:{name}": tuple({"d": 4, "3d": 12, "f": 6}[s] for s in shape)
+              for name, shape in blocks.BLOCK_PARAMETER_SHAPES.items()}
+    assert {k: v.shape for k, v in weights.items()} == shapes
+    np.testing.assert_array_equal(weights["w:mlp.proj.weight"], np.full((4, 6), 6 ** -0.5))
+    np.testing.assert_array_equal(weights["w:attn.qkv.weight"], np.full((12, 4), 0.5))
+
+
+def test_block_case_holds_sizes_inputs_and_extras():
+    case = blocks_judges._block_case(KnownDraws(), 2, 3, 4, 2, 6, offset=5.0, alpha=1.25)
+    assert {k: case[k].tolist() for k in ("d_model", "n_heads", "d_ff", "alpha")} == {
+        "d_model": 4, "n_heads": 2, "d_ff": 6, "alpha": 1.25}
+    np.testing.assert_array_equal(case["x"], np.full((2, 3, 4), 6.0))
+    np.testing.assert_array_equal(case["dy"], np.ones((2, 3, 4)))
+    assert "w:ln1.weight" in case and "alpha" not in blocks_judges._block_case(
+        KnownDraws(), 1, 1, 4, 1, 4)
+
+
+def _case_summary(case):
+    return (case["x"].shape, int(case["d_model"]), int(case["n_heads"]), int(case["d_ff"]),
+            float(case["x"].mean()))
+
+
+def test_sandwich_cases_are_what_their_labels_say():
+    cases = blocks_judges._sandwich_cases(KnownDraws())
+    assert [label for label, _ in cases] == [
+        "one sequence of 5 tokens, d = 8, 2 heads, d_ff = 32",
+        "3 sequences of 7 tokens, d = 16, 4 heads, d_ff = 24",
+        "2 sequences of 6 tokens far from zero (x = 5 + N(0, 1)), d = 12, 3 heads, d_ff = 20",
+        "a single token, d = 8, 1 head, d_ff = 16",
+    ]
+    assert [_case_summary(c) for _, c in cases] == [
+        ((1, 5, 8), 8, 2, 32, 1.0), ((3, 7, 16), 16, 4, 24, 1.0), ((2, 6, 12), 12, 3, 20, 6.0),
+        ((2, 1, 8), 8, 1, 16, 1.0)]
+    for _, case in cases:
+        np.testing.assert_allclose(case["w:ln1_out.weight"], 1.3)
+        np.testing.assert_allclose(case["w:ln2_out.bias"], 0.2)
+        assert case["w:ln2_out.weight"].shape == (int(case["d_model"]),)
+        assert "alpha" not in case
+
+
+def test_deepnorm_cases_are_what_their_labels_say():
+    cases = blocks_judges._deepnorm_cases(KnownDraws())
+    assert [label for label, _ in cases] == [
+        "one sequence of 5 tokens, d = 8, 2 heads, d_ff = 32, alpha = 1.75",
+        "3 sequences of 7 tokens, d = 16, 4 heads, d_ff = 24, alpha = 2.875",
+        "2 sequences of 6 tokens far from zero (x = 5 + N(0, 1)), d = 12, 3 heads, "
+        "d_ff = 20, alpha = 1.25",
+        "a single token, d = 8, 1 head, d_ff = 16, alpha = 1 (plain Post-LN)",
+    ]
+    assert [_case_summary(c) for _, c in cases] == [
+        ((1, 5, 8), 8, 2, 32, 1.0), ((3, 7, 16), 16, 4, 24, 1.0), ((2, 6, 12), 12, 3, 20, 6.0),
+        ((2, 1, 8), 8, 1, 16, 1.0)]
+    assert [float(c["alpha"]) for _, c in cases] == [1.75, 2.875, 1.25, 1.0]
+    assert not any("w:ln1_out.weight" in c for _, c in cases)
+
+
+def test_deepnorm_scale_cases_are_what_their_labels_say():
+    cases = blocks_judges._deepnorm_scale_cases(KnownDraws())
+    assert [label for label, _ in cases] == ["d = 8, d_ff = 32, beta = 0.35",
+                                             "d = 6, d_ff = 10, beta = 0.5"]
+    assert [(int(c["d_model"]), int(c["d_ff"]), float(c["beta"])) for _, c in cases] == [
+        (8, 32, 0.35), (6, 10, 0.5)]
+    assert cases[1][1]["w:mlp.fc.weight"].shape == (10, 6)
+
+
+def test_make_model_cases_one_per_kind_with_its_batch():
+    cases = blocks_judges._make_model_cases(KnownDraws())
+    assert [label for label, _ in cases] == [f"{kind}, 3 blocks, seed 99999" for kind in
+                                             ("pre", "post", "sandwich", "deepnorm")]
+    inputs, targets = blocks.experiment_batch(99999)
+    for kind, (_, case) in zip(("pre", "post", "sandwich", "deepnorm"), cases):
+        assert (str(case["kind"]), int(case["n_layers"]), int(case["seed"])) == (kind, 3, 99999)
+        np.testing.assert_array_equal(case["inputs"], inputs.numpy())
+        np.testing.assert_array_equal(case["targets"], targets.numpy())
+
+
+def test_profile_case_carries_the_three_seeds_batches():
+    cases = blocks_judges._profile_case("your two ratios")(None)
+    assert [label for label, _ in cases] == ["your two ratios"]
+    case = cases[0][1]
+    assert sorted(case) == ["inputs0", "inputs1", "inputs2", "targets0", "targets1",
+                            "targets2"]
+    for seed in (0, 1, 2):
+        inputs, targets = blocks.experiment_batch(seed)
+        np.testing.assert_array_equal(case[f"inputs{seed}"], inputs.numpy())
+        np.testing.assert_array_equal(case[f"targets{seed}"], targets.numpy())
+    assert blocks_judges._one_case("x")(None) == [("x", {})]
+
+
+# ------------------------------------------------------------ sandwich-LN verdicts
+
+class SandwichAfterAdd(blocks.SandwichLNBlock):
+    def forward(self, x):
+        x = self.ln1_out(x + self.attn(self.ln1(x)))
+        return self.ln2_out(x + self.mlp(self.ln2(x)))
+
+
+class SandwichUnused(blocks.SandwichLNBlock):
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class SandwichSwapped(blocks.SandwichLNBlock):
+    def forward(self, x):
+        x = x + self.ln2_out(self.attn(self.ln1(x)))
+        return x + self.ln1_out(self.mlp(self.ln2(x)))
+
+
+class SandwichNoInputNorms(blocks.SandwichLNBlock):
+    def forward(self, x):
+        x = x + self.ln1_out(self.attn(x))
+        return x + self.ln2_out(self.mlp(x))
+
+
+class SandwichDoubled(blocks.SandwichLNBlock):
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+class SandwichDetached(blocks.SandwichLNBlock):
+    def forward(self, x):
+        x = x + self.ln1_out(self.attn(self.ln1(x))).detach()
+        return x + self.ln2_out(self.mlp(self.ln2(x)))
+
+
+class SandwichBiasDetached(blocks.SandwichLNBlock):
+    def forward(self, x):
+        x = x + self.ln1_out(self.attn(self.ln1(x)))
+        h = self.mlp(self.ln2(x))
+        out = self.ln2_out
+        return x + F.layer_norm(h, out.normalized_shape, out.weight, out.bias.detach())
+
+
+class SandwichGradDoubled(blocks.SandwichLNBlock):
+    """Right output, and a hook that doubles mlp.proj.bias's gradient."""
+
+    def forward(self, x):
+        bias = self.mlp.proj.bias
+        if bias.requires_grad and not getattr(self, "_hooked", False):
+            bias.register_hook(lambda g: 2 * g)
+            self._hooked = True
+        return super().forward(x)
+
+
+SANDWICH_JUDGE = blocks_judges.CHECKS["blocks_sandwich_ln"].judge
+DEEPNORM_JUDGE = blocks_judges.CHECKS["blocks_deepnorm"].judge
+
+
+def _expected(block_class, case):
+    return _run(block_class, case)
+
+
+def test_sandwich_right_block_passes():
+    case = _small_case(sandwich=True)
+    assert SANDWICH_JUDGE(case, _run(blocks.SandwichLNBlock, case)) is None
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    (SandwichUnused, "normalize each sublayer's output with its own LN before the add: "
+                     "x + ln1_out(attn(ln1(x))); as written, ln1_out and ln2_out change "
+                     "nothing"),
+    (SandwichAfterAdd, "ln1_out normalizes the sublayer's output before the add, not the sum: "
+                       "the residual path must stay unnormalized"),
+    (SandwichSwapped, "ln1_out belongs to the attention sublayer and ln2_out to the MLP"),
+    (SandwichNoInputNorms, "keep Pre-LN's input norms too: each sublayer reads ln1(x) (or "
+                           "ln2(x))"),
+    (SandwichDoubled, None),
+])
+def test_sandwich_mistakes_are_named(mistake, hint):
+    case = _small_case(sandwich=True)
+    got = _run(mistake, case)
+    problem = mismatch(got["y"], _expected(blocks.SandwichLNBlock, case)["y"],
+                       dtype=np.float64, what="your block's output")
+    assert SANDWICH_JUDGE(case, got) == problem + (f". Hint: {hint}" if hint else "")
+
+
+def test_an_output_of_another_shape_gets_no_hint():
+    case = _small_case(sandwich=True)
+    got = _run(SandwichUnused, case)
+    got["y"] = got["y"][:, :2]
+    assert SANDWICH_JUDGE(case, got) == (
+        "your block's output has shape (2, 2, 4); expected shape (2, 3, 4)")
+
+
+def test_sandwich_cut_graph_is_named_on_the_gradients():
+    case = _small_case(sandwich=True)
+    got, right = _run(SandwichDetached, case), _expected(blocks.SandwichLNBlock, case)
+    assert SANDWICH_JUDGE(case, got) == (
+        mismatch(got["d0"], right["d0"], dtype=np.float64,
+                 what="the gradient with respect to x")
+        + ". The output is right, so look for a .detach(), .data or in-place change that "
+          "cuts the graph")
+
+
+def test_a_parameter_the_gradient_never_reaches_is_named():
+    case = _small_case(sandwich=True)
+    assert SANDWICH_JUDGE(case, _run(SandwichBiasDetached, case)) == (
+        "no gradient reached ln2_out.bias: is it used in your forward pass (and not under "
+        "torch.no_grad or .detach)?")
+
+
+def test_a_wrong_parameter_gradient_is_named():
+    case = _small_case(sandwich=True)
+    got, right = _run(SandwichGradDoubled, case), _expected(blocks.SandwichLNBlock, case)
+    np.testing.assert_array_equal(got["d0"], right["d0"])
+    assert SANDWICH_JUDGE(case, got) == (
+        mismatch(got["g:mlp.proj.bias"], right["g:mlp.proj.bias"], dtype=np.float64,
+                 what="the gradient of mlp.proj.bias")
+        + ". The output is right, so look for a .detach(), .data or in-place change that "
+          "cuts the graph")
+
+
+def test_nan_input_gradient_is_shown_as_nan():
+    """An x-gradient of NaN comes from NaN arithmetic, not from an unused
+    parameter: it is shown as such (it used to read "no gradient reached :")."""
+    case = _small_case(sandwich=True)
+    got = _run(blocks.SandwichLNBlock, case)
+    got["d0"] = np.full_like(got["d0"], np.nan)
+    message = SANDWICH_JUDGE(case, got)
+    assert message.startswith("the gradient with respect to x contains NaN where the answer "
+                              "is a number")
+
+
+# ------------------------------------------------------------ DeepNorm verdicts
+
+class DeepNormOnSublayer(blocks.DeepNormBlock):
+    def forward(self, x):
+        x = self.ln1(x + self.alpha * self.attn(x))
+        return self.ln2(x + self.alpha * self.mlp(x))
+
+
+class DeepNormAfterNorm(blocks.DeepNormBlock):
+    def forward(self, x):
+        x = self.alpha * self.ln1(x + self.attn(x))
+        return self.alpha * self.ln2(x + self.mlp(x))
+
+
+class DeepNormPreOrder(blocks.DeepNormBlock):
+    def forward(self, x):
+        x = self.alpha * x + self.attn(self.ln1(x))
+        return self.alpha * x + self.mlp(self.ln2(x))
+
+
+class DeepNormFirstOnly(blocks.DeepNormBlock):
+    def forward(self, x):
+        x = self.ln1(self.alpha * x + self.attn(x))
+        return self.ln2(x + self.mlp(x))
+
+
+class DeepNormIgnoresAlpha(blocks.DeepNormBlock):
+    def forward(self, x):
+        x = self.ln1(x + self.attn(x))
+        return self.ln2(x + self.mlp(x))
+
+
+class DeepNormDoubled(blocks.DeepNormBlock):
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+def test_deepnorm_right_block_passes():
+    case = _small_case(alpha=1.75)
+    assert DEEPNORM_JUDGE(case, _run(blocks.DeepNormBlock, case)) is None
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    (DeepNormOnSublayer, "alpha multiplies the residual x before the add: "
+                         "ln1(alpha * x + attn(x))"),
+    (DeepNormAfterNorm, "alpha scales x inside the LN, before the add, not the LN's output"),
+    (DeepNormPreOrder, "DeepNorm keeps Post-LN's order: add, then normalize, "
+                       "ln1(alpha * x + attn(x))"),
+    (DeepNormFirstOnly, "scale the residual in both sublayers: ln2(alpha * x + mlp(x)) too"),
+    (DeepNormIgnoresAlpha, "scale the residual by alpha: ln1(alpha * x + attn(x)); this is "
+                           "plain Post-LN"),
+    (DeepNormDoubled, None),
+])
+def test_deepnorm_mistakes_are_named(mistake, hint):
+    case = _small_case(alpha=1.75)
+    got = _run(mistake, case)
+    problem = mismatch(got["y"], _expected(blocks.DeepNormBlock, case)["y"],
+                       dtype=np.float64, what="your block's output")
+    assert DEEPNORM_JUDGE(case, got) == problem + (f". Hint: {hint}" if hint else "")
+
+
+def test_deepnorm_at_alpha_one_names_no_alpha_mistake():
+    """At alpha = 1 every alpha slip is the right answer: a wrong output there
+    is something else, and no alpha hint may be given."""
+    case = _small_case(alpha=1.0)
+    got = _run(DeepNormPreOrder, case)
+    assert DEEPNORM_JUDGE(case, got) == mismatch(
+        got["y"], _expected(blocks.DeepNormBlock, case)["y"], dtype=np.float64,
+        what="your block's output")
+
+
+# ------------------------------------------------------------ DeepNet's initialization
+
+def _scale_case():
+    return blocks_judges._deepnorm_scale_cases(np.random.default_rng(3))[1][1]  # d 6, beta .5
+
+
+def _after(case, change):
+    """{"p:name": array} after `change` (name -> array) applied to the case's weights."""
+    weights = {name: value.copy() for name, value in blocks_probes._weights(case).items()}
+    change(weights)
+    return {f"p:{name}": value for name, value in weights.items()}
+
+
+def _right_scale(w, beta=0.5, rows=slice(12, 18)):
+    w["attn.qkv.weight"][rows] *= beta
+    for name in ("attn.proj.weight", "mlp.fc.weight", "mlp.proj.weight"):
+        w[name] *= beta
+
+
+def test_scaled_weights_by_hand():
+    case = _scale_case()
+    original = blocks_probes._weights(case)
+    scaled = blocks_judges._scaled_weights(case, 0.5)
+    assert set(scaled) == set(original)
+    np.testing.assert_array_equal(scaled["attn.qkv.weight"][:12], original["attn.qkv.weight"][:12])
+    np.testing.assert_array_equal(scaled["attn.qkv.weight"][12:],
+                                  0.5 * original["attn.qkv.weight"][12:])
+    for name in original:
+        if name in ("attn.proj.weight", "mlp.fc.weight", "mlp.proj.weight"):
+            np.testing.assert_array_equal(scaled[name], 0.5 * original[name])
+        elif name != "attn.qkv.weight":
+            np.testing.assert_array_equal(scaled[name], original[name])
+    np.testing.assert_array_equal(original["attn.proj.weight"],
+                                  case["w:attn.proj.weight"]), "the case is left alone"
+    for rows, expected in (("queries", slice(0, 6)), ("all", slice(0, 18)), ("none", None)):
+        got = blocks_judges._scaled_weights(case, 0.5, qkv_rows=rows, others=())
+        want = original["attn.qkv.weight"].copy()
+        if expected is not None:
+            want[expected] *= 0.5
+        np.testing.assert_array_equal(got["attn.qkv.weight"], want)
+        np.testing.assert_array_equal(got["mlp.fc.weight"], original["mlp.fc.weight"])
+
+
+def test_deepnorm_scale_right_answer_passes():
+    case = _scale_case()
+    assert _judge_deepnorm_scale(case, _after(case, _right_scale)) is None
+
+
+@pytest.mark.parametrize("change, hint", [
+    (lambda w: None,
+     "change the block's own weights in place (for example `weight.mul_(beta)` under "
+     "torch.no_grad()); a new tensor or a new block is not seen by the model"),
+    (lambda w: _right_scale(w, rows=slice(0, 18)),
+     "scale only the value rows of attn.qkv.weight (rows 2d to 3d): queries and keys keep "
+     "their initialization"),
+    (lambda w: _right_scale(w, rows=slice(0, 6)),
+     "the values are the last d rows of attn.qkv.weight (queries, keys, values, in that "
+     "order)"),
+    (lambda w: _right_scale(w, beta=2.0), "multiply by beta, do not divide"),
+])
+def test_deepnorm_scale_mistakes_are_named(change, hint):
+    case = _scale_case()
+    assert _judge_deepnorm_scale(case, _after(case, change)) == (
+        f"the weights after deepnorm_scale_(block, 0.5) are not right. Hint: {hint}")
+
+
+def test_deepnorm_scale_biases_changed_too_are_named():
+    case = _scale_case()
+
+    def change(w):
+        _right_scale(w)
+        w["mlp.fc.bias"] *= 0.5
+        w["attn.proj.bias"] *= 0.5
+
+    assert _judge_deepnorm_scale(case, _after(case, change)) == (
+        "the weights are right, but attn.proj.bias, mlp.fc.bias changed too. Hint: leave the "
+        "biases as they are: only the weights are scaled")
+
+
+def test_deepnorm_scale_one_weight_wrong_is_named_with_what_it_should_be():
+    case = _scale_case()
+    original = blocks_probes._weights(case)
+
+    def forgets_fc(w):
+        _right_scale(w)
+        w["mlp.fc.weight"] = original["mlp.fc.weight"].copy()
+
+    got = _after(case, forgets_fc)
+    expected = blocks_judges._scaled_weights(case, 0.5)
+    assert _judge_deepnorm_scale(case, got) == (
+        mismatch(got["p:mlp.fc.weight"], expected["mlp.fc.weight"], dtype=np.float64,
+                 what="mlp.fc.weight")
+        + ": it should be multiplied by beta (for attn.qkv.weight: its value rows)")
+
+    def scales_ln(w):
+        _right_scale(w)
+        w["ln1.weight"] *= 0.5
+        w["mlp.proj.weight"] *= 3
+
+    got = _after(case, scales_ln)
+    assert _judge_deepnorm_scale(case, got) == (
+        mismatch(got["p:ln1.weight"], original["ln1.weight"], dtype=np.float64,
+                 what="ln1.weight") + ": it should be left as it is")
+
+
+def test_probe_deepnorm_scale_reports_the_weights_after_the_call():
+    case = _scale_case()
+    result = _as_arrays(blocks_probes._probe_deepnorm_scale(blocks.deepnorm_scale_, case))
+    assert _judge_deepnorm_scale(case, result) is None
+    assert result.keys() == _after(case, _right_scale).keys()
+    for key, value in _after(case, _right_scale).items():
+        np.testing.assert_allclose(result[key], value, rtol=1e-15)
+    seen = []
+    blocks_probes._probe_deepnorm_scale(lambda block, beta: seen.append((block, beta)), case)
+    assert seen[0][1] == 0.5 and type(seen[0][1]) is float
+
+
+def test_harness_block_looks_like_a_one_head_block():
+    """The harness has the contract's submodules and parameter shapes, like a
+    real block with one head, so the student's deepnorm_scale_ cannot tell."""
+    harness = blocks_probes._harness_block(4, 6)
+    real = blocks.PreLNBlock(4, 1, 6)
+    assert {n: tuple(p.shape) for n, p in harness.named_parameters()} == {
+        n: tuple(p.shape) for n, p in real.named_parameters()}
+    assert harness.attn.n_heads == real.attn.n_heads == 1
+    assert isinstance(harness.ln1, nn.LayerNorm) and isinstance(harness.mlp.fc, nn.Linear)
+
+
+# ------------------------------------------------------------ make_model
+
+def _model_case(kind, n_layers=2, seed=5):
+    inputs, targets = blocks.experiment_batch(seed)
+    return {"kind": np.array(kind), "n_layers": np.array(n_layers), "seed": np.array(seed),
+            "inputs": inputs.numpy(), "targets": targets.numpy()}
+
+
+def _model_output(make_model, case):
+    return _as_arrays(blocks_probes._probe_make_model(make_model, case))
+
+
+def test_probe_make_model_reports_names_norms_alphas_and_gradients():
+    case = _model_case("pre")
+    model = blocks.experiment_model("pre", 2, 5)
+    result = _model_output(blocks.experiment_model, case)
+    names = sorted(name for name, _ in model.named_parameters())
+    assert str(result["names"]).split("\n") == names
+    np.testing.assert_allclose(result["param_norms"],
+                               [p.detach().double().norm().item() for _, p in
+                                sorted(model.named_parameters())], rtol=1e-12)
+    assert result["alphas"].shape == (2,) and np.isnan(result["alphas"]).all()
+    batch = (torch.from_numpy(case["inputs"]), torch.from_numpy(case["targets"]))
+    np.testing.assert_allclose(result["norms"], blocks.grad_norms_by_layer(model, batch),
+                               rtol=1e-12)
+    deep = _model_output(blocks.experiment_model, _model_case("deepnorm"))
+    np.testing.assert_allclose(deep["alphas"], [blocks.deepnorm_constants(2)[0]] * 2)
+    assert "norms" not in deep
+    assert "norms" in _model_output(blocks.experiment_model, _model_case("post"))
+    assert "norms" not in _model_output(blocks.experiment_model, _model_case("sandwich"))
+
+
+def _seen_seed(kind, n_layers, seed):
+    _seen_seed.args = (kind, n_layers, seed)
+    return blocks.experiment_model(kind, n_layers, seed)
+
+
+def test_probe_make_model_passes_kind_layers_and_seed_as_python_values():
+    _model_output(_seen_seed, _model_case("sandwich", 2, 7))
+    assert _seen_seed.args == ("sandwich", 2, 7)
+    assert [type(a) for a in _seen_seed.args] == [str, int, int]
+
+
+def _with_final_ln(final_ln):
+    def make_model(kind, n_layers, seed):
+        model = blocks.experiment_model(kind, n_layers, seed)
+        model.ln_f = nn.LayerNorm(64) if final_ln else nn.Identity()
+        return model
+
+    return make_model
+
+
+def test_make_model_right_models_pass():
+    for kind in ("pre", "post", "sandwich", "deepnorm"):
+        case = _model_case(kind)
+        assert _judge_make_model(case, _model_output(blocks.experiment_model, case)) is None
+
+
+def test_make_model_float32_noise_passes():
+    """Norms are compared at float32's tolerance (rtol 1e-4), not float64's."""
+    case = _model_case("pre")
+    output = _model_output(blocks.experiment_model, case)
+    output["param_norms"] = output["param_norms"] * (1 + 2e-5)
+    output["norms"] = output["norms"] * (1 + 2e-5)
+    assert _judge_make_model(case, output) is None
+
+
+@pytest.mark.parametrize("kind, final_ln, missing, unexpected, hint", [
+    ("sandwich", False, ["ln_f.bias", "ln_f.weight"], [],
+     "this kind needs the final LN (final_ln=True): its residual stream is never normalized"),
+    ("deepnorm", True, [], ["ln_f.bias", "ln_f.weight"],
+     "this kind ends every block with an LN already: no final LN (final_ln=False)"),
+])
+def test_make_model_final_ln_slips_are_named(kind, final_ln, missing, unexpected, hint):
+    case = _model_case(kind)
+    assert _judge_make_model(case, _model_output(_with_final_ln(final_ln), case)) == (
+        f"your {kind} model's parameters differ from the expected ones (missing {missing}, "
+        f"unexpected {unexpected}). Hint: {hint}")
+
+
+def test_make_model_wrong_blocks_are_named():
+    """One block short: the first four missing names are listed."""
+    case = _model_case("post", n_layers=2)
+
+    def one_block(kind, n_layers, seed):
+        return blocks.experiment_model(kind, n_layers - 1, seed)
+
+    assert _judge_make_model(case, _model_output(one_block, case)) == (
+        "your post model's parameters differ from the expected ones (missing "
+        "['blocks.1.attn.proj.bias', 'blocks.1.attn.proj.weight', 'blocks.1.attn.qkv.bias', "
+        "'blocks.1.attn.qkv.weight'], unexpected []). Hint: build 2 blocks of this kind's "
+        "class and pass them to the notebook's TinyLM")
+    case = _model_case("pre", n_layers=1)
+
+    def one_more(kind, n_layers, seed):
+        return blocks.experiment_model(kind, n_layers + 1, seed)
+
+    assert _judge_make_model(case, _model_output(one_more, case)) == (
+        "your pre model's parameters differ from the expected ones (missing [], unexpected "
+        "['blocks.1.attn.proj.bias', 'blocks.1.attn.proj.weight', 'blocks.1.attn.qkv.bias', "
+        "'blocks.1.attn.qkv.weight']). Hint: build 1 blocks of this kind's class and pass them "
+        "to the notebook's TinyLM")
+
+
+def _variant_model(**changes):
+    def make_model(kind, n_layers, seed):
+        return blocks_judges._variant(kind, n_layers, seed, **changes)
+
+    return make_model
+
+
+def test_variant_changes_one_ingredient():
+    ref = blocks.experiment_model("deepnorm", 2, 5)
+    same = blocks_judges._variant("deepnorm", 2, 5, alpha=blocks.deepnorm_constants(2)[0],
+                                  beta=blocks.deepnorm_constants(2)[1])
+    assert [n for n, _ in same.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    for (_, a), (_, b) in zip(same.named_parameters(), ref.named_parameters()):
+        assert torch.equal(a, b)
+    assert [blk.alpha for blk in same.blocks] == [blk.alpha for blk in ref.blocks]
+    with_ln = blocks_judges._variant("deepnorm", 2, 5, final_ln=True)
+    assert isinstance(with_ln.ln_f, nn.LayerNorm)
+    assert isinstance(blocks_judges._variant("pre", 2, 5, final_ln=False).ln_f, nn.Identity)
+    unscaled = blocks_judges._variant("deepnorm", 2, 5)
+    assert not torch.equal(unscaled.blocks[0].mlp.fc.weight, ref.blocks[0].mlp.fc.weight)
+
+
+def _init_seed_plus_one(kind, n_layers, seed):
+    return blocks.experiment_model(kind, n_layers, seed + 1)
+
+
+def _unscaled_seed_plus_one(kind, n_layers, seed):
+    return blocks_judges._variant(kind, n_layers, seed + 1)
+
+
+def _model_norms_message(case, output, hint=None):
+    kind = str(case["kind"])
+    model = blocks.experiment_model(kind, int(case["n_layers"]), int(case["seed"]))
+    problem = mismatch(output["param_norms"], blocks_judges._param_norms(model),
+                       dtype="float32",
+                       what=f"the norms of your {kind} model's parameters after initialization")
+    return problem + (f". Hint: {hint}" if hint else "")
+
+
+@pytest.mark.parametrize("kind, make_model, hint", [
+    ("pre", _init_seed_plus_one,
+     "initialize with init_like_xiong(model, seed), with the seed you are given"),
+    ("deepnorm", _unscaled_seed_plus_one,
+     "initialize with init_like_xiong(model, seed), with the seed you are given"),
+    ("deepnorm", _variant_model(alpha=blocks.deepnorm_constants(2)[0]),
+     "apply deepnorm_scale_(block, beta) to every block after init_like_xiong "
+     "(initializing afterwards undoes it)"),
+    ("deepnorm", _variant_model(alpha=blocks.deepnorm_constants(2)[0],
+                                beta=blocks.deepnorm_constants(4)[1]),
+     "n_layers counts blocks, not sublayers: take beta from deepnorm_constants(n_layers)"),
+    ("sandwich", _variant_model(beta=0.5), None),
+])
+def test_make_model_initialization_slips_are_named(kind, make_model, hint):
+    case = _model_case(kind)
+    output = _model_output(make_model, case)
+    assert _judge_make_model(case, output) == _model_norms_message(case, output, hint)
+
+
+def test_param_norms_are_in_sorted_name_order():
+    model = nn.Module()
+    model.add_module("b", nn.Linear(2, 2, bias=False))
+    model.add_module("a", nn.Linear(1, 1, bias=False))
+    with torch.no_grad():
+        model.b.weight.fill_(1.0)
+        model.a.weight.fill_(3.0)
+    np.testing.assert_allclose(blocks_judges._param_norms(model), [3.0, 2.0])
+
+
+def test_make_model_deepnorm_alphas_are_checked():
+    case = _model_case("deepnorm")
+    output = _model_output(blocks.experiment_model, case)
+    alpha = blocks.deepnorm_constants(2)[0]
+    for alphas in (np.array([1.0, 1.0]), np.array([alpha, alpha * (1 + 5e-6)]),
+                   np.array([alpha])):
+        output["alphas"] = alphas
+        assert _judge_make_model(case, output) == (
+            f"your DeepNorm blocks have alpha {blocks_judges._show(alphas)}; expected "
+            f"{alpha:.6g} in each, from deepnorm_constants(2)")
+    output["alphas"] = np.array([alpha, alpha * (1 + 1e-7)])
+    assert _judge_make_model(case, output) is None
+
+
+@pytest.mark.parametrize("kind, other", [("pre", "post"), ("post", "pre")])
+def test_make_model_swapped_pre_and_post_are_named(kind, other):
+    case = _model_case(kind)
+    output = _model_output(blocks.experiment_model, case)
+    output["norms"] = _model_output(blocks.experiment_model, _model_case(other))["norms"]
+    model = blocks.experiment_model(kind, 2, 5)
+    problem = mismatch(output["norms"], blocks_judges._norms(model, case), dtype="float32",
+                       what=f"the gradient norms of your {kind} model's blocks")
+    name = {"pre": "PreLNBlock", "post": "PostLNBlock"}[kind]
+    assert _judge_make_model(case, output) == (
+        f"{problem}. Hint: those are the norms of a {other} model: '{kind}' takes {name}")
+    output["norms"] = output["norms"] * 3
+    assert _judge_make_model(case, output) == mismatch(
+        output["norms"], blocks_judges._norms(model, case), dtype="float32",
+        what=f"the gradient norms of your {kind} model's blocks")
+
+
+def test_judge_make_model_runs_on_one_thread_and_puts_it_back():
+    seen = []
+
+    def spy(case, output):
+        seen.append(torch.get_num_threads())
+
+    torch.set_num_threads(2)
+    original = blocks_judges._judge_model_norms
+    blocks_judges._judge_model_norms = spy
+    try:
+        blocks_judges._judge_make_model({}, {})
+    finally:
+        blocks_judges._judge_model_norms = original
+    assert seen == [1] and torch.get_num_threads() == 2
+
+
+# ------------------------------------------------------------ the profiles and answers
+
+PROFILES = {"pre": np.array([4.0, 2.0, 0.8]), "post": np.array([1.0, 3.0, 2.0]),
+            "sandwich": np.array([2.0, 1.0, 0.25]), "deepnorm": np.array([1.0, 1.1, 1.0])}
+
+
+def test_answers_from_profiles_by_hand():
+    """Flattest: smallest max/min; steepest: smallest last/first; ratios of the
+    last blocks."""
+    assert blocks_judges._answers_from(PROFILES) == {
+        "flattest": "deepnorm", "steepest": "sandwich",
+        "sandwich_over_pre": pytest.approx(0.3125, rel=1e-15), "deepnorm_over_post": 0.5}
+    other = {"pre": np.array([1.0, 8.0, 0.5]), "post": np.array([2.0, 2.0, 0.5]),
+             "sandwich": np.array([1.0, 1.05, 1.0]), "deepnorm": np.array([1.0, 1.0, 1.2])}
+    answers = blocks_judges._answers_from(other)
+    assert (answers["flattest"], answers["steepest"]) == ("sandwich", "post")
+
+
+def test_true_answers_come_from_the_measured_profiles():
+    assert blocks_judges.true_answers() == blocks_judges._answers_from(
+        blocks_judges.measured_profiles())
+
+
+def test_given_answers_must_be_choices():
+    assert _judge_prediction({}, {"predict_flattest": np.array("pre"),
+                                  "predict_steepest": np.array("deepnorm")}) is None
+    assert _judge_prediction({}, {}) == (
+        "no answer given for predict_flattest, predict_steepest")
+    assert _judge_prediction({}, {"predict_flattest": np.array("pre")}) == (
+        "no answer given for predict_steepest")
+    assert _judge_prediction({}, {"predict_flattest": np.array("pre"),
+                                  "predict_steepest": np.array("Post")}) == (
+        "PREDICT_STEEPEST is 'Post'; answer with one of 'pre', 'post', 'sandwich', 'deepnorm'")
+
+
+def _own(profiles):
+    return {f"own:{kind}": np.asarray(p, float) for kind, p in profiles.items()}
+
+
+def _eight(profile):
+    """The profile stretched to 8 blocks: its first value repeated in front."""
+    profile = np.asarray(profile, float)
+    return np.r_[np.full(8 - profile.size, profile[0]), profile]
+
+
+EIGHT = {kind: _eight(p) for kind, p in PROFILES.items()}
+
+
+def test_own_answers_need_four_positive_finite_profiles_of_eight():
+    assert blocks_judges._own_answers(_own(EIGHT)) == blocks_judges._answers_from(EIGHT)
+    for kind in ("pre", "deepnorm"):
+        for bad in (EIGHT[kind][:7], np.r_[EIGHT[kind][:7], np.nan],
+                    np.r_[EIGHT[kind][:7], 0.0], np.r_[EIGHT[kind][:7], -1.0]):
+            assert blocks_judges._own_answers(_own({**EIGHT, kind: bad})) is None
+    assert blocks_judges._own_answers({}) is None
+
+
+@pytest.fixture
+def known_truths(monkeypatch):
+    truths = {"flattest": "deepnorm", "steepest": "sandwich", "sandwich_over_pre": 10.0,
+              "deepnorm_over_post": 0.5}
+    monkeypatch.setattr(blocks_judges, "true_answers", lambda: dict(truths))
+    return truths
+
+
+def test_tables_are_the_graders_then_the_students_own(known_truths):
+    assert blocks_judges._tables({}) == [known_truths]
+    assert blocks_judges._tables(_own(EIGHT)) == [known_truths,
+                                                  blocks_judges._answers_from(EIGHT)]
+
+
+BOTH = ("(checked against the grader's table and against the one your make_model gives, so "
+        "a slip in exercise 4 is not counted twice)")
+
+
+def test_profile_shapes_judged_against_either_table(known_truths):
+    def shapes(flattest, steepest, own=None):
+        output = {"flattest": np.array(flattest), "steepest": np.array(steepest)}
+        return _judge_profile_shapes({}, {**output, **_own(own or {})})
+
+    assert shapes("deepnorm", "sandwich") is None
+    assert shapes("pre", "sandwich") == (
+        "not yet right: Which model's profile is flattest (smallest largest/smallest block "
+        f"norm)? (you answered pre) {BOTH}")
+    assert shapes("pre", "post") == (
+        "not yet right: Which model's profile is flattest (smallest largest/smallest block "
+        "norm)? (you answered pre); Which model's profile falls most from the first block to "
+        f"the last (smallest last/first)? (you answered post) {BOTH}")
+    own = {**EIGHT, "pre": _eight([1.0, 1.01, 1.0]), "post": _eight([9.0, 3.0, 1.0])}
+    assert shapes("pre", "post", own) is None
+    assert shapes("flat", "post") == (
+        "FLATTEST is 'flat'; answer with one of 'pre', 'post', 'sandwich', 'deepnorm'")
+    assert _judge_profile_shapes({}, {"flattest": np.array("pre")}) == (
+        "no answer given for steepest")
+
+
+def test_profile_numbers_judged_within_five_percent_of_either_table(known_truths):
+    def numbers(sandwich_over_pre, deepnorm_over_post, own=None):
+        output = {"sandwich_over_pre": np.array(str(sandwich_over_pre)),
+                  "deepnorm_over_post": np.array(str(deepnorm_over_post))}
+        return _judge_profile_numbers({}, {**output, **_own(own or {})})
+
+    assert numbers(10.0, 0.5) is None
+    assert numbers(10.5, 0.49) is None, "5% is inside"
+    assert numbers(9.5, 0.51) is None
+    assert numbers(10.6, 0.5) == (
+        "not yet right, within 5%: SANDWICH_OVER_PRE, the last-block norm of sandwich-LN over "
+        "Pre-LN's (you answered 10.6). Read them off the printed profiles at L = 8, seeds 0, "
+        f"1, 2 {BOTH}")
+    assert numbers(1.0, 0.2) == (
+        "not yet right, within 5%: SANDWICH_OVER_PRE, the last-block norm of sandwich-LN over "
+        "Pre-LN's (you answered 1); DEEPNORM_OVER_POST, the last-block norm of DeepNorm over "
+        "Post-LN's (you answered 0.2). Read them off the printed profiles at L = 8, seeds 0, "
+        f"1, 2 {BOTH}")
+    own = {**EIGHT, "pre": _eight([1.0, 1.0, 4.0]), "post": _eight([1.0, 1.0, 5.0])}
+    assert numbers(0.0625, 0.2, own) is None, "the student's own table: 0.25/4, 1/5"
+    assert numbers(0.0625, 0.5, own) is None, "one from each table"
+    assert numbers("about one", 0.5) == "SANDWICH_OVER_PRE is 'about one', not a number"
+    assert _judge_profile_numbers({}, {"sandwich_over_pre": np.array("10")}) == (
+        "no answer given for DEEPNORM_OVER_POST")
+    assert _judge_profile_numbers({}, {}) == "no answer given for SANDWICH_OVER_PRE"
+
+
+# ------------------------------------------------------------ the student's own profiles
+
+def _no_final_ln(kind, n_layers, seed):
+    model = blocks.experiment_model(kind, n_layers, seed)
+    model.ln_f = nn.Identity()
+    return model
+
+
+def _broken(kind, n_layers, seed):
+    raise NotImplementedError()
+
+
+PROFILE_CASE = blocks_judges._profile_case("")(None)[0][1]
+
+
+def test_own_profiles_are_measured_like_the_notebook():
+    """The reference's make_model gives the grader's profiles; the threads are
+    put back, and a broken make_model gives None."""
+    torch.set_num_threads(2)
+    own = blocks_probes._own_profiles(blocks.experiment_model, PROFILE_CASE)
+    assert torch.get_num_threads() == 2
+    measured = blocks_judges.measured_profiles()
+    assert list(own) == ["pre", "post", "sandwich", "deepnorm"]
+    for kind in measured:
+        np.testing.assert_allclose(own[kind], measured[kind], rtol=1e-10)
+    assert blocks_probes._own_profiles(_broken, PROFILE_CASE) is None
+    assert torch.get_num_threads() == 2
+
+
+def test_answers_and_own_profiles():
+    result = blocks_probes._answers_and_own_profiles(
+        {"flattest": "pre", "make_model": _no_final_ln}, PROFILE_CASE)
+    assert sorted(result) == ["flattest", "own:deepnorm", "own:post", "own:pre",
+                              "own:sandwich"]
+    assert str(result["flattest"]) == "pre"
+    own = blocks_probes._own_profiles(_no_final_ln, PROFILE_CASE)
+    np.testing.assert_array_equal(result["own:pre"], own["pre"])
+    assert {k: str(v) for k, v in blocks_probes._answers_and_own_profiles(
+        {"flattest": 3, "make_model": None}, {}).items()} == {"flattest": "3"}
+    assert sorted(blocks_probes._answers_and_own_profiles(
+        {"flattest": 3, "make_model": _broken}, PROFILE_CASE)) == ["flattest"]
+    answers = {"flattest": "pre", "make_model": None}
+    blocks_probes._answers_and_own_profiles(answers, {})
+    assert answers == {"flattest": "pre", "make_model": None}, "the caller's dict is kept"
+
+
+# ------------------------------------------------------------ the checks end to end
+
+def test_every_check_function_runs_its_check():
+    """Each check_* function runs the check of its name with its probe: right
+    answers pass, wrong ones raise CheckFailed with the judge's sentence."""
+    blocks_probes.check_sandwich_ln_block(blocks.SandwichLNBlock)
+    with pytest.raises(CheckFailed, match="blocks_sandwich_ln, .*change nothing"):
+        blocks_probes.check_sandwich_ln_block(SandwichUnused)
+    blocks_probes.check_deepnorm_block(blocks.DeepNormBlock)
+    with pytest.raises(CheckFailed, match="blocks_deepnorm, .*plain Post-LN"):
+        blocks_probes.check_deepnorm_block(DeepNormIgnoresAlpha)
+    blocks_probes.check_deepnorm_scale(blocks.deepnorm_scale_)
+    with pytest.raises(CheckFailed, match="blocks_deepnorm_scale, .*in place"):
+        blocks_probes.check_deepnorm_scale(lambda block, beta: None)
+    blocks_probes.check_make_model(blocks.experiment_model)
+    with pytest.raises(CheckFailed, match="blocks_make_model, pre, .*needs the final LN"):
+        blocks_probes.check_make_model(_with_final_ln(False))
+    blocks_probes.check_prediction(predict_flattest="post", predict_steepest="pre")
+    with pytest.raises(CheckFailed, match="no answer given for predict_steepest"):
+        blocks_probes.check_prediction(predict_flattest="post")
+
+
+def test_profile_checks_use_the_students_own_make_model():
+    truths = blocks_judges.true_answers()
+    own = blocks_judges._answers_from(blocks_probes._own_profiles(_no_final_ln, PROFILE_CASE))
+    numbers = {"sandwich_over_pre": own["sandwich_over_pre"],
+               "deepnorm_over_post": own["deepnorm_over_post"]}
+    blocks_probes.check_profile_numbers(make_model=_no_final_ln, **numbers)
+    with pytest.raises(CheckFailed, match="not counted twice"):
+        blocks_probes.check_profile_numbers(**numbers)
+    blocks_probes.check_profile_shapes(flattest=truths["flattest"], steepest=truths["steepest"])
+    wrong = "pre" if truths["flattest"] != "pre" else "post"
+    with pytest.raises(CheckFailed, match="flattest"):
+        blocks_probes.check_profile_shapes(flattest=wrong, steepest=truths["steepest"])
+    if (own["flattest"], own["steepest"]) != (truths["flattest"], truths["steepest"]):
+        blocks_probes.check_profile_shapes(make_model=_no_final_ln, flattest=own["flattest"],
+                                           steepest=own["steepest"])

@@ -1,0 +1,857 @@
+"""Unit 01's checks (normref/checks/recipe_probes.py and recipe_judges.py): the
+cases a student is judged on, the verdicts and the hints of their messages.
+
+Each test fails on a small bug in one of those two modules (`make mutation`).
+Right answers come from torch or from float64 formulas written here; wrong
+answers are the mistakes students make (the d - 1 variance, eps outside the
+root, eps ignored, the wrong axis, the shortcut variance, ...).
+"""
+
+import contextlib
+import io
+import re
+import socket
+import statistics
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from normref.checks import (
+    CheckFailed,
+    _wire,
+    check_layer_norm_batches,
+    check_layer_norm_token,
+    check_predictions,
+    check_token_mean,
+    check_token_var,
+    recipe_judges,
+    recipe_probes,
+)
+from normref.checks.recipe_judges import (
+    _batch_cases,
+    _close_enough_in_float32,
+    _far_from_zero,
+    _judge_layer_norm,
+    _judge_mean,
+    _judge_predictions,
+    _judge_var,
+    _likely_layer_norm_mistake,
+    _mean_cases,
+    _token_cases,
+    _var_cases,
+)
+
+
+def _rng():
+    return np.random.default_rng(0)
+
+
+def _cases(make):
+    return dict(make(_rng()))
+
+
+def _passes(check, subject):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        check(subject)
+    return out.getvalue()
+
+
+def _fails(check, subject):
+    with pytest.raises(CheckFailed) as failed, contextlib.redirect_stdout(io.StringIO()):
+        check(subject)
+    return str(failed.value)
+
+
+# ---------------------------------------------------------------- right answers, by torch
+
+
+def torch_mean(x):
+    return torch.from_numpy(np.asarray(x)).double().mean(-1).numpy()
+
+
+def torch_var(x):
+    """The biased variance, computed by hand on torch tensors (no library variance)."""
+    t = torch.from_numpy(np.asarray(x)).double()
+    return ((t - t.mean(-1, keepdim=True)) ** 2).mean(-1).numpy()
+
+
+def torch_layer_norm(x, gamma, beta, eps):
+    d = x.shape[-1]
+    return F.layer_norm(torch.from_numpy(x).double(), (d,), torch.from_numpy(gamma).double(),
+                        torch.from_numpy(beta).double(), eps=eps).numpy()
+
+
+def ln(x, gamma, beta, eps, *, var=None, eps_outside=False, axis=-1):
+    """A numpy layer norm with the switches of typical mistakes."""
+    x = np.asarray(x, dtype=np.float64)
+    mu = x.mean(axis, keepdims=True)
+    v = x.var(axis, keepdims=True) if var is None else var(x)
+    spread = np.sqrt(v) + eps if eps_outside else np.sqrt(v + eps)
+    return gamma * (x - mu) / spread + beta
+
+
+def test_right_answers_pass_every_check():
+    """A check whose name is misspelt, or whose probe calls the student's code
+    wrongly, fails right answers."""
+    assert "token_mean: all 6 cases passed" in _passes(check_token_mean, torch_mean)
+    assert "token_var: all 6 cases passed" in _passes(check_token_var, torch_var)
+    assert "layer_norm_token: all 8 cases passed" in _passes(check_layer_norm_token,
+                                                             torch_layer_norm)
+    assert "layer_norm_batches: all 6 cases passed" in _passes(check_layer_norm_batches,
+                                                               torch_layer_norm)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        check_predictions(predict_shortcut="b", spacing_near_1e8=8.0, shortcut_breaks_at=1e8)
+    assert "recipe_predictions: all 1 cases passed" in out.getvalue()
+
+
+def test_the_probe_gives_the_student_copies_and_eps_as_a_float():
+    """A probe that hands over the case's own arrays lets a student's in-place
+    edit change what the judge compares with; eps must arrive as a Python float."""
+    seen = []
+
+    def in_place(x, gamma, beta, eps):
+        seen.append(type(eps))
+        y = torch_layer_norm(x, gamma, beta, eps)
+        x[...] = 0.0
+        gamma[...] = 0.0
+        beta[...] = 0.0
+        return y
+
+    _passes(check_layer_norm_token, in_place)
+    assert set(seen) == {float}
+
+    def mean_in_place(x):
+        y = torch_mean(x)
+        x[...] = 0.0
+        return y
+
+    _passes(check_token_mean, mean_in_place)
+
+
+# ---------------------------------------------------------------- the cases, as labelled
+
+
+def _shape_in_label(label):
+    found = re.search(r"\((\d+(?:, \d+)*)\)", label)
+    return tuple(int(n) for n in found.group(1).split(", ")) if found else None
+
+
+@pytest.mark.parametrize("make", [_mean_cases, _var_cases, _token_cases, _batch_cases])
+def test_every_label_names_its_shape(make):
+    """The student reads the label: a case whose data is not the shape it names
+    (a batch of 5 tokens made as 6) misleads them."""
+    for label, case in make(_rng()):
+        x = case["x"]
+        shape = _shape_in_label(label)
+        if shape is not None:
+            assert x.shape == shape, label
+        tokens = re.search(r"(?:of|batch of) (\d+) tokens", label)
+        if tokens:
+            assert x.shape[0] == int(tokens.group(1)), label
+        d = re.search(r"d = (\d+)|(\d+) features", label)
+        if d:
+            assert x.shape[-1] == int(d.group(1) or d.group(2)), label
+        if "float32" in label:
+            assert x.dtype == np.float32, label
+        else:
+            assert x.dtype == np.float64, label
+
+
+def test_the_worked_examples_and_constants_are_the_labelled_values():
+    """Hand-written values of the labels: x = [2, 4, 6, 8], a constant token of 5s."""
+    mean_cases, var_cases = _cases(_mean_cases), _cases(_var_cases)
+    token_cases = _cases(_token_cases)
+    for cases in (mean_cases, var_cases):
+        np.testing.assert_array_equal(cases["x = [2, 4, 6, 8]"]["x"], [2.0, 4.0, 6.0, 8.0])
+        np.testing.assert_array_equal(cases["a constant token [5, 5, 5, 5]"]["x"], [5.0] * 4)
+    plain = token_cases["x = [2, 4, 6, 8]"]
+    np.testing.assert_array_equal(plain["x"], [2.0, 4.0, 6.0, 8.0])
+    np.testing.assert_array_equal(plain["gamma"], np.ones(4))
+    np.testing.assert_array_equal(plain["beta"], np.zeros(4))
+    assert float(plain["eps"]) == 1e-5
+    z = token_cases["z = [2, 6, 4, 12] with gamma = 2, beta = 1"]
+    np.testing.assert_array_equal(z["x"], [2.0, 6.0, 4.0, 12.0])
+    np.testing.assert_array_equal(z["gamma"], [2.0] * 4)
+    np.testing.assert_array_equal(z["beta"], [1.0] * 4)
+    np.testing.assert_array_equal(token_cases["x = [0, 3]"]["x"], [0.0, 3.0])
+    constant = token_cases["a constant token [5, 5, 5, 5] with beta = 0.5"]
+    np.testing.assert_array_equal(constant["x"], [5.0] * 4)
+    np.testing.assert_array_equal(constant["beta"], [0.5] * 4)
+    np.testing.assert_array_equal(constant["gamma"], np.ones(4))
+    np.testing.assert_allclose(token_cases["a tiny spread, 0.001 * [2, 4, 6, 8]"]["x"],
+                               [0.002, 0.004, 0.006, 0.008])
+    with_eps = token_cases["x = [2, 4, 6, 8] with eps = 1"]
+    np.testing.assert_array_equal(with_eps["x"], [2.0, 4.0, 6.0, 8.0])
+    assert float(with_eps["eps"]) == 1.0
+    batch = _cases(_batch_cases)
+    np.testing.assert_array_equal(batch["a batch of 2 tokens, d = 2"]["x"],
+                                  [[0.0, 3.0], [10.0, -10.0]])
+    held = batch["a 4-D batch (2, 2, 3, 8) holding one constant token"]
+    np.testing.assert_array_equal(held["x"][1, 0, 2], np.full(8, 7.0))
+    assert np.all(held["x"].std(-1).ravel()[np.arange(12) != 8] > 0)
+    np.testing.assert_array_equal(held["beta"], np.full(8, 0.25))
+
+
+def test_gamma_beta_and_eps_have_the_tokens_dtype_and_the_default_eps():
+    """float32 tokens come with float32 gamma and beta (a float64 gamma would
+    promote a float32 answer); eps is 1e-5 unless the label says otherwise."""
+    for make in (_token_cases, _batch_cases):
+        for label, case in make(_rng()):
+            d = case["x"].shape[-1]
+            assert case["gamma"].dtype == case["x"].dtype == case["beta"].dtype, label
+            assert case["gamma"].shape == case["beta"].shape == (d,), label
+            if "eps" not in label:
+                assert float(case["eps"]) == 1e-5, label
+            if "gamma" not in label:
+                np.testing.assert_array_equal(case["gamma"], np.ones(d))
+            if "beta" not in label and "constant token" not in label:
+                np.testing.assert_array_equal(case["beta"], np.zeros(d))
+            if "random gamma and beta" in label:
+                assert np.all(case["gamma"] != 1) and np.all(case["beta"] != 0), label
+
+
+def test_the_far_cases_sit_where_the_labels_say():
+    """The offset cases are what makes the shortcut fail: tokens around 10 000,
+    1e8 and 1e6 with a spread of about 1."""
+    var_cases = _cases(_var_cases)
+    for label, offset in (("float32 tokens around 10 000 with spread 1, (4, 64)", 1e4),
+                          ("float64 tokens around 1e8 with spread 1, (3, 32)", 1e8)):
+        x = var_cases[label]["x"].astype(np.float64)
+        np.testing.assert_allclose(x.mean(-1), offset, rtol=0, atol=0.5)
+        assert np.all((0.5 < x.std(-1)) & (x.std(-1) < 2)), label
+    x = _cases(_batch_cases)["tokens around 1e6 with spread 1, (5, 32)"]["x"]
+    np.testing.assert_allclose(x.mean(-1), 1e6, rtol=0, atol=0.6)
+    assert np.all((0.5 < x.std(-1)) & (x.std(-1) < 2))
+
+
+def _about(x, mean, std):
+    """Sample mean within 0.5 and spread within 15 % of what the case was made with."""
+    return abs(x.mean() - mean) < 0.5 and abs(x.std() / std - 1) < 0.15
+
+
+def test_the_random_cases_are_spread_as_made():
+    """The random batches are not all standard normal: some sit at a mean of 1,
+    2 or 3 with a spread of 2, 3 or 4 (code that only works near 0 with unit
+    spread must meet them); the others are standard normal."""
+    mean_cases, var_cases = _cases(_mean_cases), _cases(_var_cases)
+    token_cases, batch = _cases(_token_cases), _cases(_batch_cases)
+    assert _about(mean_cases["a 3-D batch (2, 3, 16)"]["x"], 2.0, 3.0)
+    assert _about(var_cases["a 4-D batch (2, 2, 3, 8)"]["x"], 2.0, 3.0)
+    assert _about(token_cases["a float32 token of 64 features"]["x"], 3.0, 2.0)
+    assert _about(batch["a 3-D batch (2, 3, 16) with random gamma and beta"]["x"], 1.0, 4.0)
+    standard = [mean_cases["a batch of 5 tokens, d = 8"], mean_cases["a 4-D batch (2, 2, 3, 8)"],
+                mean_cases["a float32 batch (4, 64)"], var_cases["a batch of 5 tokens, d = 8"],
+                batch["a batch of 4 tokens, d = 8"], batch["a float32 batch (6, 32)"]]
+    for case in standard:
+        assert abs(case["x"].mean()) < 0.5 and abs(case["x"].std() - 1) < 0.25
+    x = token_cases["a token of 16 features with random gamma and beta"]
+    assert abs(x["x"].mean()) < 1.0 and 0.5 < x["x"].std() < 1.6
+
+
+# ---------------------------------------------------------------- token_mean
+
+
+def test_mean_wrong_axis_on_a_batch_is_told_to_average_the_last_axis():
+    """The first-axis mean of a batch: the shape differs and the hint names the axis."""
+    message = _fails(check_token_mean, lambda x: np.mean(x, axis=0))
+    assert "a batch of 5 tokens, d = 8" in message
+    assert "has shape (8,); expected shape (5,)" in message
+    assert message.endswith(": average over the last axis (the features of each token)")
+
+
+def test_mean_hint_only_for_a_batch_with_the_wrong_shape():
+    """Right shape but wrong values (an off-by-one mean), or a single token
+    given the wrong shape, get the plain difference, no axis hint."""
+    cases = _cases(_mean_cases)
+    batch = cases["a batch of 5 tokens, d = 8"]
+    wrong = _judge_mean(batch, {"y": batch["x"].sum(-1) / 7})
+    assert "expected" in wrong and "last axis" not in wrong
+    token = cases["x = [2, 4, 6, 8]"]
+    wrong = _judge_mean(token, {"y": np.array([5.0])})
+    assert "has shape (1,)" in wrong and "last axis" not in wrong
+    assert _judge_mean(token, {"y": np.array(5.0)}) is None
+
+
+def test_a_float32_mean_is_held_to_float32_accuracy():
+    """A float32 token_mean is judged with float32's tolerance, not float64's."""
+    x = _cases(_mean_cases)["a float32 batch (4, 64)"]
+    y = x["x"].mean(-1, dtype=np.float32) * np.float32(1 + 3e-6)
+    assert _judge_mean(x, {"y": y}) is None
+
+
+# ---------------------------------------------------------------- token_var
+
+
+def test_the_unbiased_variance_is_told_to_divide_by_d():
+    message = _fails(check_token_var, lambda x: torch_var(x) * x.shape[-1] / (x.shape[-1] - 1))
+    assert message.startswith("token_var, x = [2, 4, 6, 8]: your result is [6.6667]")
+    assert message.endswith(". The variance divides by d, not d - 1 (np.var's default, ddof=0)")
+
+
+def test_the_standard_deviation_is_named():
+    message = _fails(check_token_var, lambda x: np.sqrt(torch_var(x)))
+    assert message.endswith(". That is the standard deviation; the variance is its square")
+
+
+def test_the_variance_over_the_wrong_axis_is_named():
+    message = _fails(check_token_var, lambda x: torch_var(np.swapaxes(x, 0, -1)))
+    assert "a batch of 5 tokens, d = 8" in message
+    assert message.endswith(". Take the variance over the last axis (each token's features)")
+
+
+def test_a_variance_that_is_simply_wrong_gets_no_hint():
+    """Half the variance near zero: neither d - 1, the std, the axis nor the shortcut."""
+    message = _fails(check_token_var, lambda x: torch_var(x) / 2)
+    assert message == ("token_var, x = [2, 4, 6, 8]: your result is [2.5]; expected [5.] "
+                       "(largest difference 2.5, tolerance rtol=1e-06, atol=1e-08)")
+
+
+def _shortcut(x):
+    return (x * x).mean(-1) - x.mean(-1) ** 2
+
+
+@pytest.mark.parametrize("label", ["float32 tokens around 10 000 with spread 1, (4, 64)",
+                                   "float64 tokens around 1e8 with spread 1, (3, 32)"])
+@pytest.mark.parametrize("in_float64", [False, True])
+def test_the_shortcut_is_named_in_its_own_dtype_and_in_float64(label, in_float64):
+    """The shortcut in the token's dtype, or in float64, is recognized; at 1e4
+    the float64 shortcut is right, so it passes there."""
+    case = _cases(_var_cases)[label]
+    x = case["x"].astype(np.float64) if in_float64 else case["x"]
+    with np.errstate(all="ignore"):
+        y = _shortcut(x)
+    verdict = _judge_var(case, {"y": y, "library_variance": np.array(False)})
+    if in_float64 and "10 000" in label:
+        assert verdict is None
+    else:
+        assert verdict.endswith("which cancels when the mean is large next to the spread: "
+                                "square deviations from a centre inside the data instead")
+
+
+def test_far_from_zero_any_wrong_variance_is_pointed_at_the_shortcut():
+    """A variance wrong in some other way at a large offset still gets the shortcut hint."""
+    case = _cases(_var_cases)["float64 tokens around 1e8 with spread 1, (3, 32)"]
+    verdict = _judge_var(case, {"y": torch_var(case["x"]) * 1.5,
+                                "library_variance": np.array(False)})
+    assert "This looks like the shortcut" in verdict
+    near = _cases(_var_cases)["a batch of 5 tokens, d = 8"]
+    verdict = _judge_var(near, {"y": torch_var(near["x"]) * 1.5,
+                                "library_variance": np.array(False)})
+    assert "shortcut" not in verdict and "expected" in verdict
+
+
+def test_the_variance_judge_reads_the_values_alone():
+    """Judged on its values when no library-variance flag came with them; a
+    flag set refuses even right values."""
+    case = _cases(_var_cases)["a batch of 5 tokens, d = 8"]
+    right = torch_var(case["x"])
+    assert _judge_var(case, {"y": right}) is None
+    assert _judge_var(case, {"y": right, "library_variance": np.array(False)}) is None
+    refused = _judge_var(case, {"y": right, "library_variance": np.array(True)})
+    assert refused.startswith("your token_var called a library variance (np.var, np.std")
+    assert refused.endswith(": compute it yourself")
+
+
+def welford_float32(x):
+    x = np.asarray(x)
+    mean = np.zeros(x.shape[:-1], x.dtype)
+    m2 = np.zeros(x.shape[:-1], x.dtype)
+    for k in range(x.shape[-1]):
+        delta = x[..., k] - mean
+        mean = mean + delta / x.dtype.type(k + 1)
+        m2 = m2 + delta * (x[..., k] - mean)
+    return m2 / x.dtype.type(x.shape[-1])
+
+
+def test_a_stable_float32_method_is_accepted_far_from_zero():
+    """Welford's method in float32 at 10 000 misses by parts in 10 000: accepted
+    there (rtol 1e-3), and only there."""
+    case = _cases(_var_cases)["float32 tokens around 10 000 with spread 1, (4, 64)"]
+    truth = np.array([statistics.pvariance(row.tolist()) for row in case["x"]])
+    y = welford_float32(case["x"])
+    assert _judge_var(case, {"y": y, "library_variance": np.array(False)}) is None
+    assert _close_enough_in_float32(case["x"], truth * (1 + 9e-4), truth)
+    assert not _close_enough_in_float32(case["x"], truth * (1 + 2e-3), truth)
+    assert not _close_enough_in_float32(case["x"], truth + 0.5, truth)
+    assert not _close_enough_in_float32(case["x"], truth[:3], truth)
+    assert not _close_enough_in_float32(case["x"], np.array(["1"] * 4), truth)
+    far64 = case["x"].astype(np.float64)
+    assert not _close_enough_in_float32(far64, truth * (1 + 9e-4), truth)
+    near = _cases(_var_cases)["a batch of 5 tokens, d = 8"]["x"].astype(np.float32)
+    near_truth = torch_var(near)
+    assert not _close_enough_in_float32(near, near_truth * (1 + 9e-4), near_truth)
+
+
+def test_a_float32_variance_far_from_zero_that_is_text_is_refused_not_crashed():
+    case = _cases(_var_cases)["float32 tokens around 10 000 with spread 1, (4, 64)"]
+    verdict = _judge_var(case, {"y": np.array(["1.0"] * 4), "library_variance": np.array(False)})
+    assert "not numbers" in verdict
+
+
+def test_far_from_zero_is_the_mean_against_1000_spreads_per_token():
+    """Far means |mean| > 1000 * std for every token, each token on its own."""
+    assert _far_from_zero(np.array([10000.0 - 1, 10000.0 + 1]))
+    assert _far_from_zero(np.array([-10000.0 - 1, -10000.0 + 1]))
+    assert _far_from_zero(np.array([1000.5 - 1, 1000.5 + 1]))
+    assert not _far_from_zero(np.array([999.5 - 1, 999.5 + 1]))
+    assert _far_from_zero(np.array([1500.0 - 1, 1500.0 + 1]))
+    assert _far_from_zero(np.full(4, 5.0))  # no spread at all
+    assert not _far_from_zero(np.zeros(4))
+    rows = np.array([[1e4 - 1, 1e4 + 1], [2e4 - 1, 2e4 + 1], [3e4 - 1, 3e4 + 1]])
+    assert _far_from_zero(rows)
+    assert _far_from_zero(rows.astype(np.float32))
+    assert not _far_from_zero(np.array([[1e4 - 1, 1e4 + 1], [0.0, 1.0]]))
+
+
+# ---------------------------------------------------------------- library variance
+
+
+@contextlib.contextmanager
+def _profiler_before():
+    calls = []
+
+    def previous(frame, event, arg):
+        calls.append(event)
+
+    sys.setprofile(previous)
+    try:
+        yield previous
+    finally:
+        sys.setprofile(None)
+
+
+def test_the_profiler_in_place_before_the_check_is_put_back():
+    """A tool's own profiler (coverage, a debugger) is restored after the check."""
+    with _profiler_before() as previous:
+        _passes(check_token_var, torch_var)
+        assert sys.getprofile() is previous
+
+
+def test_an_own_helper_named_like_a_library_variance_is_not_one():
+    """A helper of the student's called variance (or in a folder named statistics)
+    is their own code, not the statistics module's."""
+    code = compile("def variance(row):\n"
+                   "    m = sum(row) / len(row)\n"
+                   "    return sum((v - m) ** 2 for v in row) / len(row)\n",
+                   "/home/jovyan/statistics/helpers.py", "exec")
+    scope = {}
+    exec(code, scope)
+
+    def token_var(x):
+        rows = np.reshape(x, (-1, x.shape[-1])).astype(np.float64)
+        return np.array([scope["variance"](row.tolist()) for row in rows]).reshape(
+            x.shape[:-1])
+
+    assert "all 6 cases passed" in _passes(check_token_var, token_var)
+
+
+def test_code_made_by_exec_is_watched_without_failing():
+    """A function compiled from a string has no path in its file name ("<string>")."""
+    scope = {}
+    exec("def token_var(x):\n"
+         "    c = x - x.mean(-1, keepdims=True)\n"
+         "    return (c * c).mean(-1)\n", scope)
+    assert "all 6 cases passed" in _passes(check_token_var, scope["token_var"])
+    exec("import numpy as np\n"
+         "def token_var(x):\n"
+         "    return np.var(x, axis=-1)\n", scope)
+    assert "library variance" in _fails(check_token_var, scope["token_var"])
+
+
+def test_the_probe_reports_a_library_variance_and_a_replaced_profiler():
+    x = {"x": np.arange(8.0).reshape(2, 4)}
+    assert not recipe_probes._call_var_watched(torch_var, x)["library_variance"]
+    assert recipe_probes._call_var_watched(lambda v: np.var(v, -1), x)["library_variance"]
+    assert recipe_probes._call_var_watched(lambda v: v.std(-1) ** 2, x)["library_variance"]
+
+    def replaces(v):
+        sys.setprofile(None)
+        return torch_var(v)
+
+    assert recipe_probes._call_var_watched(replaces, x)["library_variance"]
+    y = recipe_probes._call_var_watched(torch_var, x)["y"]
+    np.testing.assert_allclose(y, [1.25, 1.25])
+
+
+# ---------------------------------------------------------------- layer norm
+
+
+def eps_ignored(x, gamma, beta, eps):
+    """A layer_norm that always uses 1e-5, whatever eps it is given."""
+    return ln(x, gamma, beta, 1e-5)
+
+
+def test_a_layer_norm_that_ignores_eps_fails_on_the_eps_1_case():
+    """The eps = 1 case is the one that catches eps left at its default: without
+    it every other token case would pass."""
+    message = _fails(check_layer_norm_token, eps_ignored)
+    assert message.startswith("layer_norm_token, x = [2, 4, 6, 8] with eps = 1: ")
+    cases = _token_cases(_rng())
+    failing = [label for label, case in cases
+               if _judge_layer_norm(case, {"y": eps_ignored(case["x"], case["gamma"],
+                                                            case["beta"], float(case["eps"]))})]
+    assert failing == ["x = [2, 4, 6, 8] with eps = 1"]
+
+
+@pytest.mark.parametrize("label", [label for label, _ in _token_cases(_rng())]
+                         + [label for label, _ in _batch_cases(_rng())])
+def test_torch_passes_every_layer_norm_case(label):
+    case = {**_cases(_token_cases), **_cases(_batch_cases)}[label]
+    y = torch_layer_norm(case["x"], case["gamma"], case["beta"], float(case["eps"]))
+    assert _judge_layer_norm(case, {"y": y}) is None
+
+
+MISTAKES = {
+    "d - 1": (lambda x, g, b, eps: ln(x, g, b, eps, var=lambda v: v.var(-1, ddof=1,
+                                                                         keepdims=True)),
+              "the variance divides by d, not d - 1"),
+    "eps outside": (lambda x, g, b, eps: ln(x, g, b, eps, eps_outside=True),
+                    "eps goes inside the square root: (x - mu) / sqrt(var + eps)"),
+    "no eps": (lambda x, g, b, eps: ln(x, g, b, 0.0),
+               "eps is missing: add it to the variance before the square root"),
+    "swapped": (lambda x, g, b, eps: ln(x, b, g, eps),
+                "gamma scales and beta shifts, in that order: gamma * x_hat + beta"),
+    "affine first": (lambda x, g, b, eps: ln(g * x + b, 1.0, 0.0, eps),
+                     "gamma and beta are applied after normalizing, not before"),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # no eps on a constant token: 0 / 0
+def test_each_layer_norm_mistake_is_named(mistake):
+    """Each mistake is named on a case that shows it, with the message's parts."""
+    student, hint = MISTAKES[mistake]
+    message = _fails(check_layer_norm_token, student)
+    assert message.endswith(f". Hint: {hint}"), message
+    assert "expected" in message
+
+
+@pytest.mark.parametrize("label", [label for label, _ in _token_cases(_rng())])
+def test_the_d_minus_1_hint_on_every_token_case(label):
+    """Including the 2-feature token, where d - 1 = 1."""
+    case = _cases(_token_cases)[label]
+    x, g, b, eps = case["x"], case["gamma"], case["beta"], float(case["eps"])
+    y = MISTAKES["d - 1"][0](x, g, b, eps)
+    if not np.allclose(y, torch_layer_norm(x, g, b, eps), rtol=1e-4, atol=1e-4):
+        assert _likely_layer_norm_mistake(case, y) == "the variance divides by d, not d - 1"
+
+
+def test_the_shortcut_variance_in_layer_norm_is_named_at_a_large_offset():
+    case = _cases(_batch_cases)["tokens around 1e6 with spread 1, (5, 32)"]
+    x, g, b, eps = case["x"], case["gamma"], case["beta"], float(case["eps"])
+    with np.errstate(all="ignore"):
+        y = ln(x, g, b, eps, var=lambda v: np.maximum(_shortcut(v)[..., None], 0))
+    message = _judge_layer_norm(case, {"y": y})
+    assert message.endswith(". Hint: the shortcut mean(x**2) - mean(x)**2 cancels at a large "
+                            "offset: use a variance that survives it (your token_var)")
+
+
+def test_a_float32_computation_at_a_large_offset_gets_the_large_offset_hint():
+    """No candidate reproduces float32 arithmetic at 1e6; far from zero, the
+    judge still says where to look."""
+    case = _cases(_batch_cases)["tokens around 1e6 with spread 1, (5, 32)"]
+    x = case["x"].astype(np.float32)
+    y = ln(x, case["gamma"], case["beta"], 1e-5,
+           var=lambda v: ((v - v.mean(-1, keepdims=True)).astype(np.float32) ** 2).mean(
+               -1, keepdims=True)) * 1.01
+    message = _judge_layer_norm(case, {"y": y})
+    assert message.endswith(". Hint: at a large offset the variance must not come from the "
+                            "shortcut mean(x**2) - mean(x)**2: use your token_var")
+
+
+def test_a_wrong_answer_no_mistake_explains_gets_no_hint():
+    """Twice the right answer, near zero: the message has no Hint, not 'Hint: None'."""
+    case = _cases(_token_cases)["x = [2, 4, 6, 8]"]
+    y = 2 * torch_layer_norm(case["x"], case["gamma"], case["beta"], float(case["eps"]))
+    message = _judge_layer_norm(case, {"y": y})
+    assert "Hint" not in message and message.startswith("your result is")
+    assert _likely_layer_norm_mistake(case, y) is None
+
+
+def test_a_wrongly_shaped_answer_gets_the_shape_and_no_hint():
+    case = _cases(_token_cases)["x = [2, 4, 6, 8]"]
+    assert _likely_layer_norm_mistake(case, np.zeros(3)) is None
+    message = _judge_layer_norm(case, {"y": np.zeros(3)})
+    assert message == "your result has shape (3,); expected shape (4,)"
+
+
+def test_batch_statistics_over_the_wrong_axis_are_named():
+    """Normalizing over the batch axis, or over the whole array."""
+    over_batch = _fails(check_layer_norm_batches, lambda x, g, b, eps: ln(x, g, b, eps, axis=0))
+    assert over_batch.endswith(". Hint: normalize each token over its features (the last "
+                               "axis), not over the batch")
+    case = _cases(_batch_cases)["a batch of 4 tokens, d = 8"]
+    x, g, b, eps = case["x"], case["gamma"], case["beta"], float(case["eps"])
+    whole = g * (x - x.mean()) / np.sqrt(x.var() + eps) + b
+    assert _likely_layer_norm_mistake(case, whole) == (
+        "take the mean and variance per token (axis=-1), not over the whole array")
+
+
+def test_mistakes_are_named_on_a_batch_case_too():
+    """The candidates are computed per token on any batch shape, with random gamma."""
+    case = _cases(_batch_cases)["a 3-D batch (2, 3, 16) with random gamma and beta"]
+    x, g, b, eps = case["x"], case["gamma"], case["beta"], float(case["eps"])
+    for mistake in ("d - 1", "eps outside", "swapped", "affine first"):
+        student, hint = MISTAKES[mistake]
+        assert _likely_layer_norm_mistake(case, student(x, g, b, eps)) == hint, mistake
+
+
+# ---------------------------------------------------------------- predictions
+
+
+def _predictions(**answers):
+    return _judge_predictions({}, {k: np.array(str(v)) for k, v in answers.items()})
+
+
+RIGHT = {"spacing_near_1e8": 8.0, "shortcut_breaks_at": 1e8}
+
+
+@pytest.mark.parametrize("guess", ["a", "b", "c", "A", " 'b' ", '"c"', "C "])
+def test_any_of_the_three_guesses_earns_the_point(guess):
+    assert _predictions(predict_shortcut=guess, **RIGHT) is None
+
+
+@pytest.mark.parametrize("guess", ["", "d", "ab", "aX", "Xc", "None", "1"])
+def test_a_guess_that_is_not_one_of_the_three_is_refused(guess):
+    message = _predictions(predict_shortcut=guess, **RIGHT)
+    assert message == (f"Your prediction for the float32 shortcut at 10 000: give one of a, b, c "
+                       f"(you answered {guess}); any of them earns the point, it is your guess")
+
+
+def test_missing_answers_are_listed():
+    assert _predictions(predict_shortcut="a") == (
+        "no answer given for spacing_near_1e8, shortcut_breaks_at")
+    assert _predictions(predict_shortcut="a", spacing_near_1e8=8) == (
+        "no answer given for shortcut_breaks_at")
+
+
+def test_inline_answers_are_judged_against_the_float_formats():
+    """The spacing of float32 near 1e8 is 8; the float64 shortcut breaks near 1e8
+    (of the choices 1e4, 1e8, 1e16), both worked out from numpy's formats."""
+    assert float(np.spacing(np.float32(1e8))) == 8.0
+    assert _predictions(predict_shortcut="a", spacing_near_1e8=8.000001,
+                        shortcut_breaks_at=1e8) is None
+    assert _predictions(predict_shortcut="a", spacing_near_1e8="8", shortcut_breaks_at="1e8") \
+        is None
+    both = _predictions(predict_shortcut="a", spacing_near_1e8=8.5, shortcut_breaks_at=1e4)
+    assert both == ("not yet right: The gap between neighbouring float32 numbers near 1e8 "
+                    "(you answered 8.5); The offset at which the float64 shortcut loses the "
+                    "variance (you answered 10000.0)")
+    for wrong in (9, 16, 4, "eight"):
+        assert "gap between" in _predictions(predict_shortcut="a", spacing_near_1e8=wrong,
+                                             shortcut_breaks_at=1e8)
+    for wrong in (1e4, 1e16, 1e7):
+        assert "float64 shortcut" in _predictions(predict_shortcut="a", spacing_near_1e8=8,
+                                                  shortcut_breaks_at=wrong)
+
+
+def test_the_prediction_probe_sends_answers_as_text():
+    out = recipe_probes._answers_as_text({"a": 1e8, "b": "x", "c": None}, {})
+    assert {k: str(v) for k, v in out.items()} == {"a": "100000000.0", "b": "x", "c": "None"}
+    with pytest.raises(CheckFailed, match="you answered 4"):
+        with contextlib.redirect_stdout(io.StringIO()):
+            check_predictions(predict_shortcut="a", spacing_near_1e8=4, shortcut_breaks_at=1e8)
+
+
+
+# ---------------------------------------------------------------- more diagnoses
+
+
+def test_a_float32_standard_deviation_or_unbiased_variance_is_named_at_float32_accuracy():
+    """Float32 answers are compared with float32's tolerance, in the diagnoses too."""
+    case = _cases(_var_cases)["float32 tokens around 10 000 with spread 1, (4, 64)"]
+    truth = np.array([statistics.pvariance(row.tolist()) for row in case["x"]])
+    std = np.sqrt(truth) * (1 + 2e-5)
+    assert _judge_var(case, {"y": std}).endswith("That is the standard deviation; the variance "
+                                                 "is its square")
+    unbiased = truth * 64 / 63 * (1 + 2e-5)
+    assert _judge_var(case, {"y": unbiased}).endswith("not d - 1 (np.var's default, ddof=0)")
+
+
+def test_the_shortcut_is_named_where_it_was_used_even_at_a_moderate_offset():
+    """Float32 tokens around 300: the float32 shortcut is off by more than float32's
+    tolerance; not far from zero by the 1000-spreads rule, so only its values tell."""
+    x = (300 + np.random.default_rng(5).normal(size=(4, 64))).astype(np.float32)
+    assert not _far_from_zero(x)
+    y = _shortcut(x)
+    verdict = _judge_var({"x": x}, {"y": y})
+    assert verdict is not None and "This looks like the shortcut" in verdict
+
+
+@pytest.mark.parametrize("make", [_mean_cases, _var_cases, _token_cases, _batch_cases])
+def test_the_cases_survive_the_wire(make):
+    """In grading, the cases reach the student's kernel through the wire format,
+    which refuses object arrays: every value must be a plain array."""
+    cases = make(_rng())
+    labels, flat = _wire.flatten_cases(cases)
+    sender, receiver = socket.socketpair()
+    with sender, receiver:
+        _wire.send(sender, {"labels": labels}, flat)
+        header, arrays = _wire.receive(receiver)
+    back = _wire.unflatten_cases(header["labels"], arrays)
+    for (label, case), (_, returned) in zip(cases, back):
+        assert sorted(case) == sorted(returned), label
+        for key in case:
+            np.testing.assert_array_equal(returned[key], case[key])
+
+
+# ---------------------------------------------------------------- boundaries and robustness
+
+
+def test_far_means_strictly_more_than_1000_spreads():
+    """Exactly 1000 spreads (plus the 1e-12 guard) from zero is not far yet."""
+    m = 1000 * (1.0 + 1e-12)
+    assert not _far_from_zero(np.array([m - 1, m + 1]))
+
+
+def test_a_variance_given_as_text_never_passes():
+    """Right numbers as strings are refused, even far from zero in float32, where
+    the float32 allowance applies."""
+    case = _cases(_var_cases)["float32 tokens around 10 000 with spread 1, (4, 64)"]
+    truth = np.array([statistics.pvariance(row.tolist()) for row in case["x"]])
+    as_text = np.array([repr(float(v)) for v in truth])
+    assert not _close_enough_in_float32(case["x"], as_text, truth)
+    assert "not numbers" in _judge_var(case, {"y": as_text})
+
+
+def test_the_float32_allowance_takes_float32_answers_and_has_no_absolute_slack():
+    case = _cases(_var_cases)["float32 tokens around 10 000 with spread 1, (4, 64)"]
+    truth = np.array([statistics.pvariance(row.tolist()) for row in case["x"]])
+    assert _close_enough_in_float32(case["x"], (truth * (1 + 9e-4)).astype(np.float32), truth)
+    just_over = truth * (1 + 1e-3) + 5e-9
+    assert not _close_enough_in_float32(case["x"], just_over, truth)
+
+
+def _far_case(gamma, beta, eps=1e-5):
+    x = (1e6 + np.random.default_rng(3).normal(size=(3, 16)))
+    return recipe_judges._ln_case(x, gamma, beta, eps)
+
+
+def test_the_shortcut_is_named_with_a_random_affine():
+    """At a large offset with gamma and beta not 1 and 0, the shortcut candidate
+    applies them as the student would."""
+    rng = np.random.default_rng(4)
+    case = _far_case(rng.normal(size=16), rng.normal(size=16))
+    x, g, b, eps = case["x"], case["gamma"], case["beta"], float(case["eps"])
+    with np.errstate(all="ignore"):
+        y = ln(x, g, b, eps, var=lambda v: np.maximum(_shortcut(v)[..., None], 0))
+    assert _likely_layer_norm_mistake(case, y).startswith("the shortcut mean(x**2)")
+
+
+def test_affine_before_normalizing_is_named_with_eps_1():
+    """With eps = 1 the candidate's eps (inside the root, added) matters."""
+    x = np.array([[2.0, 4.0, 6.0, 8.0], [1.0, -1.0, 0.5, 3.0]])
+    case = recipe_judges._ln_case(x, [2.0, 0.5, 1.0, 3.0], [1.0, -1.0, 0.0, 2.0], eps=1.0)
+    y = ln(case["gamma"] * x + case["beta"], 1.0, 0.0, 1.0)
+    assert _likely_layer_norm_mistake(case, y) == (
+        "gamma and beta are applied after normalizing, not before")
+
+
+def test_batch_axis_mistakes_are_named_with_a_random_affine():
+    case = _cases(_batch_cases)["a 3-D batch (2, 3, 16) with random gamma and beta"]
+    x, g, b, eps = case["x"], case["gamma"], case["beta"], float(case["eps"])
+    assert _likely_layer_norm_mistake(case, ln(x, g, b, eps, axis=0)) == (
+        "normalize each token over its features (the last axis), not over the batch")
+    whole = g * (x - x.mean()) / np.sqrt(x.var() + eps) + b
+    assert _likely_layer_norm_mistake(case, whole) == (
+        "take the mean and variance per token (axis=-1), not over the whole array")
+
+
+def test_a_float32_mistake_is_named_at_float32_accuracy():
+    """A float32 answer with the d - 1 variance, off by 2e-5 (inside float32's
+    tolerance, outside float64's), is still named."""
+    case = _cases(_batch_cases)["a float32 batch (6, 32)"]
+    x, g, b, eps = case["x"], case["gamma"], case["beta"], float(case["eps"])
+    y = (MISTAKES["d - 1"][0](x, g, b, eps) * (1 + 2e-5)).astype(np.float32)
+    assert _likely_layer_norm_mistake(case, y) == "the variance divides by d, not d - 1"
+
+
+def test_judging_prints_no_warnings():
+    """0 / 0 in a candidate (a constant token with no eps) and numpy's own
+    deprecations stay out of the grading log."""
+    import warnings
+
+    case = _cases(_token_cases)["a constant token [5, 5, 5, 5] with beta = 0.5"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _judge_layer_norm(case, {"y": np.full(4, 0.7)}) is not None
+        assert _predictions(predict_shortcut="a", **RIGHT) is None
+    arithmetic = [w for w in caught if "value encountered in" in str(w.message)
+                  or "divide by zero" in str(w.message)]
+    assert arithmetic == []
+    assert [w for w in caught if issubclass(w.category, DeprecationWarning)] == []
+
+
+def test_inline_answers_have_relative_tolerance_1e_6_and_no_absolute_slack():
+    assert _predictions(predict_shortcut="a", spacing_near_1e8=8.0000079,
+                        shortcut_breaks_at=1e8) is None
+    for near_miss in (8.00005, 8.000008005):
+        assert "gap between" in _predictions(predict_shortcut="a", spacing_near_1e8=near_miss,
+                                             shortcut_breaks_at=1e8)
+
+
+def test_float32_inputs_are_judged_at_float32_accuracy():
+    """Tolerances follow the input's dtype: a float32 answer 2e-5 off passes a
+    float32 case (token_var near zero, layer_norm) and fails a float64 one."""
+    x32 = np.random.default_rng(6).normal(size=(3, 16)).astype(np.float32)
+    var = torch_var(x32) * (1 + 2e-5)
+    assert _judge_var({"x": x32}, {"y": var.astype(np.float32)}) is None
+    assert _judge_var({"x": x32.astype(np.float64)}, {"y": var}) is not None
+    case = _cases(_batch_cases)["a float32 batch (6, 32)"]
+    y = torch_layer_norm(case["x"], case["gamma"], case["beta"], 1e-5) * (1 + 2e-5)
+    assert _judge_layer_norm(case, {"y": y.astype(np.float32)}) is None
+
+
+def test_a_float32_variance_far_from_zero_within_the_allowance_passes_the_judge():
+    case = _cases(_var_cases)["float32 tokens around 10 000 with spread 1, (4, 64)"]
+    truth = np.array([statistics.pvariance(row.tolist()) for row in case["x"]])
+    assert _judge_var(case, {"y": (truth * (1 + 9e-4)).astype(np.float32)}) is None
+    assert _judge_var(case, {"y": (truth * (1 + 2e-3)).astype(np.float32)}) is not None
+
+
+def test_the_library_variance_message_names_every_library_way():
+    case = _cases(_var_cases)["x = [2, 4, 6, 8]"]
+    assert _judge_var(case, {"y": np.array(5.0), "library_variance": np.array(True)}) == (
+        "your token_var called a library variance (np.var, np.std, np.nanvar, np.nanstd, "
+        "np.cov, np.corrcoef, a statistics function or an array's .var/.std method): "
+        "compute it yourself")
+
+
+def test_a_single_token_with_a_wrongly_shaped_variance_gets_no_axis_hint():
+    case = _cases(_var_cases)["x = [2, 4, 6, 8]"]
+    verdict = _judge_var(case, {"y": np.array([5.0, 5.0])})
+    assert verdict == "your result has shape (2,); expected shape ()"
+
+
+def test_a_slightly_different_float32_shortcut_is_named():
+    """The float32 shortcut at a moderate offset, computed in another order (2e-5
+    off): recognized at float32's tolerance."""
+    x = (300 + np.random.default_rng(5).normal(size=(4, 64))).astype(np.float32)
+    y = (_shortcut(x) * (1 + 2e-5)).astype(np.float32)
+    assert "This looks like the shortcut" in _judge_var({"x": x}, {"y": y})
+
+
+def test_judging_a_variance_prints_no_warnings():
+    """float16 tokens around 300 overflow in the shortcut (300**2 > 65504): the
+    judge's own arithmetic stays quiet."""
+    import warnings
+
+    x = (300 + np.random.default_rng(7).normal(size=(2, 8))).astype(np.float16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _judge_var({"x": x}, {"y": np.full(2, 7.0)}) is not None
+    assert [str(w.message) for w in caught if "encountered in" in str(w.message)] == []
+
+
+def test_explicit_gamma_and_beta_take_the_tokens_dtype():
+    x = np.ones((2, 3), np.float32)
+    case = recipe_judges._ln_case(x, [2.0, 2.0, 2.0], [0.5, 0.5, 0.5], eps=0.1)
+    assert case["gamma"].dtype == case["beta"].dtype == np.float32
+    np.testing.assert_array_equal(case["gamma"], [2.0] * 3)
+    np.testing.assert_array_equal(case["beta"], [0.5] * 3)
+    assert float(case["eps"]) == np.float64(0.1)
