@@ -53,8 +53,10 @@ class Cluster:
         self.tmp_path = tmp_path
         self.processes = {}
         port = self.address.rsplit(":", 1)[1]
+        # as the README starts one: one hand-in at a time per worker
         self._start("scheduler", [DASK, "scheduler", "--host", "127.0.0.1", "--port", port,
-                                  "--no-dashboard"])
+                                  "--no-dashboard"],
+                    env={**os.environ, "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": "1.0"})
 
     def _start(self, name, command, env=None):
         log = open(self.tmp_path / f"{name}.log", "w")
@@ -151,6 +153,7 @@ def test_a_worker_killed_mid_run_costs_no_grade_and_grades_nobody_twice(cluster,
     lines = [ln for ln in log.read_text().splitlines() if ln.startswith("[")]
     graded_once = sorted(ln.split("] ", 1)[1].split(":")[0] for ln in lines)
     assert graded_once == sorted(expected), "each student's result written exactly once"
+    assert "worker-saturation" not in log.read_text()
     for student in expected:
         assert (course.autograded / student / ASSIGNMENT / RESULT_FILE).exists()
 
