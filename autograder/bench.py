@@ -261,7 +261,10 @@ def format_report(bench, *, target_ratio=0.25):
     by_sample = {}
     for student, v in differ.items():
         by_sample.setdefault((v["sample"], v["stock"], v["ours"]), []).append(student)
-    for (sample, stock, ours), students in sorted(by_sample.items()):
+    def missing_last(item):  # a grader that left no score gives None: after the numbers
+        return tuple((value is None, value or 0) for value in item[0])
+
+    for (sample, stock, ours), students in sorted(by_sample.items(), key=missing_last):
         why = " (cheats: stock nbgrader believes the kernel)" if sample in DISHONEST_SAMPLES \
             else ""
         lines.append(f"  scores differ for {len(students)} x {sample}: stock {stock}, "

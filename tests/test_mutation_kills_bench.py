@@ -414,6 +414,18 @@ def test_format_report_gives_the_times_the_ratio_and_differing_scores():
     assert len(lines) == 4
 
 
+def test_a_hand_in_stock_nbgrader_left_unscored_is_reported_after_the_scored_ones():
+    """Stock nbgrader can leave a hand-in without a score (None): its group is listed
+    after the numbers of the same sample rather than stopping the report."""
+    scores = {"s0_fay": {"sample": "fay", "stock": None, "ours": 4.0},
+              "s1_fay": {"sample": "fay", "stock": 10.0, "ours": 4.0},
+              "s2_fay": {"sample": "fay", "stock": 2.0, "ours": 4.0}}
+    assert bench.format_report(_bench(0.25, scores))[4:] == [
+        "  scores differ for 1 x fay: stock 2.0, ours 4.0",
+        "  scores differ for 1 x fay: stock 10.0, ours 4.0",
+        "  scores differ for 1 x fay: stock None, ours 4.0"]
+
+
 def test_format_engine_report():
     """Both engines' time and throughput, the ratio against 0.90 (MISSED below it),
     whether the scores agree, and Dask's phases."""
@@ -541,3 +553,75 @@ def test_a_second_submission_replaces_the_first(tmp_path):
                   notebook_name="01_x.ipynb")
     assert (course_root / "submitted" / "s000_a" / "01_x" / "01_x.ipynb").read_text() == \
         "second"
+
+
+def test_engine_report_is_printed_one_line_each(monkeypatch, capsys):
+    """--engines prints the engine report as it is, one line per line, nothing added."""
+    found = {"handins": 6, "workers": 2, "cores": 4, "ratio": 1.0, "same_scores": True,
+             "pool": {"seconds": 1.0, "per_minute": 360.0, "phases": {}},
+             "dask": {"seconds": 1.0, "per_minute": 360.0, "phases": {"run": 0.5}}}
+    monkeypatch.setattr(bench, "run_engine_bench", lambda **kw: found)
+    assert bench.bench_command(course="C", engines=True) == 0
+    assert capsys.readouterr().out == (
+        "6 hand-ins of 01_the_recipe, 2 workers on 4 cores\n"
+        "  process pool (baseline)      1.0 s   360.0 hand-ins per minute\n"
+        "  Dask LocalCluster            1.0 s   360.0 hand-ins per minute\n"
+        "  Dask / pool throughput: 1.00 (target at least 0.90)\n"
+        "  same scores on both: yes\n"
+        "  where a perfect hand-in's time goes: run 0.50 s\n")
+
+
+def test_the_benchmarks_defaults_are_the_documented_ones(runs):
+    """Without options, the stock comparison grades 40 hand-ins and the engine comparison
+    200, both with the CLI's 30 s per cell."""
+    found = bench.run_bench(course=None, progress=io.StringIO())
+    assert found["handins"] == 40 and len(found["scores"]) == 40
+    assert [call[-1] for call in runs[1:]] == [30.0, 30.0]
+    runs.clear()
+    found = bench.run_engine_bench(course=None, progress=io.StringIO())
+    assert found["handins"] == 200 and len(found["dask"]["scores"]) == 200
+    assert [call[-1] for call in runs[1:]] == [30.0] * 4
+
+
+def test_both_graders_get_the_course_and_the_progress_stream(samples, monkeypatch):
+    """The course given (its source and release) reaches every grading run, and ours
+    reports its progress to the stream given."""
+    monkeypatch.setattr(bench, "_warm_up", lambda: None)
+    course, log, seen = object(), io.StringIO(), []
+
+    def stock(*, course, handin_folder, cell_timeout):
+        seen.append(("stock", course))
+        return 1.0, {}
+
+    def ours(*, course, handin_folder, workers, cell_timeout, progress, engine="dask"):
+        seen.append((engine, course, progress))
+        return 1.0, {}, {}
+
+    monkeypatch.setattr(bench, "time_stock_nbgrader", stock)
+    monkeypatch.setattr(bench, "time_pipeline", ours)
+    bench.run_bench(course=course, handins=2, progress=log)
+    assert seen == [("stock", course), ("dask", course, log)]
+    seen.clear()
+    bench.run_engine_bench(course=course, handins=2, progress=log)
+    assert seen == [(engine, course, log) for engine in ("pool", "dask", "dask", "pool")]
+
+
+def test_stock_nbgrader_sets_up_grades_and_reads_one_scratch_course(tmp_path, monkeypatch,
+                                                                     clock):
+    """The scratch nbgrader course is made from the course given, autograded, and its
+    gradebook read for the assignment, all in the same folder; the per-cell timeout is
+    30 s unless told."""
+    course = _course(tmp_path / "course")
+    handins = tmp_path / "handins"
+    handins.mkdir()
+    events = []
+    monkeypatch.setattr(bench, "_stock_course", lambda **kw: events.append(("course", kw)))
+    monkeypatch.setattr(bench, "_nbgrader", lambda args, *, cwd: events.append(("run", cwd)))
+    monkeypatch.setattr(bench, "_stock_scores", lambda root, assignment: events.append(
+        ("scores", root, assignment)) or {"s000_ada": 2.0})
+    assert bench.time_stock_nbgrader(course=course, handin_folder=handins)[1] == {
+        "s000_ada": 2.0}
+    (_, made), (_, graded_in), (_, read_from, assignment) = events
+    assert made["course"] is course and made["cell_timeout"] == 30.0
+    assert isinstance(graded_in, Path) and made["root"] == graded_in == read_from
+    assert assignment == "01_the_recipe"

@@ -124,6 +124,15 @@ def test_every_grading_option_reaches_the_grader(tmp_path, grading):
     assert grading.reports.calls[0]["show_hidden_tests"] is True
 
 
+def test_hidden_tests_stay_folded_unless_the_options_ask(tmp_path, grading):
+    """Options without --show-hidden-tests at all (not only with it unset) fold the
+    hidden tests away on the feedback pages."""
+    args = cli.build_parser().parse_args(["grade", "01_x", "--course", str(tmp_path)])
+    del args.show_hidden_tests
+    cli._grade_and_report(course=Course(tmp_path), assignment="01_x", args=args)
+    assert grading.reports.calls[0]["show_hidden_tests"] is False
+
+
 def test_grade_refuses_an_unknown_engine_and_a_missing_subcommand(capsys):
     """--engine takes dask or pool only; a subcommand is required."""
     assert cli.build_parser().parse_args(["grade", "a", "--engine", "dask"]).engine == "dask"
@@ -191,6 +200,7 @@ def test_grade_examples_grades_each_sample_class_in_a_scratch_course(
                      "--workers", "2"]) == 1
     ((scratch, assignment, source_path, source_text, release_text),) = seen
     assert scratch != course.root and not scratch.exists()
+    assert scratch.name.startswith("examples-")  # the "reports in" line shows this folder
     assert (assignment, source_path) == ("01_x", examples / "01_x")
     assert (source_text, release_text) == ("source notebook", "release notebook")
     assert grading.grade.calls[0]["workers"] == 2
@@ -265,6 +275,8 @@ def test_demo_remakes_its_scratch_course_and_grades_every_sample_class(
         for name in ("00_also", "01_x")]
     assert [c["expected"] for c in demo_fakes.grading.table.calls] == [
         {"cy": 0.5}, {"ada": 3.0, "bob": 0.0}]
+    assert [c["course"] for c in demo_fakes.grading.grade.calls] == [demo, demo]
+    assert [c["course"] for c in demo_fakes.grading.reports.calls] == [demo, demo]
     out = capsys.readouterr().out
     assert "collected 01_x\n  second line\n" in out
     assert out.endswith(f"\nThe demo course is {demo_root} (yours is untouched); "
