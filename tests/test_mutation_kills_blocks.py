@@ -1073,3 +1073,38 @@ def test_profile_checks_use_the_students_own_make_model():
     if (own["flattest"], own["steepest"]) != (truths["flattest"], truths["steepest"]):
         blocks_probes.check_profile_shapes(make_model=_no_final_ln, flattest=own["flattest"],
                                            steepest=own["steepest"])
+
+
+_ROTATED = {"pre": "post", "post": "sandwich", "sandwich": "deepnorm", "deepnorm": "pre"}
+
+
+def _kinds_rotated(kind, n_layers, seed):
+    """A make_model that builds the wrong kind for every kind asked for."""
+    return blocks.experiment_model(_ROTATED[kind], n_layers, seed)
+
+
+def test_profile_shapes_accepts_the_choices_of_the_students_own_table():
+    """Choices read off the student's own profiles (here every kind renamed,
+    so both choices differ from the grader's) pass when make_model is given
+    and fail without it."""
+    truths = blocks_judges.true_answers()
+    own = blocks_judges._answers_from(blocks_probes._own_profiles(_kinds_rotated, PROFILE_CASE))
+    assert own["flattest"] != truths["flattest"] and own["steepest"] != truths["steepest"]
+    blocks_probes.check_profile_shapes(make_model=_kinds_rotated, flattest=own["flattest"],
+                                       steepest=own["steepest"])
+    with pytest.raises(CheckFailed, match=r"flattest.*you answered.*falls most.*you answered"):
+        blocks_probes.check_profile_shapes(flattest=own["flattest"], steepest=own["steepest"])
+
+
+def test_own_profiles_are_measured_on_one_thread():
+    """The student's models run on one thread, like the grader's table and the
+    notebook's experiment, whatever the count before."""
+    seen = []
+
+    def make_model(kind, n_layers, seed):
+        seen.append(torch.get_num_threads())
+        raise NotImplementedError()
+
+    torch.set_num_threads(2)
+    assert blocks_probes._own_profiles(make_model, PROFILE_CASE) is None
+    assert seen == [1] and torch.get_num_threads() == 2
