@@ -502,6 +502,10 @@ def _plain_name(name):
     return re.sub(r"-\d+(\.ipynb)$", r"\1", name)
 
 
+class _Renamed(str):
+    """A note that a notebook was saved under the assignment's name (shown as "renamed")."""
+
+
 def _notebook_targets(handin, expected, notes):
     """[(candidate, path parts inside the hand-in's folder)] for its notebooks."""
     if not handin.folder_layout:
@@ -515,11 +519,11 @@ def _notebook_targets(handin, expected, notes):
             raise _Refused(f"the assignment has {len(expected)} notebooks "
                            f"({', '.join(expected)}); hand them in as a folder")
         if original and _plain_name(original) != target:
-            notes.append(f"{_shown(original)} saved as {target}")
+            notes.append(_Renamed(f"{_shown(original)} saved as {target}"))
         return [(candidate, (target,))]
     names = [candidate.rel[0] for candidate in handin.notebooks]
     if len(expected) == 1 and len(names) == 1 and names[0] != expected[0]:
-        notes.append(f"{_shown(names[0])} saved as {expected[0]}")
+        notes.append(_Renamed(f"{_shown(names[0])} saved as {expected[0]}"))
         return [(handin.notebooks[0], (expected[0],))]
     unexpected = [name for name in names if name not in expected]
     missing = [name for name in expected if name not in names]
@@ -754,7 +758,7 @@ def _collect_from(candidates, read, course, assignment, expected, report):
             _record(course, student, assignment, handin, status, when, source, notes, files)
         except _Refused as refused:
             notes.append(f"its time and LMS marker were not recorded: {refused}")
-        renamed = [note for note in notes if " saved as " in note]
+        renamed = [note for note in notes if isinstance(note, _Renamed)]
         if renamed:
             report.renamed[student] = "; ".join(renamed)
         report.notes += [f"{student}: {note}" for note in notes if note not in renamed]

@@ -7,6 +7,7 @@ student, an earlier resubmission kept instead of the latest, a late marker lost,
 existing hand-in overwritten, a reason that does not name the file.
 """
 
+import errno
 import hashlib
 import json
 import os
@@ -1190,3 +1191,155 @@ def test_ten_stale_ids_are_listed_without_dots(course, tmp_path):
     _roster(course, "plain", [("kim", "Kim Park", None)])
     report = _run(course, _folder(tmp_path, {"kim.ipynb": tiny_notebook("kim")}))
     assert report.notes[-1].endswith("old7, old8, old9")
+
+
+# --- further small bugs ---------------------------------------------------------------
+
+def test_two_unchanged_students_are_listed_with_a_comma():
+    report = CollectReport(unchanged=["cy", "dee"])
+    assert report.lines()[1] == "  unchanged: cy, dee"
+
+
+def test_eleven_stale_ids_list_ten_and_dots(course, tmp_path):
+    """More than ten ids unknown to the roster: the first ten, then " ..."."""
+    for n in range(11):
+        (course.submitted / f"old{n:02}" / A).mkdir(parents=True)
+    _roster(course, "plain", [("kim", "Kim Park", None)])
+    report = _run(course, _folder(tmp_path, {"kim.ipynb": tiny_notebook("kim")}))
+    assert report.notes == [
+        "submitted/ holds 11 hand-ins of 01_hw under ids that are not in the roster (collected "
+        "before it?): old00, old01, old02, old03, old04, old05, old06, old07, old08, old09 ..."]
+
+
+def test_other_assignments_in_a_course_tree_are_counted_by_student_folder(course, tmp_path):
+    """In a whole course's submitted/, a hand-in of another assignment is named by that
+    assignment (not by the student) and each student folder is counted once."""
+    (course.source / "ps2").mkdir()
+    (course.source / "ps2" / "p.ipynb").write_bytes(b"{}")
+    report = _run(course, _zip(tmp_path / "z.zip", {
+        f"submitted/ada/{A}/{NB}": tiny_notebook("ada"),
+        "submitted/ada/ps2/p.ipynb": b"{}", "submitted/ada/ps2/d.csv": b"1",
+        "submitted/ben/ps2/p.ipynb": b"{}"}))
+    assert report.collected == ["ada"] and report.unmatched == []
+    assert report.notes == ["left out, hand-ins for other assignments: ps2 (2 folders)"]
+
+
+def test_a_student_folder_named_submitted_is_a_folder_of_its_own(course, tmp_path):
+    """`submitted/ps2/...` (the student `submitted`, read without the course prefix) and
+    `submitted/submitted/ps2/...` are two folders, each counted."""
+    (course.source / "ps2").mkdir()
+    (course.source / "ps2" / "p.ipynb").write_bytes(b"{}")
+    report = _run(course, _zip(tmp_path / "z.zip", {
+        "submitted/ps2/p.ipynb": b"{}", "submitted/submitted/ps2/p.ipynb": b"{}"}))
+    assert report.notes == ["left out, hand-ins for other assignments: ps2 (2 folders)"]
+
+
+def test_two_nbgrader_folders_for_one_id_are_both_refused(course, tmp_path):
+    """`Ada/<assignment>/` and `ada/<assignment>/` are one student id under two names:
+    neither is collected, both are listed naming the two."""
+    report = _run(course, _zip(tmp_path / "z.zip", {f"Ada/{A}/{NB}": tiny_notebook("Ada"),
+                                                    f"ada/{A}/{NB}": tiny_notebook("ada")}))
+    assert report.collected == [] and report.replaced == []
+    assert sorted(report.unmatched) == [
+        f"{folder}/{A}/ (different names Ada and ada map to one student id {folder}; none of "
+        "them collected)" for folder in ("Ada", "ada")]
+    assert not course.submitted.exists() or list(course.submitted.iterdir()) == []
+
+
+def test_a_roster_files_an_nbgrader_folder_under_its_id(course, tmp_path):
+    """An nbgrader-layout hand-in is matched against the roster by its folder's name."""
+    _roster(course, "plain", [("ada", "Ada Lovelace", None)])
+    report = _run(course, _zip(tmp_path / "z.zip", {f"ada/{A}/{NB}": tiny_notebook("ada")}))
+    assert report.collected == ["ada"] and report.unmatched == []
+    assert _got(course, "ada") == tiny_notebook("ada")
+    assert _sidecar(course, "ada")["roster_match"] == "roster id"
+
+
+@pytest.mark.filterwarnings("error")
+def test_reading_from_a_folder_warns_about_nothing(tmp_path):
+    """Reading a hand-in prints no warning (binary files cannot be line-buffered)."""
+    inbox = _folder(tmp_path, {"ada.ipynb": b"abc"})
+    assert bytes(_read_folder(inbox, ("ada.ipynb",))[1]) == b"abc"
+
+
+def test_a_read_error_in_a_folder_file_is_refused_with_its_reason(tmp_path, monkeypatch):
+    def failing(read):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(collect_module, "_read_capped", failing)
+    inbox = _folder(tmp_path, {"ada.ipynb": b"abc"})
+    with pytest.raises(collect_module._Refused) as refused:
+        _read_folder(inbox, ("ada.ipynb",))
+    assert str(refused.value) == "cannot be read: Input/output error"
+
+
+def test_a_file_time_keeps_its_zone_in_a_course_with_another_zone(course, tmp_path):
+    """A file's time is an instant (UTC): the course's zone is only for zone-less zip dates."""
+    (course.root / "deadlines.json").write_text('{"timezone": "Europe/Berlin"}')
+    inbox = _folder(tmp_path, {"ada.ipynb": tiny_notebook("ada")})
+    when = datetime(2026, 10, 2, 12, 0, tzinfo=UTC).timestamp()
+    os.utime(inbox / "ada.ipynb", (when, when))
+    _run(course, inbox)
+    assert _sidecar(course, "ada")["submitted_at"] == "2026-10-02T12:00:00+00:00"
+
+
+def test_a_stored_copy_that_does_not_match_is_refused(course, monkeypatch):
+    """The bytes written into submitted/ are checked against the hand-in's; a mismatch is
+    refused with its reason and leaves nothing behind."""
+    class Corrupted(type(collect_module.Path())):
+        def read_bytes(self):
+            return b"not what was written"
+
+    monkeypatch.setattr(collect_module, "Path", Corrupted)
+    with pytest.raises(collect_module._Refused) as refused:
+        collect_module._store(course, "ada", A, [((NB,), b"hand-in")], CollectReport())
+    assert str(refused.value) == "the copy does not match the original"
+    assert list((course.submitted / "ada" / A).iterdir()) == []
+
+
+def test_the_old_copy_of_a_link_swapped_in_is_the_link_not_its_target(course, tmp_path,
+                                                                      monkeypatch):
+    """A hand-in replaced just when a link is swapped in for it: the kept old copy is the
+    link itself, the file it points to is never copied into submitted/."""
+    _run(course, _folder(tmp_path, {"ada.ipynb": tiny_notebook("ada")}))
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"secret")
+    real = collect_module._kept_name
+
+    def swap(target):
+        target.unlink()
+        target.symlink_to(secret)
+        return real(target)
+
+    monkeypatch.setattr(collect_module, "_kept_name", swap)
+    report = _run(course, _folder(tmp_path, {"ada.ipynb": tiny_notebook("ada 2")}, "again"))
+    assert report.replaced == ["ada"]
+    kept = course.submitted / "ada" / A / report.kept["ada"]
+    assert kept.is_symlink() and os.readlink(kept) == str(secret)
+    assert _got(course, "ada") == tiny_notebook("ada 2")
+
+
+def test_a_file_swapped_in_for_the_source_folder_is_refused_naming_it(course, tmp_path,
+                                                                     monkeypatch):
+    """The source is opened as a folder: a file there (swapped in after the check) is
+    refused with an error that names its path."""
+    class SeenAsFolder(type(collect_module.Path())):
+        def is_dir(self):
+            return True
+
+    source = tmp_path / "inbox"
+    source.write_text("not a folder")
+    monkeypatch.setattr(collect_module, "Path", SeenAsFolder)
+    with pytest.raises(NotADirectoryError) as error:
+        _run(course, source)
+    assert str(error.value.filename) == str(source)
+
+
+def test_a_notebook_named_saved_as_is_a_note_not_a_renaming(course, tmp_path):
+    """Only a notebook saved under the assignment's name is reported as renamed: an extra
+    notebook whose own name says "saved as" is a plain note (it was once listed as renamed)."""
+    report = _run(course, _folder(tmp_path, {
+        f"ada/{A}/{NB}": tiny_notebook("ada"),
+        f"ada/{A}/draft saved as final.ipynb": tiny_notebook("draft")}))
+    assert report.collected == ["ada"] and report.renamed == {}
+    assert report.notes == ["ada: not the assignment's notebooks: draft saved as final.ipynb"]
