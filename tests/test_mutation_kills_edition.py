@@ -127,3 +127,13 @@ def test_links_into_binder_colab_and_the_site():
     assert repo.site("notebooks/01.html") == "https://x.org/ln/notebooks/01.html"
     assert repo.as_dict() == {"repo_url": "https://github.com/norm/ln", "branch": "fall/2026",
                               "site_url": "https://x.org/ln/"}
+
+
+def test_repository_parse_accepts_branch_names_in_capitals():
+    """Git branch names may hold capitals ("Fall-2026", "release/V2"): they are kept as
+    written, in the links too."""
+    repo = Repository.parse("https://github.com/a/b", branch="Fall-2026")
+    assert repo.branch == "Fall-2026"
+    assert repo.binder() == "https://mybinder.org/v2/gh/a/b/Fall-2026"
+    assert Repository.parse("https://github.com/a/b", branch="release/V2").colab("x.ipynb") == (
+        "https://colab.research.google.com/github/a/b/blob/release/V2/x.ipynb")

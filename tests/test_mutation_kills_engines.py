@@ -10,6 +10,7 @@ the whole module.
 import ctypes
 import hashlib
 import importlib.metadata
+import inspect
 import io
 import logging
 import os
@@ -228,13 +229,16 @@ def test_the_dask_plugin_arms_the_signal_in_its_worker(death_signal_restored):
 
 
 def test_an_engine_is_chosen_by_name(monkeypatch):
+    """dask or pool by name, the Dask engine given the workers, the scheduler and the log
+    (by default the standard error the module was imported under), any other refused."""
     made = []
     monkeypatch.setattr(engines, "DaskEngine", lambda **kw: made.append(kw) or "dask")
     log = io.StringIO()
     assert engines.engine_for("dask", workers=3, scheduler="tcp://h:1", log=log) == "dask"
     assert made == [{"workers": 3, "scheduler": "tcp://h:1", "log": log}]
     engines.engine_for("dask", workers=2)
-    assert made[1] == {"workers": 2, "scheduler": None, "log": sys.stderr}
+    default_log = inspect.signature(engines.engine_for).parameters["log"].default
+    assert made[1] == {"workers": 2, "scheduler": None, "log": default_log}
     with engines.engine_for("pool", workers=2) as pool:
         assert isinstance(pool, PoolEngine) and pool.workers == 2
     with pytest.raises(ValueError, match="unknown engine 'spark': dask or pool"):
@@ -537,7 +541,9 @@ def test_check_workers_names_each_wrong_worker_and_what_differs():
         engine.check_workers()
     message = str(caught.value)
     assert message.startswith("refused: these Dask workers run another version")
-    assert "pip install -r requirements-dev.txt && pip install -e ." in message
+    assert ("run another version than this machine, so they could grade differently; "
+            "install the same project and packages there (pip install -r "
+            "requirements-dev.txt && pip install -e .):\n  ") in message
     wrong = message.split("\n  ")[1:]
     assert wrong == [f"tcp://b:2: another version of the grader or its checks, "
                      f"torch 0.1 (here {mine['torch']})"]
@@ -613,3 +619,60 @@ def test_the_local_cluster_hands_each_worker_one_hand_in_at_a_time(dask_engine):
         pass
     assert "worker-saturation" not in log.getvalue()
     assert log.getvalue().startswith(f"Dask: {dask_engine.cluster.scheduler_address};")
+
+
+class _FlushedLog(io.StringIO):
+    """A log that records what it held each time it was flushed."""
+
+    def __init__(self):
+        super().__init__()
+        self.flushed = []
+
+    def flush(self):
+        self.flushed.append(self.getvalue())
+        super().flush()
+
+
+def test_the_queuing_warning_is_flushed_at_once():
+    """The warning is out before the class is graded, whatever the log's buffering."""
+    engine = _engine({})
+    engine.client.run_on_scheduler = lambda function: function(
+        dask_scheduler=_Scheduler(2.0))
+    log = _FlushedLog()
+    engine.warn_about_queuing(log)
+    assert log.flushed and log.flushed[-1] == log.getvalue()
+    assert "worker-saturation 2.0" in log.getvalue()
+
+
+class _FakeDaskClient:
+    """A client of a remote scheduler with one worker like this machine (in-process)."""
+
+    made = []
+    dashboard_link = "http://h:8787/status"
+
+    def __init__(self, address, *, timeout):
+        self.made.append((address, timeout))
+
+    def run(self, function):
+        return {"tcp://w:1": function()}
+
+    def run_on_scheduler(self, function):
+        return function(dask_scheduler=_Scheduler(1.0))
+
+    def close(self):
+        pass
+
+
+def test_connecting_to_a_scheduler_gives_up_after_30_s_and_announces_it_at_once(monkeypatch):
+    """--scheduler: the client waits at most 30 s for it; the announcement is flushed
+    before any hand-in is graded."""
+    import dask.distributed
+
+    monkeypatch.setattr(dask.distributed, "Client", _FakeDaskClient)
+    monkeypatch.setattr(_FakeDaskClient, "made", [])
+    log = _FlushedLog()
+    with DaskEngine(workers=1, scheduler="tcp://h:1", log=log) as engine:
+        assert engine.cluster is None
+    assert _FakeDaskClient.made == [("tcp://h:1", "30s")]
+    assert log.getvalue() == "Dask: tcp://h:1; dashboard http://h:8787/status\n"
+    assert log.flushed and log.flushed[-1] == log.getvalue()

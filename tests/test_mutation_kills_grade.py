@@ -1500,12 +1500,14 @@ def test_the_default_workers_are_the_cores(course, fake, engine, monkeypatch):
     assert engine.made[1].workers == 1
 
 
-def test_the_default_settings_and_key_are_made(course, fake, engine, key):
-    """Without settings the defaults are used; the signing key is made before any worker
+def test_the_default_settings_engine_and_key_are_made(course, fake, engine, key):
+    """Without settings the defaults are used; without an engine named, Dask grades (the
+    name engines.engine_for knows it by); the signing key is made before any worker
     runs."""
     grade.grade_assignment(course=course, assignment=ASSIGNMENT, progress=io.StringIO(),
                            scale_timeouts=False)
     assert fake.calls[0]["settings"] == RunSettings()
+    assert [made.name for made in engine.made] == ["dask"]
     assert key.exists()
 
 

@@ -252,3 +252,37 @@ def test_with_scores_by_hand_gives_one_total():
                          "manual": [], "pending": []}
     assert results[0]["cells"][0]["points"] == 1.0
     assert gb.with_scores_by_hand(results, by_hand)[0]["score"] == 2.0 + 1.0
+
+
+def test_with_scores_by_hand_keeps_a_student_nobody_graded_by_hand():
+    """A student the formgrader has no hand score for keeps the auto scores; the manual
+    cells stay pending."""
+    result = {"student_id": "cy", "score": 2.0,
+              "cells": [{"grade_id": "auto", "points": 2.0}],
+              "manual": [{"grade_id": "essay", "points": None, "status": "pending"}]}
+    merged = gb.with_scores_by_hand([result], {"ada": {("part1", "essay"): 3.0}},
+                                    default_notebook="part1")
+    assert merged == [{**result, "cells": [{"grade_id": "auto", "points": 2.0}],
+                       "manual": [{"grade_id": "essay", "points": None, "status": "pending"}],
+                       "score": 2.0, "pending": ["essay"]}]
+
+
+def test_a_grade_id_in_two_notebooks_scores_each_notebook_its_own_cell(tmp_path, alembic_found):
+    """nbgrader asks grade ids to be unique within a notebook only: two notebooks may both
+    have "check"; each notebook's cell gets the points of the cell that names it. A result
+    without cells (a hand-in that could not be run) scores 0 in each."""
+    course = Course(tmp_path)
+    (course.source / ASSIGNMENT).mkdir(parents=True)
+    for name in ("part1", "part2"):
+        nbformat.write(new_notebook(cells=[new_code_cell("assert True", metadata=_meta(
+            "check", grade=True, points=2, locked=True))]),
+            course.source / ASSIGNMENT / f"{name}.ipynb")
+    gb.write_gradebook(course=course, assignment=ASSIGNMENT, results=[
+        {"student_id": "ada", "flags": [], "cells": [_cell("check", "part1", 2.0),
+                                                    _cell("check", "part2", 0.5)]},
+        {"student_id": "bob", "flags": []}])
+    with Gradebook(gb.gradebook_url(course)) as book:
+        assert {(s, nb): book.find_grade("check", nb, ASSIGNMENT, s).auto_score
+                for s in ("ada", "bob") for nb in ("part1", "part2")} == {
+            ("ada", "part1"): 2.0, ("ada", "part2"): 0.5,
+            ("bob", "part1"): 0.0, ("bob", "part2"): 0.0}
