@@ -970,3 +970,25 @@ def test_a_single_step_case_is_diagnosed():
     output = rows_probes._call_batch_norm_train(
         lambda *a: bn_train(*a, normalize_unbiased=True), case)
     assert _judge_batch_norm_train(case, output).endswith("under both conventions")
+
+
+def test_the_limit_cases_are_labelled_as_students_see_them():
+    """The labels name each case in a failure message, and match its shape and eps."""
+    cases = _cases(_limit_cases)
+    assert list(cases) == ["x (2, 4, 5), channels at different offsets",
+                           "an image batch (3, 6, 2, 3)",
+                           "a float32 batch (2, 8, 16) with eps 1e-3"]
+    assert [c["x"].shape for c in cases.values()] == [(2, 4, 5), (3, 6, 2, 3), (2, 8, 16)]
+    assert [float(c["eps"]) for c in cases.values()] == [1e-5, 1e-5, 1e-3]
+
+
+def test_a_float32_limits_mistake_is_named_at_float32_tolerance():
+    """Normalizing over the channels, in float32 (5e-5 off the float64 version): the
+    hint is found at float32's tolerance, not float64's."""
+    case = _cases(_limit_cases)["a float32 batch (2, 8, 16) with eps 1e-3"]
+    x64, eps = case["x"].astype(np.float64), float(case["eps"])
+    over_channels = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + eps)
+    message = _judge_group_norm_limits(case, {"instance": over_channels * (1 + 5e-5),
+                                              "layer": over_channels})
+    assert message.endswith(". Hint: normalize over what one example holds (its channels and "
+                            "positions), not over the channels at each position")
