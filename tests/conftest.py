@@ -1,9 +1,11 @@
 """Shared paths and helpers for the course's test suites."""
 
+import io
 import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,25 @@ def _no_resource_tracker():
         # (which ignores SIGTERM) would wait for that end of file, and _stop with it
         os.kill(tracker._pid, signal.SIGKILL)
         tracker._stop()
+
+
+class FlushCounter(io.StringIO):
+    """A progress stream that notes what it held each time it was flushed."""
+
+    def __init__(self):
+        super().__init__()
+        self.flushed = []
+
+    def flush(self):
+        self.flushed.append(self.getvalue())
+        super().flush()
+
+
+@pytest.fixture
+def new_york(monkeypatch):
+    """The grader's machine in New York: nothing may depend on its local zone."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()

@@ -17,6 +17,7 @@ import pytest
 
 from autograder import bench
 from autograder.course import Course
+from conftest import FlushCounter
 
 
 @pytest.fixture
@@ -512,18 +513,6 @@ def test_main_help_reads_as_documented(capsys):
                                   "cores)"),
             ("--engines", "compare the Dask path with a process pool instead")):
         assert f"{option} {help_text} " in words + " ", option
-
-
-class FlushCounter(io.StringIO):
-    """A progress stream that notes what it held each time it was flushed."""
-
-    def __init__(self):
-        super().__init__()
-        self.flushed = []
-
-    def flush(self):
-        self.flushed.append(self.getvalue())
-        super().flush()
 
 
 def test_progress_lines_are_flushed_as_they_are_written(runs):

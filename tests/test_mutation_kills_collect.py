@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import stat
-import time
 import zipfile
 from datetime import UTC, datetime
 
@@ -41,16 +40,6 @@ def course2(tmp_path):
     for name in ("p1.ipynb", "p2.ipynb"):
         (root / "source" / "ps" / name).write_bytes(tiny_notebook("instructor"))
     return Course(root)
-
-
-@pytest.fixture
-def new_york(monkeypatch):
-    """The grader's machine in New York: no time may be read in its local zone."""
-    monkeypatch.setenv("TZ", "America/New_York")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def _folder(tmp_path, files, name="inbox"):

@@ -8,7 +8,6 @@ tells the instructor the wrong thing.
 
 import json
 import locale
-import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -38,16 +37,6 @@ BERLIN = ZoneInfo("Europe/Berlin")
 @pytest.fixture
 def course(tmp_path):
     return tiny_course(tmp_path / "course", ASSIGNMENT)
-
-
-@pytest.fixture
-def new_york(monkeypatch):
-    """The grader's machine in New York: nothing may depend on its local zone."""
-    monkeypatch.setenv("TZ", "America/New_York")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ import pytest
 
 from autograder import engines, grade
 from autograder.engines import DaskEngine, PoolEngine, WorkerMismatch
+from conftest import FlushCounter
 from normref.checks import _registry
 
 # Pool workers are forked from this process: load the judges before they are.
@@ -621,24 +622,12 @@ def test_the_local_cluster_hands_each_worker_one_hand_in_at_a_time(dask_engine):
     assert log.getvalue().startswith(f"Dask: {dask_engine.cluster.scheduler_address};")
 
 
-class _FlushedLog(io.StringIO):
-    """A log that records what it held each time it was flushed."""
-
-    def __init__(self):
-        super().__init__()
-        self.flushed = []
-
-    def flush(self):
-        self.flushed.append(self.getvalue())
-        super().flush()
-
-
 def test_the_queuing_warning_is_flushed_at_once():
     """The warning is out before the class is graded, whatever the log's buffering."""
     engine = _engine({})
     engine.client.run_on_scheduler = lambda function: function(
         dask_scheduler=_Scheduler(2.0))
-    log = _FlushedLog()
+    log = FlushCounter()
     engine.warn_about_queuing(log)
     assert log.flushed and log.flushed[-1] == log.getvalue()
     assert "worker-saturation 2.0" in log.getvalue()
@@ -670,7 +659,7 @@ def test_connecting_to_a_scheduler_gives_up_after_30_s_and_announces_it_at_once(
 
     monkeypatch.setattr(dask.distributed, "Client", _FakeDaskClient)
     monkeypatch.setattr(_FakeDaskClient, "made", [])
-    log = _FlushedLog()
+    log = FlushCounter()
     with DaskEngine(workers=1, scheduler="tcp://h:1", log=log) as engine:
         assert engine.cluster is None
     assert _FakeDaskClient.made == [("tcp://h:1", "30s")]
