@@ -7,6 +7,8 @@ changed, a word of the feedback changed): see `make mutation`. The judges are
 called directly with outputs made by hand or by normref.quant, the reference.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -37,6 +39,14 @@ class KnownDraws:
 
     def uniform(self, low=0.0, high=1.0, size=None):
         return np.linspace(low, high, int(np.prod(size))).reshape(size)
+
+
+class TwiceDraws(KnownDraws):
+    """Like KnownDraws, but normal() is two standard deviations above the mean:
+    a case that divides by the draws instead of multiplying shows up."""
+
+    def normal(self, loc=0.0, scale=1.0, size=None):
+        return loc + 2.0 * scale * np.ones(size)
 
 
 def _fp8_values(dtype):
@@ -148,6 +158,17 @@ def test_same_rounding_step_edge_and_tiny_differences():
     assert _same(zeros + 1e-13, zeros, 1.0, E4M3) is True
 
 
+def test_same_rounding_measures_float32_results_in_float64():
+    """atol 1e-12 applies to the values themselves: a float32 result 1.00000003e-12
+    from a float32 reference is off, though float32 arithmetic would round the
+    tolerance up to meet it (two such elements of two are too many)."""
+    ref = np.full(2, 1e-14, np.float32)
+    y = np.full(2, np.nextafter(np.float32(1e-14 + 1e-12), np.float32(1)), np.float32)
+    assert float(y[0]) - float(ref[0]) > 1e-12 + 1e-5 * float(ref[0])
+    assert _same(y, ref, 1.0, E4M3) is False
+    assert _same(y.astype(np.float64), ref, 1.0, E4M3) is False
+
+
 def test_same_rounding_refuses_other_shapes_and_non_finite_values():
     ref = np.ones(3)
     assert _same(np.ones(2), ref, 1.0, E4M3) is False
@@ -160,6 +181,16 @@ def test_row_scales_map_each_token_amax_onto_fmax_and_zeros_onto_one():
     x = np.array([[1.0, -2.0], [0.0, 0.0], [0.5, 0.25]], np.float32)
     np.testing.assert_array_equal(quant_judges._row_scales(x, E4M3), [[224.0], [1.0], [896.0]])
     np.testing.assert_array_equal(quant_judges._row_scales(x[:1], E5M2), [[28672.0]])
+
+
+def test_row_scales_of_a_zero_token_raise_no_warning():
+    """In-process (nbgrader validate, the tests) a numpy warning from the judge
+    would be printed under the student's check: no division by zero is made."""
+    x = np.array([[0.0, 0.0], [1.0, -4.0]], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scales = quant_judges._row_scales(x, E4M3)
+    np.testing.assert_array_equal(scales, [[1.0], [112.0]])
 
 
 # ------------------------------------------------------------ per-token: cases
@@ -196,6 +227,14 @@ def test_per_token_cases_are_what_their_labels_say():
     np.testing.assert_allclose(xs[5], np.logspace(-2, 2, 6).reshape(2, 3, 1) * np.ones(16),
                                rtol=1e-6)
     np.testing.assert_array_equal(xs[6], np.full(64, 3.0))
+
+
+def test_per_token_cases_multiply_the_draws_by_the_token_sizes():
+    """With draws of 2, the tokens of sizes 0.001 to 1000 are 2 * size, not size / 2."""
+    cases = quant_judges._per_token_cases(TwiceDraws())
+    sized = cases[2][1]["x"]
+    np.testing.assert_allclose(sized[:, 0], 2.0 * np.logspace(-3, 3, 32), rtol=1e-6)
+    assert np.all(sized == sized[:, :1])
 
 
 def test_per_token_loud_token_is_a_louder_normal_token():
@@ -269,6 +308,17 @@ def test_per_token_inf_without_a_zero_token_asks_for_the_clamp():
         + ". Clamp the scaled values to [-fmax, fmax] before the cast")
 
 
+def test_per_token_inf_for_a_single_token_asks_for_the_clamp():
+    """A case of one token (shape (64,) in the check) has only the last axis."""
+    one = np.array([1.0, -3.0, 0.25, 2.0], np.float32)
+    ref = _per_token_ref(one, E5M2)
+    y = ref.copy()
+    y[1] = np.inf
+    assert _judge_per_token(_per_token_case(one, E5M2_NAME), _out(y)) == (
+        mismatch(y, ref, dtype="float32")
+        + ". Clamp the scaled values to [-fmax, fmax] before the cast")
+
+
 def test_per_token_whole_tensor_scale_is_named():
     y = quant.fp8_round_trip(torch.from_numpy(SMALL.copy()), E4M3).numpy()
     assert _judge_per_token(_per_token_case(SMALL), _out(y)) == (
@@ -297,6 +347,55 @@ def test_per_token_scale_per_feature_is_named():
                        "it over the last axis, within each token")
 
 
+PER_FEATURE_HINT = (". Hint: the amax was taken over tokens (a scale per feature); take it "
+                    "over the last axis, within each token")
+
+
+def _per_feature_round_trip(x, dtype=E4M3):
+    """The mistake by hand: amax over the tokens (axis -2), scale 1 for a zero column."""
+    fmax = quant.fp8_max(dtype)
+    amax = np.abs(x).max(axis=-2, keepdims=True)
+    scale = torch.from_numpy(np.where(amax > 0, fmax / np.where(amax > 0, amax, 1),
+                                      1.0).astype(np.float32))
+    return ((torch.from_numpy(x) * scale).clamp(-fmax, fmax).to(dtype).float() / scale).numpy()
+
+
+QUIET_AND_ZERO_COLUMNS = np.array([[1.0, 300.0, 0.0, 0.2], [0.003, 5.0, 0.0, -0.7],
+                                   [2.0, 0.1, 0.0, 0.05]], np.float32)
+
+
+def test_per_token_scale_per_feature_is_named_with_quiet_and_zero_features():
+    """Feature 3 peaks at 0.7 (scale 448 / 0.7, not 1 or 448) and feature 2 is all
+    zeros (scale 1): the hint still comes, and without a numpy warning, which
+    in-process would be printed under the check."""
+    x = QUIET_AND_ZERO_COLUMNS
+    y = _per_feature_round_trip(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        message = _judge_per_token(_per_token_case(x), _out(y))
+    assert message == mismatch(y, _per_token_ref(x), dtype="float32") + PER_FEATURE_HINT
+
+
+def test_per_token_scale_per_feature_is_named_when_float32_rounding_decides():
+    """The candidate is computed as the student's code does, in float32: x = 27 * 3 / 448
+    times the scale 448 / 3 is 26.999998 in float32 (e4m3: 26), but 26.9999994 in
+    float64, which the cast rounds through float32 onto the tie 27 (e4m3: 28). In
+    float64 two of the six values would be a step off, and the hint lost."""
+    x = np.array([[3.0, 100.0], [27 * 3 / 448, 50.0], [27 * 3 / 448, -20.0]], np.float32)
+    y = _per_feature_round_trip(x)
+    np.testing.assert_array_equal(y[1:, 0] * np.float32(448 / 3), [26.0, 26.0])
+    assert _judge_per_token(_per_token_case(x), _out(y)) == (
+        mismatch(y, _per_token_ref(x), dtype="float32") + PER_FEATURE_HINT)
+
+
+def test_per_token_scale_per_feature_is_named_for_a_batch_of_tokens():
+    """In a (2, 3, 4) batch the per-feature amax is over the 3 tokens of each example."""
+    x = np.stack([QUIET_AND_ZERO_COLUMNS, 3 * QUIET_AND_ZERO_COLUMNS[::-1]])
+    y = _per_feature_round_trip(x, E5M2)
+    assert _judge_per_token(_per_token_case(x, E5M2_NAME), _out(y)) == (
+        mismatch(y, _per_token_ref(x, E5M2), dtype="float32") + PER_FEATURE_HINT)
+
+
 def test_per_token_other_mistakes_get_no_hint():
     """A hint that names a mistake the student did not make would mislead."""
     y = _per_token_ref(SMALL) * 1.5
@@ -323,6 +422,9 @@ def test_stream_is_one_tensor_per_size_float32():
     assert made.dtype == np.float32
     np.testing.assert_array_equal(made, np.array([0.5, 2.0, 4.0])[:, None, None] * np.ones(
         (3, 2, 2)))
+
+    twice = quant_judges._stream(TwiceDraws(), 2, (2,), [0.5, 4.0])
+    np.testing.assert_array_equal(twice, [[1.0, 1.0], [8.0, 8.0]])
 
 
 def test_delayed_cases_are_what_their_labels_say():
@@ -534,6 +636,18 @@ def test_delayed_current_scaling_is_named_for_tensors_of_several_rows():
         "then records this tensor's amax")
 
 
+def test_delayed_current_scaling_is_named_for_tensors_of_odd_size():
+    """Three values a call: the tensor's own amax is that of all three."""
+    case = _delayed_case(stream=((1.0, -2.0, 0.5), (4.0, 0.0, 1.0), (0.5, 0.5, 0.25)))
+    output = _delayed_right(case)
+    output["y"] = np.array([[1.0, -2.0, 0.5], [4.0, 0.0, 1.0], [0.5, 0.5, 0.25]])
+    assert _judge_delayed(case, output) == (
+        "call 2: the round trip is [4, 0, 1]...; expected [2, 0, 1]..., with the scale 224 "
+        "chosen before this tensor was seen. Hint: this is scaled by the tensor's own amax; "
+        "delayed scaling uses the scale from the history of earlier calls, then records this "
+        "tensor's amax")
+
+
 def test_delayed_other_mistakes_get_no_hint():
     case = _delayed_case()
     output = _delayed_right(case)
@@ -640,6 +754,10 @@ def test_table_five_percent_off_the_measurement_is_refused():
 def test_table_rows_the_wrong_way_round_are_named():
     measured = _measured()
     assert _judge_table({}, {"table": measured[:, ::-1], "measured": measured}) == (
+        "each row is the wrong way round: (per-tensor error, per-token error)")
+
+    table = measured[:, ::-1] * (1 + 5e-4)  # within the table's rtol 1e-3 of the measurement
+    assert _judge_table({}, {"table": table, "measured": measured}) == (
         "each row is the wrong way round: (per-tensor error, per-token error)")
 
 
