@@ -299,3 +299,91 @@ def test_a_leaky_build_is_refused_and_release_stays(tmp_path, monkeypatch):
         f"  release/01_var/01_var.ipynb: shows solution text {SOLUTION_LINE!r}\n"
         "  release/01_var/data/notes.txt: contains 'normref'")
     assert (course.release / "01_var" / "01_var.ipynb").read_text() == "the committed release"
+
+
+def test_an_interrupted_swap_leaves_the_old_release_and_nothing_visible_beside_it(
+        tmp_path, monkeypatch):
+    """A copy that stops half-way (a full disk) leaves release/<assignment> as it was;
+    what the staging left beside it is hidden and named after it (.01_var.new-...), so
+    `ls release/` and `git status` show no stray folder."""
+    built = tmp_path / "built"
+    built.mkdir()
+    (built / "a.ipynb").write_text("new")
+    target = tmp_path / "release" / "01_var"
+    target.mkdir(parents=True)
+    (target / "a.ipynb").write_text("old")
+
+    def copy_then_fail(src, dst, **kwargs):
+        Path(dst).mkdir()
+        (Path(dst) / "a.ipynb").write_text("ne")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(rel.shutil, "copytree", copy_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        rel._replace_dir(built, target)
+    assert (target / "a.ipynb").read_text() == "old"
+    assert [p.name for p in target.parent.iterdir()
+            if not p.name.startswith(".01_var.new-")] == ["01_var"]
+
+
+def test_find_leaks_checks_the_solutions_of_every_notebook_of_the_assignment(tmp_path):
+    """An assignment of two notebooks: a solution line of either, shown in the release,
+    is a leak."""
+    course = Course(tmp_path)
+    folder = course.source / "01_var"
+    folder.mkdir(parents=True)
+    other = "spread = float(np.sqrt(token_var(x) + 1e-5))"
+    second = new_notebook(cells=[new_code_cell(
+        f"### BEGIN SOLUTION\n{other}\n### END SOLUTION", metadata=_meta("std", solution=True))])
+    nbformat.write(_source(), folder / "01_var.ipynb")
+    nbformat.write(second, folder / "02_std.ipynb")
+    release_dir = course.release / "01_var"
+    release_dir.mkdir(parents=True)
+    for name, line in (("01_var.ipynb", SOLUTION_LINE), ("02_std.ipynb", other)):
+        nbformat.write(new_notebook(cells=[new_code_cell(line)]), release_dir / name)
+    assert rel.find_leaks(course=course, assignment="01_var") == [
+        f"release/01_var/01_var.ipynb: shows solution text {SOLUTION_LINE!r}",
+        f"release/01_var/02_std.ipynb: shows solution text {other!r}"]
+
+
+def test_find_leaks_reads_a_released_cell_without_source(tmp_path):
+    """A released notebook with a cell that has no "source" (hand-made JSON) is read
+    as an empty cell: its other cells are still checked, nothing crashes."""
+    course = Course(tmp_path)
+    (course.source / "01_var").mkdir(parents=True)
+    nbformat.write(_source(), course.source / "01_var" / "01_var.ipynb")
+    release_dir = course.release / "01_var"
+    release_dir.mkdir(parents=True)
+    (release_dir / "01_var.ipynb").write_text(json.dumps({"cells": [
+        {"cell_type": "markdown", "metadata": {}}, {"source": [f"    {SOLUTION_LINE}\n"]}]}))
+    assert rel.find_leaks(course=course, assignment="01_var") == [
+        f"release/01_var/01_var.ipynb: shows solution text {SOLUTION_LINE!r}"]
+
+
+def test_the_warning_lists_every_plain_assert_cell_separated_by_commas(tmp_path,
+                                                                        monkeypatch):
+    """Two graded cells of plain asserts: the warning counts both and names them in
+    notebook order, "a, b"."""
+    course = Course(tmp_path)
+    (course.source / "01_var").mkdir(parents=True)
+    nb = _source()
+    nb.cells.append(new_code_cell("assert token_var([2.0]) == 0",
+                                  metadata=_meta("var_more", grade=True, points=1,
+                                                 locked=True)))
+    nbformat.write(nb, course.source / "01_var" / "01_var.ipynb")
+
+    def clean_generate(*, course, assignment, into, log):
+        built = into / "release" / assignment
+        built.mkdir(parents=True)
+        nbformat.write(new_notebook(cells=[new_markdown_cell("# Token variance")]),
+                       built / "01_var.ipynb")
+        return built
+
+    monkeypatch.setattr(rel, "generate", clean_generate)
+    log = _Log()
+    rel.release(course=course, log=log)
+    assert log.text == (
+        "warning: 01_var: 2 graded cell(s) test with plain asserts only (var_plain, "
+        "var_more). They are scored as nbgrader scores them, inside the student's kernel, "
+        "which a hand-in can forge; for a trusted check see docs/adding_an_exercise.md\n")
+    assert (course.release / "01_var" / "01_var.ipynb").is_file()

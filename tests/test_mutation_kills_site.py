@@ -202,6 +202,18 @@ def test_index_page_lists_each_unit_with_its_links(course):
     assert "A course in 3 units" in text and f"[course repository]({URL})" in text
 
 
+def test_index_table_is_one_markdown_row_per_unit(course):
+    """Under the table's header come the units' rows, one a line, each a whole
+    Markdown row, then a blank line: anything between them breaks the table."""
+    text = site._index_page(course, REPO_)
+    header = ("| unit | lesson (read here) | run the lesson | assignment |\n"
+              "| --- | --- | --- | --- |\n")
+    rows = text.split(header)[1].split("\n\n")[0].split("\n")
+    assert [row.split(" | ")[0] for row in rows] == ["| 01", "| 02", "| 03"]
+    assert all(row.endswith(" |") and row.count(" | ") == 3 for row in rows)
+    assert rows[2].startswith("| 03 | [PyTorch's `LayerNorm`](notebooks/03_gamma.ipynb) | ")
+
+
 def test_book_config_points_at_the_served_assets_and_the_repository(course, tmp_path,
                                                                      no_npm):
     """Jupyter Book's settings: MathJax and the widget manager from the files
@@ -409,6 +421,7 @@ class FakeBook:
                            "_static/app.js": "js", "_static/app.js.map": "map",
                            "_static/locales/de/LC_MESSAGES/sphinx.mo": "mo",
                            "_static/locales/de/LC_MESSAGES/sphinx.js": "js",
+                           "_static/translations/fr/LC_MESSAGES/booktheme.mo": "mo",
                            "reports/a.log": "log"}.items():
             (html / name).parent.mkdir(parents=True, exist_ok=True)
             (html / name).write_text(text)
@@ -433,10 +446,12 @@ def test_build_site_runs_jupyter_book_and_keeps_only_what_browsers_read(
         course, tmp_path, monkeypatch, quick_stage):
     """The book is built strictly (warnings are errors) with this interpreter's tools
     first on PATH; the site written drops reports, source maps and message catalogues,
-    gets .nojekyll and site.json (what it was built from), and replaces an old site."""
+    gets .nojekyll and site.json (what it was built from), and replaces an old site;
+    the output folder's missing parents are made. Message catalogues go wherever they
+    are (a theme may keep them outside _static/locales/)."""
     book = FakeBook()
     monkeypatch.setattr(site.subprocess, "run", book)
-    out = tmp_path / "new" / "site"
+    out = tmp_path / "new" / "term1" / "site"
     log = io.StringIO()
     assert site.build_site(course=course, repo=REPO_, out=out, log=log) == 12.0
     ((command, kwargs),) = book.calls
