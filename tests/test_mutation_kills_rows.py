@@ -992,3 +992,61 @@ def test_a_float32_limits_mistake_is_named_at_float32_tolerance():
                                               "layer": over_channels})
     assert message.endswith(". Hint: normalize over what one example holds (its channels and "
                             "positions), not over the channels at each position")
+
+
+# ---------------------------------------------------------------- cases as graded, dtypes
+
+
+def test_the_group_norm_cases_have_the_shapes_they_are_graded_on():
+    """The unlabelled shapes too: the 1-group and C-group cases hold several
+    examples, so that statistics taken over the batch show there."""
+    assert [c["x"].shape for _, c in _group_cases(_rng())] == [
+        (2, 6, 4), (3, 4, 5), (2, 4, 3), (3, 4, 5), (2, 8, 3, 3), (4, 8, 16), (2, 6, 2)]
+
+
+def test_default_and_given_parameters_take_the_batches_dtype():
+    """A float32 case gives the student float32 gamma and beta, whether they are
+    the defaults or given, in group norm's cases and batch norm's."""
+    from normref.checks.rows_judges import _bn_case, _gn_case
+
+    x = np.ones((2, 4, 3), np.float32)
+    case = _bn_case(x, "cs231n", 0.9)
+    for key, value in (("gamma", 1.0), ("beta", 0.0), ("running_mean", 0.0),
+                       ("running_var", 1.0)):
+        assert case[key].dtype == np.float32, key
+        np.testing.assert_array_equal(case[key], [value] * 3)
+    case = _gn_case(np.ones((2, 4, 3), np.float32), 2, gamma=[2.0] * 4, beta=[1.0] * 4)
+    for key, value in (("gamma", 2.0), ("beta", 1.0)):
+        assert case[key].dtype == np.float32, key
+        np.testing.assert_array_equal(case[key], [value] * 4)
+
+
+F32_GN = "a float32 batch (4, 8, 16) with 2 groups, eps 1e-3"
+
+
+def test_float32_group_norm_is_held_to_float32_accuracy():
+    """A float32 answer 2e-5 off passes the float32 case; a slip 2e-5 off its own
+    value is still named there."""
+    case = _cases(_group_cases)[F32_GN]
+    args = (case["x"], 2, case["gamma"], case["beta"], 1e-3)
+    near = (torch_group_norm(*args) * (1 + 2e-5)).astype(np.float32)
+    assert _judge_group_norm(case, {"y": near}) is None
+    for slip in ("interleave", "over_batch", "eps_outside"):
+        y = (group_norm(*args, **{slip: True}) * (1 + 2e-5)).astype(np.float32)
+        assert _judge_group_norm(case, {"y": y}).endswith(f". Hint: {GROUP_SLIPS[slip]}"), slip
+
+
+def test_the_one_value_case_is_named_as_students_see_it():
+    """A student who raises for one token but not for one value per channel of
+    x (N, C, L) is told which case, in the label's words."""
+    def student(*args):
+        x = np.asarray(args[0])
+        if x.ndim == 2 and x.shape[0] == 1:
+            raise ValueError("one token")
+        return bn_train(*args, raise_on_one=False)
+
+    message = _fails(check_batch_norm_train, student)
+    assert message == ("rows_batch_norm_train, cs231n: x (1, 3, 1), one value per channel "
+                       "(must raise ValueError): one value per channel has no variance to "
+                       "measure: raise a ValueError, as torch does (your code returned "
+                       "normally)")
