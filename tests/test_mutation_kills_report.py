@@ -9,6 +9,7 @@ page, the terminal's grade table, and write_reports end to end on a tiny course.
 import csv
 import functools
 import json
+from collections import defaultdict
 from pathlib import Path
 
 import nbformat
@@ -16,6 +17,8 @@ import nbgrader
 import nbgrader.api
 import pytest
 from bs4 import BeautifulSoup
+from bs4.builder import builder_registry
+from bs4.builder._htmlparser import HTMLParserTreeBuilder
 from latex2mathml.converter import convert
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
@@ -128,6 +131,16 @@ def test_gradescope_on_time_hand_in_shows_no_late_note_and_its_raw_score():
     assert report.gradescope_results(_result(lateness={"late": True}))["output"] == ""
 
 
+def test_gradescope_result_without_hand_graded_cells_lists_the_grader_cells_only():
+    """An older result.json has no "manual" list: Gradescope still gets one test per
+    grade cell, and no crash."""
+    result = _result()
+    del result["manual"]
+    got = report.gradescope_results(result)
+    assert [t["name"] for t in got["tests"]] == ["token_mean_correct", "token_var_correct",
+                                                 "ln_single_token", "plain_asserts"]
+
+
 # -- the sanitizer's attribute filter ----------------------------------------------------------
 
 KEPT = [
@@ -206,6 +219,25 @@ def test_sanitizer_keeps_tables_links_images_and_colours_and_strips_the_rest():
     assert "secret comment" not in cleaned
     assert soup.find("mi")["mathvariant"] == "bold"
 
+class _PreferredParser(HTMLParserTreeBuilder):
+    """Stands for lxml or html5lib: when installed, BeautifulSoup's default parser."""
+
+    NAME = "preferred-parser"
+    features = [NAME, "html", "fast"]
+
+    def feed(self, markup):
+        raise AssertionError("the sanitizer parsed with whichever parser is installed")
+
+
+def test_sanitizer_parses_with_html_parser_whatever_else_is_installed(monkeypatch):
+    """The pre-pass that drops scripts with their contents parses with Python's own
+    html.parser, so installing lxml or html5lib does not change what a page shows."""
+    monkeypatch.setattr(builder_registry, "builders", list(builder_registry.builders))
+    monkeypatch.setattr(builder_registry, "builders_for_feature", defaultdict(
+        list, {k: list(v) for k, v in builder_registry.builders_for_feature.items()}))
+    builder_registry.register(_PreferredParser)
+    assert report._sanitize_html("<p>kept</p><script>SECRET</script>") == "<p>kept</p>"
+
 
 # -- maths -------------------------------------------------------------------------------------
 
@@ -273,6 +305,20 @@ def test_hidden_test_lines_are_the_long_lines_between_the_markers():
                                             "assert f(3) == 6.0"}
 
 
+def test_hidden_test_lines_of_every_block_from_twelve_characters_on():
+    """A line of exactly 12 characters is distinctive enough to scrub, 11 is not; the
+    lines of every hidden block, in every cell, are collected."""
+    nb = new_notebook(cells=[
+        new_code_cell("### BEGIN HIDDEN TESTS\nassert a==12\nassert a==1\n"
+                      "### END HIDDEN TESTS\n### BEGIN HIDDEN TESTS\nassert second()\n"
+                      "### END HIDDEN TESTS"),
+        new_code_cell("### BEGIN HIDDEN TESTS\nassert third_cell()\n### END HIDDEN TESTS"),
+    ])
+    assert len("assert a==12") == 12
+    assert report.hidden_test_lines(nb) == {"assert a==12", "assert second()",
+                                            "assert third_cell()"}
+
+
 def test_scrub_hidden_replaces_every_hidden_line():
     """A traceback that quotes a hidden test shows "[hidden test]" instead."""
     text = "line 3: assert f(2) == 4.0\nAssertionError\nassert f(3) == 6.0"
@@ -325,6 +371,20 @@ def test_inert_notebook_cleans_outputs_before_the_hidden_tests_and_hides_after()
     assert _outputs(everything.cells[5]) == [("stream", "assert f(2) == 4.0\n")]
 
 
+def test_inert_notebook_leaves_the_notebook_it_is_given_as_it_was():
+    """The page is drawn from a copy: the caller's notebook keeps its widget state,
+    its hidden tests, its maths source and its outputs."""
+    nb = new_notebook(cells=[
+        new_markdown_cell("mean $a$"),
+        new_code_cell(HIDDEN_CELL, metadata=GRADED,
+                      outputs=[new_output("stream", name="stdout", text="ok\n")]),
+    ])
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {}}
+    original = json.dumps(nb, sort_keys=True)
+    report._inert_notebook(nb)
+    assert json.dumps(nb, sort_keys=True) == original
+
+
 def test_maths_budget_is_shared_by_the_page_and_long_cells_keep_their_source(monkeypatch):
     """The formula budget runs across cells (a page of thousands of formulas stays
     small); a markdown cell longer than the limit keeps its maths as source; a code
@@ -367,6 +427,27 @@ def test_render_notebook_gives_the_style_sheets_and_the_sanitized_body():
     assert soup.find("h1").get_text().startswith("Layer norm notes")
     assert body.lstrip().startswith('<div class="jp-Cell')
     assert "<script" not in body
+
+
+def test_render_notebook_folds_hidden_tests_by_default_and_says_why_outputs_are_gone():
+    """Unless asked, the rendered page folds the hidden tests away, and the cell from
+    the first hidden test on shows the note that its outputs are not shown."""
+    nb = new_notebook(cells=[new_code_cell(HIDDEN_CELL, outputs=[
+        new_output("stream", name="stdout", text="assert f(2) == 4.0\n")])])
+    text = BeautifulSoup(report._render_notebook(nb)[1], "html.parser").get_text()
+    assert "f(2)" not in text and "hidden tests: the grader ran them" in text
+    assert report._OUTPUTS_AFTER_HIDDEN.strip() in text
+
+
+def test_render_notebook_keeps_every_cell_around_a_student_main_tag():
+    """A student's own <main> and </main> (raw HTML in markdown) do not cut the
+    notebook: the cells before and after them are on the page."""
+    nb = new_notebook(cells=[new_markdown_cell("Before the tag"),
+                             new_markdown_cell("<main>student main</main>"),
+                             new_markdown_cell("After the tag")])
+    text = BeautifulSoup(report._render_notebook(nb)[1], "html.parser").get_text()
+    assert text.index("Before the tag") < text.index("student main") < \
+        text.index("After the tag")
 
 
 # -- the score table and the page --------------------------------------------------------------
@@ -427,6 +508,14 @@ def test_summary_html_without_lateness_or_notes_has_no_list():
     late = BeautifulSoup(report._summary_html(_result(lateness={"late": True})),
                          "html.parser")
     assert late.find("li").get_text() == "late; score after the late policy: 3"
+
+
+def test_summary_html_lists_each_note_as_its_own_item():
+    """Several notes are several list items, with nothing between them."""
+    result = _result(notes=["first note", "second note"])
+    ul = BeautifulSoup(report._summary_html(result), "html.parser").find("ul")
+    assert [li.get_text() for li in ul.find_all("li")] == ["first note", "second note"]
+    assert [s for s in ul.find_all(string=True, recursive=False) if s.strip()] == []
 
 
 def _page_skeleton(page):
@@ -624,6 +713,23 @@ def test_write_reports_exports_every_file_with_hand_grades_and_lateness(tiny_cou
             .late_submission_penalty == pytest.approx(0.45)
 
 
+def test_write_reports_json_layout_and_no_notebook_for_an_ungraded_hand_in(tiny_course):
+    """results.json and the Gradescope files are written with a one-space indent (one
+    key a line, as instructors read them); a hand-in that was not graded gets a page
+    without a notebook, even when an old run of it is on disk."""
+    run = tiny_course.autograded / "bob" / "hw"
+    run.mkdir(parents=True)
+    nbformat.write(_source_notebook(), run / "hw.ipynb")
+    folder, results = report.write_reports(course=tiny_course, assignment="hw",
+                                           results=_hw_results())
+    assert (folder / "results.json").read_text() == json.dumps(results, indent=1)
+    for r in results:
+        assert (folder / "gradescope" / f"{r['student_id']}.json").read_text() == \
+            json.dumps(report.gradescope_results(r), indent=1)
+    bob_page = BeautifulSoup((folder / "feedback" / "bob.html").read_text(), "html.parser")
+    assert bob_page.find("main").get_text() == ""
+
+
 def test_class_exports_without_a_usable_roster_are_the_summary_only(tiny_course, tmp_path):
     """No roster, or one that cannot be read: the class summary, no LMS files; a
     student only Moodle can match is listed as left out (of Canvas's file)."""
@@ -651,6 +757,25 @@ def test_class_exports_without_a_usable_roster_are_the_summary_only(tiny_course,
     assert (folder / "lms_import_left_out.txt").read_text().endswith(":\nbob\n")
     assert (folder / "summary.txt").read_text().endswith("\n")
     assert _csv(folder / "canvas_import.csv")[1] == ["Points Possible", "", "", "", "", "5"]
+
+
+def test_class_exports_name_the_assignment_and_list_each_left_out_student(tiny_course,
+                                                                          tmp_path):
+    """The LMS files' grade column is headed with the assignment's name (what the LMS
+    matches it on); every student left out is on a line of their own."""
+    results = [{**r, "final_score": r["score"], "pending": []} for r in _hw_results()]
+    results.append({**results[1], "student_id": "cy"})
+    (Path(tiny_course.root) / "roster.json").write_text(json.dumps({"students": [
+        {"id": "ada", "name": "Ada", "lms_id": "1", "email": "ada@uni.edu"},
+        {"id": "bob", "name": "Bob"}, {"id": "cy", "name": "Cy"}]}))
+    report._write_class_exports(course=tiny_course, assignment="hw", results=results,
+                                folder=tmp_path)
+    assert _csv(tmp_path / "canvas_import.csv")[0] == [
+        "Student", "ID", "SIS User ID", "SIS Login ID", "Section", "hw"]
+    assert _csv(tmp_path / "moodle_import.csv")[0] == [
+        "Full name", "Email address", "ID number", "hw"]
+    assert (tmp_path / "lms_import_left_out.txt").read_text() == (
+        "Not in the LMS import files (no LMS id or e-mail in the roster):\nbob\ncy\n")
 
 
 # -- the terminal's table ----------------------------------------------------------------------
