@@ -8,6 +8,7 @@ read back and written.
 """
 
 import functools
+import json
 import os
 import shutil
 import sys
@@ -19,6 +20,7 @@ import nbgrader
 import nbgrader.api
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.validator import MissingIDFieldWarning
 from nbgrader.api import Grade, Gradebook, TaskCell
 
 from autograder import gradebook as gb
@@ -114,13 +116,13 @@ def test_write_gradebook_records_cells_scores_and_flags(course, monkeypatch, ale
     manual cells wait for a person; a flagged hand-in is flagged in each notebook.
     It works with this interpreter's bin/ off PATH (alembic is found beside it)."""
     bin_dir = str(Path(sys.executable).parent)
-    monkeypatch.setenv("PATH", os.pathsep.join(
-        p for p in os.environ["PATH"].split(os.pathsep) if p != bin_dir))
+    without = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != bin_dir)
+    monkeypatch.setenv("PATH", without)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         gb.write_gradebook(course=course, assignment=ASSIGNMENT, results=_results())
     assert [str(w.message) for w in caught if "not in session" in str(w.message)] == []
-    assert os.environ["PATH"].split(os.pathsep)[0] == bin_dir
+    assert os.environ["PATH"] == f"{bin_dir}{os.pathsep}{without}"
     assert alembic_found == [str(Path(bin_dir) / "alembic")]
     with Gradebook(gb.gradebook_url(course)) as book:
         assignment = book.find_assignment(ASSIGNMENT)
@@ -153,6 +155,35 @@ def test_write_gradebook_records_cells_scores_and_flags(course, monkeypatch, ale
                            ("cy", "part1"): False, ("cy", "part2"): False}
 
 
+def test_write_gradebook_leaves_a_path_with_its_bin_dir_and_keeps_the_default_one(
+        course, monkeypatch, alembic_found):
+    """This interpreter's bin/ already on PATH (even last): PATH stays as it was, not
+    growing at each call. No PATH at all: bin/, then the directories a program is looked
+    for in without PATH (os.defpath), not the current directory."""
+    bin_dir = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", os.pathsep.join(["/nowhere", bin_dir]))
+    gb.write_gradebook(course=course, assignment=ASSIGNMENT, results=_results())
+    gb.write_gradebook(course=course, assignment=ASSIGNMENT, results=_results())
+    assert os.environ["PATH"] == os.pathsep.join(["/nowhere", bin_dir])
+    monkeypatch.delenv("PATH")
+    gb.write_gradebook(course=course, assignment=ASSIGNMENT, results=_results())
+    assert os.environ["PATH"] == f"{bin_dir}{os.pathsep}{os.defpath}"
+    assert alembic_found == [str(Path(bin_dir) / "alembic")]
+
+
+def test_write_gradebook_hides_only_the_not_in_session_warnings(tmp_path, alembic_found):
+    """Other warnings still reach the instructor, e.g. nbformat's about a source
+    notebook whose cells have no id."""
+    course = Course(tmp_path)
+    (course.source / ASSIGNMENT).mkdir(parents=True)
+    source = _part1()
+    for cell in source.cells:
+        del cell["id"]
+    (course.source / ASSIGNMENT / "part1.ipynb").write_text(json.dumps(source))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gb.write_gradebook(course=course, assignment=ASSIGNMENT, results=_results())
+    assert {w.category for w in caught} == {MissingIDFieldWarning}
 def test_one_notebook_results_without_notebook_names_score_their_notebook(tmp_path,
                                                                           alembic_found):
     """Results of a one-notebook grader name no notebook: their cells still score."""

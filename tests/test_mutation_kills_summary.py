@@ -5,14 +5,19 @@ messages grouped without their numbers, pass rates and means per exercise, the
 score histogram, the summary page, and Canvas's and Moodle's import CSVs.
 """
 
+import _pyio
 import base64
 import csv
+import os
 import struct
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 from bs4 import BeautifulSoup
+from cycler import cycler
+from matplotlib.colors import to_rgba
 
 from autograder import summary
 from autograder.report import CONTENT_SECURITY_POLICY
@@ -80,6 +85,15 @@ def test_class_summary_counts_per_exercise_and_groups_failures():
             (("mean", "NameError: name 'mu' is not defined"), 1),
         ],
     }
+
+
+def test_a_cell_given_full_points_by_hand_is_no_failure():
+    """A cell the autograder failed but a person then gave every point (it keeps the
+    grader's reason) is passed, and its message is not among the failures."""
+    regraded = {**_cell("var", 2.0, 2.0, VAR_WRONG), "by_hand": True}
+    found = summary.class_summary([_graded("ada", [regraded, _cell("mean", 0.0, 1.0, "no")])])
+    assert found["exercises"][0]["passed"] == 1
+    assert found["failures"] == [(("mean", "no"), 1)]
 
 
 def test_class_summary_of_nothing_and_of_many_kinds():
@@ -159,6 +173,21 @@ def test_histogram_counts_scores_in_bins_from_zero_to_the_maximum(drawn):
     patches = drawn[-1].axes[0].patches
     assert len(patches) == 1 and patches[0].get_width() == 1.0
     assert patches[0].get_height() == 2
+
+
+def test_histogram_looks_the_same_whatever_the_matplotlib_settings(drawn):
+    """An instructor's matplotlibrc (another colour cycle, a default savefig format
+    or resolution) changes nothing: blue bars with white edges, a 600x260 PNG."""
+    settings = {"axes.prop_cycle": cycler(color=["red"]), "patch.force_edgecolor": False,
+                "savefig.format": "svg", "savefig.dpi": 200}
+    with matplotlib.rc_context(settings):
+        picture = summary._histogram_png([1.0, 2.0, 2.0], 3.0)
+    assert _png_size(picture) == (600, 260)
+    bars = [p for p in drawn[-1].axes[0].patches if p.get_height() > 0]
+    assert len(bars) == 2
+    for bar in bars:
+        assert bar.get_facecolor() == to_rgba("tab:blue")
+        assert bar.get_edgecolor() == to_rgba("white")
 
 
 def _page(found):
@@ -294,3 +323,25 @@ def test_moodle_import_maps_on_email_or_id_number(tmp_path):
                                 roster={"ada": {"name": "Ada", "lms_id": "1"}},
                                 assignment="hw", path=path)
     assert _read(path)[1] == ["Ada", "", "1", "2"]
+
+
+@pytest.fixture
+def windows_line_ends(monkeypatch):
+    """Text files opened as on Windows: the pure-Python io, whose text mode turns each
+    "\\n" written into os.linesep, with os.linesep "\\r\\n"."""
+    monkeypatch.setattr(os, "linesep", "\r\n")
+    monkeypatch.setattr(summary, "open", _pyio.open, raising=False)
+
+
+def test_import_files_end_rows_in_crlf_on_windows_too(tmp_path, windows_line_ends):
+    """Canvas's and Moodle's CSVs end each row in one CRLF (the csv module's), not
+    CR CR LF, which would make a blank row after each student on Windows."""
+    roster = {"ada": {"name": "Ada", "lms_id": "1", "email": "a@u"}}
+    canvas, moodle = tmp_path / "canvas.csv", tmp_path / "moodle.csv"
+    summary.write_canvas_import([{"student_id": "ada", "score": 2.0}], roster=roster,
+                                assignment="hw", max_score=8.0, path=canvas)
+    assert canvas.read_bytes() == (b"Student,ID,SIS User ID,SIS Login ID,Section,hw\r\n"
+                                   b"Points Possible,,,,,8\r\nAda,1,,a@u,,2\r\n")
+    summary.write_moodle_import([{"student_id": "ada", "score": 2.0}], roster=roster,
+                                assignment="hw", path=moodle)
+    assert moodle.read_bytes() == b"Full name,Email address,ID number,hw\r\nAda,a@u,1,2\r\n"
