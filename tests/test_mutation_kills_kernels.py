@@ -17,6 +17,7 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 
 import ast  # noqa: E402
+import functools  # noqa: E402
 import linecache  # noqa: E402
 import sys  # noqa: E402
 import types  # noqa: E402
@@ -1239,3 +1240,240 @@ def test_byte_question_checks():
         kernels_probes.check_backward_bytes_per_row(3 * 4096 * 4)
     answer = kernels_probes._answer_as_number([24576], {})["answer"]
     assert answer.dtype == np.float64 and answer.tolist() == [24576.0]
+
+
+# ============================================================ the probes: the launchers' buffers
+# The launchers are driven by a stand-in kernel (the object check replaced for
+# them), which records what it is given and stores as a kernel would.
+
+class Launched(Exception):
+    """Raised by a stand-in kernel to end a launch on a device that holds no data."""
+
+
+class StandInKernel:
+    """kernel[grid](*args, **kwargs) records the launch, then runs `body` on the
+    arguments (which may store into them, or raise Launched)."""
+
+    def __init__(self, body):
+        self.body = body
+        self.launches = []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append((grid, args, kwargs))
+            self.body(*args, **kwargs)
+
+        return launch
+
+
+def _stop(*args, **kwargs):
+    raise Launched
+
+
+def _launch_on(monkeypatch, device, launcher, case, body=_stop):
+    """Run `launcher` with a stand-in kernel accepted as running on `device`;
+    returns (what the launcher returned or None, the tensors the kernel got)."""
+    monkeypatch.setattr(kernels_probes, "verify_kernel_object",
+                        lambda kernel, signature=None: device)
+    kernel = StandInKernel(body)
+    try:
+        result = launcher(kernel, case)
+    except Launched:
+        result = None
+    (_, args, _), = kernel.launches
+    return result, [a for a in args if isinstance(a, torch.Tensor)]
+
+
+def _half_backward_case():
+    return kernels_judges._backward_case(np.random.default_rng(0), 3, 3, 2, dtype="float16",
+                                         pad=1)
+
+
+@pytest.mark.parametrize("launcher, case, count", [
+    (kernels_probes._launch_forward, kernels_judges._forward_case(np.ones((2, 3))), 4),
+    (kernels_probes._launch_backward, _half_backward_case(), 6)])
+def test_every_buffer_is_on_the_kernels_device(monkeypatch, launcher, case, count):
+    """A compiled kernel reads and writes GPU memory only: every tensor the
+    launcher passes (inputs, outputs, Rstd, PartialDW) is on the device that
+    verify_kernel_object named ("meta" here: a device with no data, as no GPU)."""
+    _, tensors = _launch_on(monkeypatch, "meta", launcher, case)
+    assert len(tensors) == count
+    assert [t.device.type for t in tensors] == ["meta"] * count
+
+
+def test_forward_buffers_have_the_cases_dtype_and_rstd_float32(monkeypatch):
+    """X, Y and W hold the case's dtype (float16 here); Rstd is float32, even in
+    a notebook that made float64 torch's default dtype."""
+    case = kernels_judges._forward_case(np.ones((2, 3)), dtype="float16")
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        _, (x, y, w, rstd) = _launch_on(monkeypatch, "cpu", kernels_probes._launch_forward,
+                                        case)
+    finally:
+        torch.set_default_dtype(default)
+    assert (x.dtype, y.dtype, w.dtype, rstd.dtype) == (torch.float16,) * 3 + (torch.float32,)
+
+
+def test_backward_buffers_have_the_cases_dtype_and_float32_sums(monkeypatch):
+    """DX, DY, X and W hold the case's dtype; Rstd and PartialDW are float32,
+    even under a float64 default dtype."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        _, tensors = _launch_on(monkeypatch, "cpu", kernels_probes._launch_backward,
+                                _half_backward_case())
+    finally:
+        torch.set_default_dtype(default)
+    assert [t.dtype for t in tensors] == [torch.float16] * 4 + [torch.float32] * 2
+
+
+def _store_past_block(lanes_past_n, row_stride, n, block):
+    """Stores 1.0 into `lanes_past_n` lanes past N of row 0 and into every
+    lane past BLOCK_SIZE (the stride's padding) of every row."""
+    def store(out, row_stride_given):
+        assert row_stride_given == row_stride
+        rows = out[: out.numel() - block].view(-1, row_stride)
+        rows[0, n:n + lanes_past_n] = 1.0
+        rows[:, block:] = 1.0
+
+    return store
+
+
+def test_forward_padding_written_counts_the_lanes_of_block_size_past_n(monkeypatch):
+    """padding_written counts the stores into lanes N..BLOCK_SIZE (what a store
+    without mask=cols < N writes), not the stride's padding past BLOCK_SIZE."""
+    case = kernels_judges._forward_case(np.ones((2, 3)), pad=2)  # N 3, BLOCK 4, stride 6
+    store = _store_past_block(1, 6, 3, 4)
+    result, _ = _launch_on(monkeypatch, "cpu", kernels_probes._launch_forward, case,
+                           body=lambda x, y, w, rstd, stride, *a, **k: store(y, stride))
+    assert int(result["padding_written"]) == 1
+
+
+def test_backward_padding_written_counts_the_lanes_of_block_size_past_n(monkeypatch):
+    case = kernels_judges._backward_case(np.random.default_rng(0), 3, 3, 2, pad=1)
+    store = _store_past_block(1, 5, 3, 4)
+    result, _ = _launch_on(monkeypatch, "cpu", kernels_probes._launch_backward, case,
+                           body=lambda dx, dy, x, w, rstd, partial, stride, *a, **k:
+                           store(dx, stride))
+    assert int(result["padding_written"]) == 1
+
+
+def test_partial_dw_has_room_for_stores_one_row_down(monkeypatch):
+    """A kernel that stores a row of PartialDW per row of x, one row down
+    (rows 1..M), stays inside the buffer, and every store past the programs'
+    rows is counted: M = 3 rows, 2 programs, so rows 2 and 3 (6 numbers)."""
+    case = kernels_judges._backward_case(np.random.default_rng(0), 3, 3, 2)
+
+    def one_row_down(dx, dy, x, w, rstd, partial, stride, m, n, rows_per_program,
+                     BLOCK_SIZE):
+        for row in range(m):
+            partial[(row + 1) * n:(row + 2) * n] = 1.0
+
+    result, _ = _launch_on(monkeypatch, "cpu", kernels_probes._launch_backward, case,
+                           body=one_row_down)
+    assert int(result["partial_overrun"]) == 6
+    assert result["partial_dw"][1].tolist() == [1.0, 1.0, 1.0]
+    assert result["partial_dw"][0].tolist() == [UNWRITTEN] * 3
+
+
+# ============================================================ the probes: more refusals
+
+def _store_x(X):
+    return None
+
+
+@needs_interpreter
+def test_a_kernel_wrapping_a_nameless_object_is_called_the_kernel():
+    wrapped = triton.jit(_store_x)
+    wrapped.fn = functools.partial(print)
+    assert _refusal(wrapped) == ("the kernel wraps a partial, not a Python function with "
+                                 "Triton source")
+
+
+@needs_interpreter
+def test_every_enclosing_variable_is_named():
+    kernel = _kernel_from_source(
+        "def make(a, b):\n"
+        "    @triton.jit\n"
+        "    def k(X):\n"
+        "        tl.store(X, a + b)\n"
+        "    return k\n"
+        "k = make(1, 2)\n")
+    assert _refusal(kernel) == ("k uses variables of an enclosing function (a, b); define the "
+                                "kernel at the top level of a cell")
+
+
+def test_a_compiled_kernels_source_must_be_its_functions(monkeypatch):
+    """The check runs on the compiled kernel itself, not only on its function."""
+    from triton.runtime.jit import JITFunction
+
+    source = "@triton.jit\ndef k(X, Y):\n    tl.store(Y, tl.load(X))\n"
+    compiled = JITFunction(_kernel_from_source(source).fn)
+    compiled._unsafe_update_src(compiled.src.replace("tl.load(X)", "tl.load(X) * 2"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert _refusal(compiled) == "the kernel's compiled source is not the source of its function"
+
+
+@needs_interpreter
+def test_the_body_is_still_checked_after_a_helper_or_a_constant():
+    helper = _kernel_from_source("@triton.jit\ndef h(X):\n    tl.store(X, 1.0)\n", name="h")
+    kernel = _kernel_from_source(
+        "@triton.jit\ndef k(X, Y):\n    h(X)\n    y = np.zeros(1)\n    tl.store(Y, y)\n",
+        namespace={"h": helper, "np": np})
+    assert "the kernel uses `np` (the module numpy), which is not Triton" in _refusal(kernel)
+    after_a_constant = _kernel_from_source(
+        "@triton.jit\ndef k(X, Y):\n    y = SCALE\n    tl.store(Y, np.zeros(1) * y)\n",
+        namespace={"SCALE": 2.0, "np": np})
+    assert _refusal(after_a_constant).startswith(
+        "in k, line 4: the kernel uses `np` (the module numpy), which is not Triton. ")
+
+
+@needs_interpreter
+def test_tritons_own_jit_functions_count_as_one_call():
+    """tl's own @jit functions (sigmoid, imported by name) are Triton: called
+    once, they count once, and their bodies are not checked as a student's."""
+    from triton.language.standard import sigmoid
+
+    kernel = _kernel_from_source(
+        "@triton.jit\ndef k(X, Y):\n    y = sigmoid(X)\n    tl.store(Y, y)\n",
+        namespace={"sigmoid": sigmoid})
+    assert kernels_probes._check_kernel_function(kernel, set()) == 2
+
+
+@needs_interpreter
+def test_tritons_rewriter_is_tritons_but_a_changed_class_is_not(monkeypatch):
+    """An instance of Triton's own class is Triton's, whatever function it holds;
+    once its class gains a method from outside Triton, it is not, and a kernel
+    naming it is refused (not checked as if it were a kernel)."""
+    from triton.runtime.interpreter import FunctionRewriter
+
+    rewriter = FunctionRewriter(_store_x)
+    assert kernels_probes._comes_from_triton(rewriter)
+    kernel = _kernel_from_source(
+        "@triton.jit\ndef k(X, Y):\n    r = rw\n    tl.store(Y, tl.load(X))\n",
+        namespace={"rw": rewriter})
+    monkeypatch.setattr(FunctionRewriter, "extra", _store_x, raising=False)
+    assert _refusal(kernel).startswith(
+        "in k, line 3: the kernel uses `rw` (a FunctionRewriter), which is not Triton. ")
+
+
+def test_a_class_without_a_module_is_not_tritons():
+    class NoModule(type):
+        @property
+        def __module__(cls):
+            raise AttributeError("__module__")
+
+    class Hidden(metaclass=NoModule):
+        pass
+
+    assert not kernels_probes._class_from_triton(Hidden)
+    assert not kernels_probes._comes_from_triton(Hidden())
+
+
+def test_launch_metadata_must_be_none():
+    """launch_metadata and repr are hooks: anything but None is refused, even a
+    constant."""
+    plain = kernels_probes._plain_jit_options
+    assert not plain({"launch_metadata": "x"}) and not plain({"launch_metadata": [1]})
+    assert not plain({"repr": "x"})
