@@ -21,6 +21,7 @@ import functools  # noqa: E402
 import linecache  # noqa: E402
 import sys  # noqa: E402
 import types  # noqa: E402
+import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -1477,3 +1478,131 @@ def test_launch_metadata_must_be_none():
     plain = kernels_probes._plain_jit_options
     assert not plain({"launch_metadata": "x"}) and not plain({"launch_metadata": [1]})
     assert not plain({"repr": "x"})
+
+
+# ------------------------------------------------------------ judges: more mutation kills
+
+def test_every_cases_weight_has_one_value_per_feature():
+    """The kernel loads N weights: every case's gamma is as long as its rows."""
+    for name, check in kernels_judges.CHECKS.items():
+        for label, case in check.cases(np.random.default_rng(0)):
+            if "gamma" in case:
+                assert case["gamma"].shape == case["x"].shape[-1:], (name, label)
+
+
+def test_forward_stride_hint_holds_rows_to_the_inputs_tolerance():
+    """A first row right to float32's tolerance (not float64's) still counts as right,
+    and two rows are enough for the stride hint."""
+    stride = ". Hint: the first row is right and later ones are not: row r starts at "
+    rng = np.random.default_rng(0)
+    for rows, n, pad in ((6, 256, 3), (2, 1000, 8)):
+        case = _fwd_case(rng.normal(1.0, 1.0, (rows, n)), pad=pad)
+        rstd, y = kernels_judges._forward_reference(case)
+        wrong = y * 2
+        wrong[0] = y[0] * (1 + 1e-5)
+        assert _judge_y(case, _fwd_out(wrong, rstd)) == _y_problem(case, wrong) + stride + (
+            "X + r * row_stride (here rows are padded in memory), not at X + r * N")
+
+
+def test_forward_stride_hint_needs_later_rows_wrong():
+    """y right to float32's tolerance in every row, rstd wrong: the rstd mistake is named,
+    not the stride."""
+    case = _fwd_case(np.random.default_rng(1).normal(0.0, 0.5, (3, 32)), eps=0.5, pad=2)
+    rstd, y = kernels_judges._forward_reference(case)
+    hint, saved = kernels_judges._rstd_mistakes(case)[0]
+    problem = mismatch(saved, rstd, dtype="float32", what="the saved rstd")
+    assert _judge_y_and_rstd(case, _fwd_out(y * (1 + 1e-5), saved)) == (
+        problem + ". Hint: the root mean square was saved; rstd is its reciprocal, "
+        "1 / sqrt(mean(x**2) + eps)")
+    assert hint.startswith("the root mean square was saved")
+
+
+def test_forward_rstd_mistakes_are_matched_at_float32s_tolerance():
+    """The saved rstd is float32: a mistake within float32's tolerance is still named."""
+    case = _fwd_case([[1.0, 2.0, 2.0]], eps=0.5)
+    hint, saved = kernels_judges._rstd_mistakes(case)[1]
+    saved = saved * (1 + 1e-5)
+    y = case["x"].astype(float) * saved[:, None]
+    assert _judge_y(case, _fwd_out(y, saved)) == _y_problem(case, y) + f". Hint: {hint}"
+
+
+def test_forward_nan_in_y_alone_gets_the_nan_hint():
+    """NaN in y with a right rstd is still NaN read from past the row."""
+    case = _fwd_case(np.random.default_rng(2).normal(2.0, 2.0, (3, 100)))
+    rstd, y = kernels_judges._forward_reference(case)
+    y[0, 5] = np.nan
+    assert _judge_y(case, _fwd_out(y, rstd)).endswith(
+        ". Hint: NaN came out of NaN going in: the lanes past N of this test's memory hold "
+        "NaN (real padding holds anything), so some load read past the row. Load "
+        "every row (and w) with mask=cols < N and other=0.0")
+
+
+def test_forward_float16_overflow_is_judged_row_by_row():
+    """The overflow hint is for a row whose own squares add past 65 504: not for rows
+    that add past it only together, nor for a row at exactly 65 504; and it is for one
+    long row of small numbers."""
+    overflow = "the sum of squares overflowed float16"
+    together = _fwd_case(np.full((4, 256), 8.0), dtype="float16")  # 16 384 a row
+    exact = _fwd_case([[254.0, 30.0, 9.0, 2.0, 1.0, 1.0, 1.0]], dtype="float16")  # 65 504
+    assert (exact["x"].astype(float) ** 2).sum() == 65504.0
+    for case in (together, exact):
+        rstd, y = kernels_judges._forward_reference(case)
+        message = _judge_y(case, _fwd_out(y * 1.5, rstd * 1.5))
+        assert overflow not in message and "low-precision rounding" in message
+    long_row = _fwd_case(np.full((1, 256), 20.0), dtype="float16")  # 102 400, columns 400
+    rstd, y = kernels_judges._forward_reference(long_row)
+    assert overflow in _judge_y(long_row, _fwd_out(np.zeros_like(y), [0.0]))
+
+
+def test_forward_float16_overflow_test_has_no_absolute_tolerance():
+    """rstd just past float16's rtol (by 5e-9, under numpy's default atol) is off."""
+    case = _fwd_case([[300.0] * 4], dtype="float16")
+    rstd, y = kernels_judges._forward_reference(case)
+    message = _judge_y(case, _fwd_out(y * 1.02, rstd * (1 + 5e-3) + 5e-9))
+    assert "the sum of squares overflowed float16" in message
+
+
+def test_forward_diagnosis_of_an_all_zero_row_raises_no_warning():
+    """1 / sqrt(mean(x**2)) of a zero row is inf: the diagnosis computes it silently."""
+    case = _fwd_case([[0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0]])
+    rstd, y = kernels_judges._forward_reference(case)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        message = _judge_y_and_rstd(case, _fwd_out(y, rstd * 3))
+    assert message.startswith("the saved rstd is ")
+
+
+def test_dx_hints_hold_dx_to_the_inputs_tolerance():
+    """float16 dx with a mistake, rounded to float16, still gets the mistake's hint; a
+    first row right to float32's tolerance (not float64's) gets the stride hint."""
+    rng = np.random.default_rng(3)
+    half = kernels_judges._backward_case(rng, 4, 96, 3, dtype="float16")
+    hint, wrong = kernels_judges._dx_mistakes(half)[0]
+    wrong = wrong.astype(np.float16).astype(np.float64)
+    assert _judge_dx(half, _dx_out(wrong)) == _dx_problem(half, wrong) + f". Hint: {hint}"
+    padded = kernels_judges._backward_case(rng, 5, 100, 2, pad=3)
+    expected = kernels_judges._dx_reference(padded)
+    dx = expected * 2
+    dx[0] = expected[0] * (1 + 1e-5)
+    assert _judge_dx(padded, _dx_out(dx)).endswith(
+        "X + r * row_stride (here rows are padded in memory), not at X + r * N")
+
+
+def test_dx_block_size_mistake_counts_features_not_rows():
+    """5 rows of 100 features: the mean over BLOCK_SIZE 128 instead of N is named."""
+    case = kernels_judges._backward_case(np.random.default_rng(4), 5, 100, 2)
+    hint, wrong = kernels_judges._dx_mistakes(case)[-1]
+    assert hint == "the mean in mean(g * x_hat) divides by N, not by BLOCK_SIZE"
+    x_hat, g, rstd = kernels_judges._backward_terms(case)
+    assert np.allclose(wrong, rstd * (g - x_hat * (g * x_hat).sum(-1, keepdims=True) / 128))
+    assert _judge_dx(case, _dx_out(wrong)) == _dx_problem(case, wrong) + f". Hint: {hint}"
+
+
+def test_partial_dw_rows_are_added_exactly():
+    """float32 rows that cancel (2**24, dW, -2**24) add up to dW: the judge adds them
+    in float64, as the promise "the rows add up to dW" says."""
+    case = kernels_judges._backward_case(np.random.default_rng(5), 7, 48, 3)
+    dw = kernels_judges._dw_reference(case).astype(np.float32)
+    big = np.full_like(dw, 2.0 ** 24)
+    rows = np.stack([big, dw, -big])
+    assert _judge_partial_dw(case, {"partial_dw": rows, "partial_overrun": np.array(0)}) is None
