@@ -10,6 +10,7 @@ number compared with torch's gradient) and the hint.
 """
 
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -1110,3 +1111,119 @@ def test_unpack_accepts_a_list_of_the_right_length():
 def test_each_check_runs_its_own_cases(check, name, subject, capsys):
     check(*subject)
     assert capsys.readouterr().out.startswith(f"{name}: all ")
+
+
+# ----- float32 tolerance, groups of two, seeds and spreads of the cases --------------------
+
+def _float32_near(values):
+    """`values` in float32, 5e-5 off relatively: inside float32's tolerance, not float64's."""
+    return (np.asarray(values, np.float64) * (1 + 5e-5)).astype(np.float32)
+
+
+def test_a_float32_forward_is_held_to_float32_tolerance():
+    """A float32 forward whose y and mean are 5e-5 off passes; a float32 standard
+    deviation given for rstd, 5e-5 off, is still named."""
+    case = _case("backward_ln_forward_cache", 6)
+    assert case["x"].dtype == np.float32
+    y, mean, rstd = _ln_torch(case)[:3]
+    output = {"y": _float32_near(y), "mean": _float32_near(mean), "rstd": _float32_near(rstd)}
+    assert _judge("backward_ln_forward_cache", case, output) is None
+    output["rstd"] = _float32_near(1.0 / rstd)
+    message = _judge("backward_ln_forward_cache", case, output)
+    assert message.endswith(
+        HINT + "rstd is the reciprocal, 1 / sqrt(var + eps), not the standard deviation")
+
+
+@pytest.mark.parametrize("name, index, gradient", [
+    ("backward_ln_dx", 6, lambda case: _ln_torch(case)[3]),
+    ("backward_rms_dx", 5, lambda case: _rms_torch(case)[0]),
+    ("backward_gn_dx", 7, lambda case: _gn_torch(case)[0]),
+])
+def test_a_float32_slip_is_named_at_float32_precision(name, index, gradient):
+    """A float32 dx with its sign flipped and float32-sized round-off gets the sign hint."""
+    case = _case(name, index)
+    assert case["x"].dtype == np.float32
+    message = _judge(name, case, {"dx": _float32_near(-gradient(case))})
+    assert message.endswith(HINT + "the sign of dx is flipped")
+
+
+def test_a_float32_average_for_dgamma_is_named():
+    """Layer norm's float32 dgamma averaged over the tokens, with float32 round-off,
+    gets the sum-not-average hint."""
+    case = _case("backward_ln_params", 5)
+    assert case["x"].dtype == np.float32
+    _, _, _, _, dgamma, dbeta = _ln_torch(case)
+    tokens = case["x"].size // case["x"].shape[-1]
+    message = _judge("backward_ln_params", case,
+                     {"dgamma": _float32_near(dgamma / tokens), "dbeta": dbeta})
+    assert message.endswith(HINT + "dgamma is a sum over tokens, not an average")
+
+
+def test_an_unbiased_variance_is_named_on_groups_of_two():
+    """On x of shape (2, 4) with 2 groups (two values a group), the dx formula written with
+    the unbiased variance (divide by M - 1 = 1) gets the biased-variance hint."""
+    case = _case("backward_gn_dx", 0)
+    assert case["x"].shape == (2, 4) and int(case["num_groups"]) == 2
+    dx = _gn_wrong_dx(case, ddof=1)
+    assert not np.allclose(dx, _gn_torch(case)[0], rtol=1e-3, atol=0)
+    message = _judge("backward_gn_dx", case, {"dx": dx})
+    assert message.endswith(
+        HINT + "the variance is the biased one: divide by the group's size M, not M - 1")
+
+
+def test_first_hint_diagnoses_no_boolean_answer():
+    """Booleans are not numbers to a hint: no slip is named, even one that equals them."""
+    assert J._first_hint(np.array([True, False]), {"a slip": np.array([1.0, 0.0])},
+                         np.float64) is None
+    assert J._first_hint(np.array([1, 0]), {"a slip": np.array([1.0, 0.0])},
+                         np.float64) == "a slip"
+
+
+@pytest.mark.parametrize("name", ["backward_ln_dx", "backward_rms_dx"])
+def test_every_random_dy_comes_from_the_checks_seed(name):
+    """Each case whose dy the label does not give draws it from the seed: two seeds give
+    two different dy, so no answer can be written down ahead of the check."""
+    first, second = _cases(name, 0), _cases(name, 1)
+    for (label, one), (_, other) in list(zip(first, second))[1:]:
+        assert not np.allclose(one["dy"], other["dy"]), label
+
+
+def _pooled_x(name, index, seeds=range(5)):
+    return np.concatenate([_case(name, index, seed)["x"].ravel() for seed in seeds])
+
+
+@pytest.mark.parametrize("name, index, loc, scale", [
+    ("backward_ln_forward_cache", 2, 0.0, 1.0),  # a batch of 4 tokens, d = 8
+    ("backward_ln_forward_cache", 3, 2.0, 3.0),  # a 3-D batch (2, 3, 16)
+    ("backward_ln_dx", 1, 0.0, 1.0),  # a batch of 5 tokens, d = 8
+    ("backward_ln_dx", 2, 1.0, 2.0),  # a 3-D batch (2, 3, 16)
+    ("backward_ln_dx", 3, 0.0, 1.0),  # a 4-D batch (2, 2, 3, 8)
+    ("backward_rms_dx", 2, 3.0, 1.0),  # tokens with mean 3
+])
+def test_batch_values_are_spread_as_drawn(name, index, loc, scale):
+    """The batches' values are N(loc, scale): pooled over five seeds, the mean and the
+    standard deviation land near them (a shift or scale of 1 would be many errors off)."""
+    values = _pooled_x(name, index)
+    assert abs(values.mean() - loc) < 0.3 * scale
+    assert 0.85 * scale < values.std() < 1.15 * scale
+
+
+def test_first_hint_compares_infinite_answers_without_warnings():
+    """An answer with an infinity next to a candidate with one is compared quietly: the
+    student's verdict carries no RuntimeWarning from inf - inf."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert J._first_hint(np.array([np.inf, 1.0]), {"a slip": np.array([np.inf, 2.0])},
+                             np.float64) is None
+
+
+@pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning")
+def test_a_complex_dx_is_quoted_by_its_real_part():
+    """A complex dx is read as its real part, as the tolerance sentence reads it: the
+    evidence points at the real part's worst entry and quotes that real number."""
+    case = _case("backward_ln_dx", 1)
+    right = _ln_torch(case)[3]
+    dx = 2 * right + 1j * np.arange(right.size).reshape(right.shape)
+    message = _judge("backward_ln_dx", case, {"dx": dx})
+    problem = mismatch(2 * right, right, dtype=case["x"].dtype, what="dx")
+    _check_evidence(message, problem=problem, name="dx", yours=2 * right, right=right)
