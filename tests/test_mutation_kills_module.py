@@ -1756,3 +1756,145 @@ def test_an_input_of_exactly_normalized_shape_is_valid():
         "the same number of elements, but not the same shape) although normalized_shape is "
         "[3, 4]: raise an error when the last 2 dims of the input are not exactly "
         "normalized_shape")
+
+
+# ----- what each case is drawn from -----------------------------------------------------------
+
+
+def _standard_pattern(size):
+    """A fixed, skewed pattern of mean 0 and standard deviation 1 (a sign flip shows)."""
+    z = np.arange(1.0, np.prod(size) + 1) ** 2
+    return ((z - z.mean()) / z.std()).reshape(size)
+
+
+class StandardDraws:
+    """Stands in for numpy's Generator: normal(loc, scale, size) returns
+    loc + scale * the standard pattern, so a case's arrays show exactly the mean
+    and spread they were drawn with."""
+
+    def normal(self, loc=0.0, scale=1.0, size=None):
+        return loc + scale * _standard_pattern(size)
+
+
+def _assert_drawn(cases, draws):
+    """Each (case index, key, loc, scale) is loc + scale * pattern, in the case's dtype."""
+    for index, key, loc, scale in draws:
+        label, case = cases[index]
+        value = case[key]
+        expected = (loc + scale * _standard_pattern(value.shape)).astype(value.dtype)
+        np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-6,
+                                   err_msg=f"{label}: {key}")
+
+
+def _affine(index, weight=(1.0, 0.5), bias=(0.0, 0.5)):
+    """Random gamma ~ N(1, 0.5), beta ~ N(0, 0.5); (1, 0) and (0, 0) are 1 and 0."""
+    return [(index, "set_weight", *weight), (index, "set_bias", *bias)]
+
+
+def test_forward_cases_draw_inputs_of_the_documented_offset_and_spread():
+    """The single token ~ N(2, 3), the (2, 5, 16) batch ~ N(1, 2), the list case
+    ~ N(-1, 2), the offset case 10 + N(0, 1): offsets test the centring, spreads the
+    scaling, and gamma/beta follow the labels (1 and 0 where they say so)."""
+    cases = J._forward_cases(StandardDraws())
+    _assert_drawn(cases, [
+        (0, "x", 0.0, 1.0), *_affine(0, (1.0, 0.0), (0.0, 0.0)),
+        (1, "x", 2.0, 3.0), *_affine(1),
+        (2, "x", 1.0, 2.0), *_affine(2),
+        *_affine(3),
+        (4, "x", 0.0, 1.0), *_affine(4),
+        (5, "x", -1.0, 2.0), *_affine(5),
+        (6, "x", 10.0, 1.0), *_affine(6, (1.0, 0.0), (0.0, 0.0)),
+        (7, "x", 0.0, 1.0), *_affine(7),
+    ])
+    constant = cases[3][1]["x"]  # the other two tokens ~ N(0, 1)
+    np.testing.assert_allclose(constant[[0, 2]], _standard_pattern((3, 8))[[0, 2]], rtol=1e-6)
+
+
+def test_flag_cases_draw_inputs_and_gamma_of_the_documented_offset_and_spread():
+    """x ~ N(3, 2) for elementwise_affine=False (an offset the module must remove by
+    itself), x ~ 0.02 * N(0, 1) for "small spread", gamma ~ N(1, 0.5) for bias=False."""
+    cases = J._flag_cases(StandardDraws())
+    _assert_drawn(cases, [
+        (1, "x", 0.0, 1.0), *_affine(1),
+        (2, "x", 0.0, 0.02), *_affine(2),
+        (3, "x", 3.0, 2.0),
+        (4, "x", 0.0, 1.0),
+        (5, "x", 0.0, 1.0), (5, "set_weight", 1.0, 0.5),
+        (6, "x", 0.0, 1.0), (6, "set_weight", 1.0, 0.5),
+        (7, "x", 0.0, 1.0),
+    ])
+
+
+def test_add_cases_draw_x_residual_and_gamma_of_the_documented_offset_and_spread():
+    """x ~ N(offset, 2) (offset 3 in the float64 case, -2 in the eps=0.01 one, 1 with
+    spread 3 for the residual=None case), residual ~ N(0, 1), gamma ~ N(1, 0.5)."""
+    cases = J._add_cases(StandardDraws())
+    pair = [("x", 0.0, 2.0), ("residual", 0.0, 1.0)]
+    _assert_drawn(cases, [
+        *[(0, *draw) for draw in pair], *_affine(0),
+        (1, "x", 3.0, 2.0), (1, "residual", 0.0, 1.0), *_affine(1),
+        (2, "x", 1.0, 3.0), *_affine(2),
+        *[(3, *draw) for draw in pair], (3, "set_weight", 1.0, 0.5),
+        (4, "x", -2.0, 2.0), (4, "residual", 0.0, 1.0),
+        *[(5, *draw) for draw in pair], (5, "torch_weight", 0.0, 1.0),
+        (5, "torch_bias", 0.0, 1.0),
+        *[(6, *draw) for draw in pair], (6, "upstream_sum", 0.0, 1.0),
+        (6, "upstream_normed", 0.0, 1.0), *_affine(6),
+    ])
+
+
+# ----- the reference is float64 whatever the input -------------------------------------------
+
+
+def test_reference_output_of_a_float32_case_is_float64():
+    """A float32 input is normalized in float64 (the reference a student's float32
+    output is held to), not rounded to float32."""
+    case = _case("my_layer_norm_forward", 2)
+    expected = _torch_reference(case)
+    reference = J._reference_output(case)
+    assert reference.dtype == np.float64
+    np.testing.assert_allclose(reference, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_reference_gradients_of_a_float32_case_are_float64():
+    case = _case("my_layer_norm_autograd", 1)  # float32
+    wide = {key: np.asarray(value, np.float64) if value.dtype == np.float32 else value
+            for key, value in case.items()}
+    right = _torch_gradients(wide)
+    gradients = J._reference_gradients(case)
+    for key in ("x_grad", "weight_grad", "bias_grad"):
+        assert gradients[key].dtype == np.float64, key
+        np.testing.assert_allclose(gradients[key], right[key], rtol=1e-10, atol=1e-12)
+
+
+def test_reference_add_without_residual_is_float64_for_a_float32_input():
+    """module(x) with residual=None: residual_sum is x itself and normed its layer norm,
+    both in float64."""
+    case = _case("add_layer_norm_module", 2)
+    assert "residual" not in case and case["x"].dtype == np.float32
+    residual_sum, normed, gradients = J._reference_add(case)
+    assert residual_sum.dtype == normed.dtype == np.float64 and gradients is None
+    np.testing.assert_array_equal(residual_sum, case["x"].astype(np.float64))
+    np.testing.assert_allclose(normed, _torch_reference(case), rtol=1e-12, atol=1e-12)
+
+
+# ----- hints that must not appear --------------------------------------------------------------
+
+
+def test_an_eps_of_one_gets_no_default_eps_hint():
+    """The wrong defaults hinted at are small (1e-6, 1e-8, 1e-12, 0, 1e-3): an output
+    made with eps = 1 matches none of the known slips, so no hint is given."""
+    case = _case("my_layer_norm_forward", 2)
+    x = torch.from_numpy(case["x"].astype(np.float64))
+    y = (_torch_ln(x, (-1,), 1.0) * torch.from_numpy(case["set_weight"].astype(np.float64))
+         + torch.from_numpy(case["set_bias"].astype(np.float64))).numpy().astype(np.float32)
+    assert not np.allclose(y, _torch_reference(case), atol=1e-3)
+    assert J._likely_forward_mistake(case, y) is None
+
+
+def test_normalized_helper_with_n_minus_correction_equal_to_one():
+    """Two values with correction=1 divide the squared deviations by 1, as torch.var."""
+    x = np.array([[1.0, 4.0], [2.0, -2.0]])
+    expected = _torch_ln(torch.from_numpy(x), (-1,), 0.1, correction=1).numpy()
+    np.testing.assert_allclose(J._normalized(x, (1,), 0.1, correction=1), expected,
+                               rtol=1e-12)
