@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.course import EXAMPLES_DIR, Course
+from autograder.course import EXAMPLES_DIR, Course, path_with_tools
 from autograder.grade import grade_assignment
 from autograder.runner import RunSettings
 
@@ -60,8 +60,7 @@ def _submit(*, course_root, handin_folder, assignment, notebook_name):
 
 def _venv_environment():
     """nbgrader runs alembic and its kernels from this interpreter's bin/."""
-    bin_dir = str(Path(sys.executable).parent)
-    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return {**os.environ, "PATH": path_with_tools()}
 
 
 def _nbgrader(args, *, cwd):

@@ -1,5 +1,7 @@
 """Where things live in a course directory (see DESIGN.md, "Layout")."""
 
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -7,6 +9,19 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 EXAMPLES_DIR = PACKAGE_DIR / "examples"
 POLICIES_DIR = PACKAGE_DIR / "policies"
 REPO_ROOT = PACKAGE_DIR.parent
+
+
+def path_with_tools():
+    """PATH with this interpreter's bin/ first, where nbgrader, alembic and
+    jupyter-book live even when the virtual environment is not activated.
+
+    Without PATH, programs are looked for in os.defpath: the result keeps looking
+    there, rather than in an empty entry (the current folder).
+    """
+    bin_dir = str(Path(sys.executable).parent)
+    rest = [entry for entry in os.environ.get("PATH", os.defpath).split(os.pathsep)
+            if entry != bin_dir]
+    return os.pathsep.join([bin_dir, *rest])
 
 
 @dataclass(frozen=True)

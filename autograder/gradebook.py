@@ -10,12 +10,12 @@ autograded/<student>/<assignment>/.
 """
 
 import os
-import sys
 import warnings
 from pathlib import Path
 
 import nbformat
 
+from autograder.course import path_with_tools
 from autograder.grade import grade_cells, manual_cells
 
 
@@ -90,11 +90,7 @@ def write_gradebook(*, course, assignment, results):
 
     # A new gradebook is stamped by running `alembic`, which lives beside this
     # interpreter: find it even when the virtual environment is not activated.
-    # Without PATH, programs are looked for in os.defpath: keep looking there.
-    bin_dir = str(Path(sys.executable).parent)
-    search_path = os.environ.get("PATH", os.defpath)
-    if bin_dir not in search_path.split(os.pathsep):
-        os.environ["PATH"] = f"{bin_dir}{os.pathsep}{search_path}"
+    os.environ["PATH"] = path_with_tools()
     with Gradebook(gradebook_url(course)) as gradebook, warnings.catch_warnings():
         # nbgrader's own add_submission sets off SQLAlchemy's "not in session" warnings.
         warnings.filterwarnings("ignore", message="Object of type .* not in session")

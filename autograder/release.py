@@ -11,6 +11,8 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.course import path_with_tools
+
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
                 "normref")
 
@@ -41,7 +43,7 @@ def generate(*, course, assignment, into, log=sys.stderr):
                "--force", f"--CourseDirectory.root={into}",
                f"--CourseDirectory.db_url=sqlite:///{into / 'gradebook.db'}"]
     # nbgrader runs alembic from the same environment when it creates the gradebook.
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, "PATH": path_with_tools()}
     done = subprocess.run(command, cwd=course.root, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise ReleaseError(

@@ -35,7 +35,7 @@ import yaml
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
-from autograder.course import Course
+from autograder.course import Course, path_with_tools
 from autograder.edition import COLAB, LESSONS_DIR, Repository, units
 
 # The browser-side code the pages load, from the npm registry. Only these files of
@@ -320,8 +320,7 @@ def build_site(*, course, repo, out, asset_cache=None, log=sys.stderr):
         book = Path(scratch) / "book"
         print("building the site: every lesson runs (a few minutes)", file=log)
         stage(course=course, repo=repo, folder=book, asset_cache=asset_cache, log=log)
-        bin_dir = str(Path(sys.executable).parent)
-        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        env = {**os.environ, "PATH": path_with_tools(),
                "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
         command = [sys.executable, "-c", "from jupyter_book.cli.main import main; main()",
                    "build", str(book),

@@ -110,7 +110,8 @@ def test_nbgrader_runs_from_this_interpreter_and_its_failure_says_why(monkeypatc
     assert kwargs["env"]["PATH"] == f"{Path(sys.executable).parent}{os.pathsep}/usr/bin"
     assert kwargs["env"]["HOME"] == os.environ["HOME"]
     monkeypatch.delenv("PATH")
-    assert bench._venv_environment()["PATH"] == f"{Path(sys.executable).parent}{os.pathsep}"
+    assert bench._venv_environment()["PATH"] == \
+        f"{Path(sys.executable).parent}{os.pathsep}{os.defpath}"
 
     monkeypatch.setattr(bench.subprocess, "run", lambda command, **_: SimpleNamespace(
         returncode=1, stdout="x" * 100 + "O" * 3000, stderr="y" * 100 + "E" * 3000))

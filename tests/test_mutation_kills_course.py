@@ -4,6 +4,9 @@ Each test fails on a small bug in autograder/course.py (`make mutation`): the
 course's folders, its assignments and their notebooks, and who handed in what.
 """
 
+import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +78,22 @@ def test_students_are_those_with_a_hand_in_folder(tmp_path):
     (course.submitted / "bob" / "other").mkdir(parents=True)
     _touch(course.submitted / "cy" / "hw")
     assert course.students("hw") == ["ada", "zoe"]
+
+
+def test_path_with_tools_puts_this_interpreters_bin_first_once(monkeypatch):
+    """nbgrader, alembic and jupyter-book are looked for beside this interpreter
+    first; bin/ elsewhere on PATH moves to the front rather than appearing twice."""
+    bin_dir = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", os.pathsep.join(["/opt/x", bin_dir, "/usr/bin"]))
+    assert course_module.path_with_tools() == os.pathsep.join([bin_dir, "/opt/x", "/usr/bin"])
+    monkeypatch.setenv("PATH", "/usr/local/bin")
+    assert course_module.path_with_tools() == os.pathsep.join([bin_dir, "/usr/local/bin"])
+
+
+def test_path_with_tools_without_path_keeps_the_default_search_path(monkeypatch):
+    """No PATH: bin/, then os.defpath (where programs are looked for without one);
+    never an empty entry, which would mean the current folder."""
+    monkeypatch.delenv("PATH", raising=False)
+    found = course_module.path_with_tools()
+    assert found == os.pathsep.join([str(Path(sys.executable).parent), os.defpath])
+    assert "" not in found.split(os.pathsep)

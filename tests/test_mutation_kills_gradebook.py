@@ -157,14 +157,14 @@ def test_write_gradebook_records_cells_scores_and_flags(course, monkeypatch, ale
 
 def test_write_gradebook_leaves_a_path_with_its_bin_dir_and_keeps_the_default_one(
         course, monkeypatch, alembic_found):
-    """This interpreter's bin/ already on PATH (even last): PATH stays as it was, not
-    growing at each call. No PATH at all: bin/, then the directories a program is looked
-    for in without PATH (os.defpath), not the current directory."""
+    """This interpreter's bin/ already on PATH (even last): it comes first, once, and
+    PATH does not grow at each call. No PATH at all: bin/, then the directories a
+    program is looked for in without PATH (os.defpath), not the current directory."""
     bin_dir = str(Path(sys.executable).parent)
     monkeypatch.setenv("PATH", os.pathsep.join(["/nowhere", bin_dir]))
     gb.write_gradebook(course=course, assignment=ASSIGNMENT, results=_results())
     gb.write_gradebook(course=course, assignment=ASSIGNMENT, results=_results())
-    assert os.environ["PATH"] == os.pathsep.join(["/nowhere", bin_dir])
+    assert os.environ["PATH"] == os.pathsep.join([bin_dir, "/nowhere"])
     monkeypatch.delenv("PATH")
     gb.write_gradebook(course=course, assignment=ASSIGNMENT, results=_results())
     assert os.environ["PATH"] == f"{bin_dir}{os.pathsep}{os.defpath}"

@@ -136,6 +136,11 @@ def test_generate_runs_nbgrader_on_a_scratch_course_with_alembic_on_path(tmp_pat
     assert kwargs["env"]["PATH"] == f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin"
     assert kwargs["env"]["HOME"] == os.environ["HOME"]
     assert log.text == "released 01_var\n"
+    # Without PATH, nbgrader still runs, looking where programs are looked for then.
+    monkeypatch.delenv("PATH")
+    (tmp_path / "bare").mkdir()
+    rel.generate(course=course, assignment="01_var", into=tmp_path / "bare", log=log)
+    assert calls[-1][1]["env"]["PATH"] == f"{Path(sys.executable).parent}:{os.defpath}"
 
 
 def test_a_source_nbgrader_refuses_is_one_line_and_changes_nothing(tmp_path, monkeypatch):

@@ -462,7 +462,9 @@ def test_build_site_runs_jupyter_book_and_keeps_only_what_browsers_read(
     assert kwargs["cwd"] == Path(folder) and kwargs["timeout"] == 1800
     assert kwargs["capture_output"] is True and kwargs["text"] is True
     env = kwargs["env"]
-    assert env["PATH"] == f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    bin_dir = str(Path(sys.executable).parent)
+    assert env["PATH"] == os.pathsep.join(
+        [bin_dir, *(p for p in os.environ["PATH"].split(os.pathsep) if p != bin_dir)])
     assert env["PYDEVD_DISABLE_FILE_VALIDATION"] == "1" and env["HOME"] == os.environ["HOME"]
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert files == [".nojekyll", "_static/app.js", "index.html", "notebooks/01_alpha.html",
@@ -495,7 +497,8 @@ def test_build_site_runs_jupyter_book_and_keeps_only_what_browsers_read(
     site.build_site(course=course, repo=REPO_, out=str(out), asset_cache=course.root / "build"
                     / "npm", log=io.StringIO())
     assert not (out / "stale.html").exists() and (out / "index.html").is_file()
-    assert book.calls[-1][1]["env"]["PATH"] == f"{Path(sys.executable).parent}{os.pathsep}"
+    assert book.calls[-1][1]["env"]["PATH"] == \
+        f"{Path(sys.executable).parent}{os.pathsep}{os.defpath}"
 
 
 def test_a_failed_book_build_reports_its_output_and_logs(course, tmp_path, monkeypatch,
