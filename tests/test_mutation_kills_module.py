@@ -1898,3 +1898,25 @@ def test_normalized_helper_with_n_minus_correction_equal_to_one():
     expected = _torch_ln(torch.from_numpy(x), (-1,), 0.1, correction=1).numpy()
     np.testing.assert_allclose(J._normalized(x, (1,), 0.1, correction=1), expected,
                                rtol=1e-12)
+
+
+def test_a_float32_slip_computed_in_float32_is_still_named():
+    """A float32 module that divides by n - 1, computed in float32 as a student's
+    module would, carries float32 round-off: its slip is named on every float32
+    forward case all the same (compared at float32's tolerance, closest slip first)."""
+    named = 0
+    for _, case in _cases("my_layer_norm_forward", 0):
+        if case["x"].dtype != np.float32:
+            continue
+        x = torch.from_numpy(case["x"])
+        dims = tuple(range(x.dim() - len(case["normalized_shape"]), x.dim()))
+        eps = float(case["eps"]) if "eps" in case else 1e-5
+        gamma = torch.from_numpy(np.asarray(case.get("set_weight", 1.0), np.float32))
+        beta = torch.from_numpy(np.asarray(case.get("set_bias", 0.0), np.float32))
+        x_hat = (x - x.mean(dims, keepdim=True)) / torch.sqrt(
+            x.var(dims, keepdim=True, correction=1) + eps)
+        y = (gamma * x_hat + beta).numpy()
+        assert y.dtype == np.float32
+        assert J._likely_forward_mistake(case, y) == H_UNBIASED
+        named += 1
+    assert named >= 3

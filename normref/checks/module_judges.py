@@ -493,11 +493,18 @@ def _likely_forward_mistake(case, y):
             "take the statistics over the trailing normalized_shape dims only, "
             "not over everything but the first dim"
         ] = affine(_normalized(x, tuple(range(1, x.ndim)), eps))
+    # At float32's tolerance several eps slips can match one output: name the
+    # candidate the output is closest to (the first of equals, in the order above).
+    dtype = np.asarray(case["x"]).dtype
+    closest, hint_found = np.inf, None
     with np.errstate(all="ignore"):
         for hint, wrong in candidates.items():
-            if np.shape(y) == wrong.shape and matches(y, wrong, dtype=x.dtype):
-                return hint
-    return None
+            if np.shape(y) == wrong.shape and matches(y, wrong, dtype=dtype):
+                gap = np.abs(np.asarray(y, np.float64) - wrong)  # y's shape
+                distance = float(np.max(gap[np.isfinite(gap)], initial=0.0))
+                if distance < closest:
+                    closest, hint_found = distance, hint
+    return hint_found
 
 
 def _output_problem(case, output):
