@@ -426,6 +426,12 @@ def test_a_hand_in_stock_nbgrader_left_unscored_is_reported_after_the_scored_one
         "  scores differ for 1 x fay: stock 2.0, ours 4.0",
         "  scores differ for 1 x fay: stock 10.0, ours 4.0",
         "  scores differ for 1 x fay: stock None, ours 4.0"]
+    # A score of 0 is a number like any other: it comes before 1, not level with it.
+    scores = {"s0_gus": {"sample": "gus", "stock": 1.0, "ours": 4.0},
+              "s1_gus": {"sample": "gus", "stock": 0.0, "ours": 4.0}}
+    assert bench.format_report(_bench(0.25, scores))[4:] == [
+        "  scores differ for 1 x gus: stock 0.0, ours 4.0",
+        "  scores differ for 1 x gus: stock 1.0, ours 4.0"]
 
 
 def test_format_engine_report():
