@@ -179,7 +179,8 @@ def _forget_judges(monkeypatch):
     """Unload the judges modules for this test (as in a fresh worker); restored after."""
     import normref.checks
 
-    judges = sorted(name for name in sys.modules if name.endswith("_judges"))
+    judges = sorted(name for name in sys.modules
+                    if name.startswith("normref.checks.") and name.endswith("_judges"))
     assert judges
     for name in judges:
         monkeypatch.setattr(normref.checks, name.rsplit(".", 1)[1], sys.modules[name])
@@ -413,10 +414,12 @@ def test_the_local_cluster_is_one_checked_warmed_worker_that_dies_with_the_grade
     (worker,) = dask_engine.client.scheduler_info()["workers"].values()
     assert worker["nthreads"] == 1
     found = dask_engine.client.run(lambda: (os.getpid(), _death_signal(), sorted(
-        name for name in sys.modules if name.endswith("_judges"))))
+        name for name in sys.modules
+        if name.startswith("normref.checks.") and name.endswith("_judges"))))
     ((pid, signal, judges),) = found.values()
     assert pid != os.getpid() and signal == 9
-    assert judges == sorted(name for name in sys.modules if name.endswith("_judges"))
+    assert judges == sorted(name for name in sys.modules
+                            if name.startswith("normref.checks.") and name.endswith("_judges"))
     plugins = dask_engine.client.run(lambda dask_worker: sorted(dask_worker.plugins))
     assert "die-with-the-grader" in next(iter(plugins.values()))
     assert dask_engine.check_workers() == 1
