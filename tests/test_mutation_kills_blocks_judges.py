@@ -10,6 +10,7 @@ reach a judge taken from it.
 import numpy as np
 import pytest
 import torch
+from test_mutation_kills_blocks import SandwichDetached, SandwichDoubled
 from torch import nn
 
 from normref import blocks
@@ -57,17 +58,6 @@ class SandwichAfterAdd(blocks.SandwichLNBlock):
     def forward(self, x):
         x = self.ln1_out(x + self.attn(self.ln1(x)))
         return self.ln2_out(x + self.mlp(self.ln2(x)))
-
-
-class SandwichDoubled(blocks.SandwichLNBlock):
-    def forward(self, x):
-        return 2 * super().forward(x)
-
-
-class SandwichDetached(blocks.SandwichLNBlock):
-    def forward(self, x):
-        x = x + self.ln1_out(self.attn(self.ln1(x))).detach()
-        return x + self.ln2_out(self.mlp(self.ln2(x)))
 
 
 class DeepNormFirstOnly(blocks.DeepNormBlock):
