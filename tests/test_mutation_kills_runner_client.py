@@ -44,8 +44,12 @@ def _probe(subject, case):
 
 
 @pytest.fixture
-def torch_state():
-    """The recorder's machinery loaded; mode stacks and hooks checked clean afterwards."""
+def torch_state(monkeypatch):
+    """The recorder's machinery built afresh for the test (new, empty caches, so that
+    _load_torch, _function_name and _torch_classes really run; the module's own are put
+    back afterwards); mode stacks and hooks checked clean afterwards."""
+    for cache in ("_TORCH", "_NAME_CACHE", "_CLASS_CACHE"):
+        monkeypatch.setattr(_runner, cache, {})
     t = _runner._load_torch()
     yield t
     assert torch.overrides._get_current_function_mode_stack() == []
@@ -1128,3 +1132,204 @@ def test_the_import_watcher_calls_back_after_the_module_ran():
     assert found is spec and events == [("find", "torch", ["p"], "t")]
     found.loader.exec_module("module")
     assert events[1:] == [("exec", "module"), "started"]
+
+
+class Holder:
+    def method(self):
+        return None
+
+
+class UnhashableCallable:
+    def __eq__(self, other):
+        return self is other
+
+    def __call__(self):
+        return None
+
+
+def test_a_callable_without_a_module_attribute_is_named_under_torch(torch_state):
+    """A method-wrapper has no __module__ at all (not even None): named torch.<qualname>."""
+    assert not hasattr((1).__add__, "__module__")
+    assert _runner._function_name((1).__add__) == "torch.int.__add__"
+
+
+def test_a_method_is_named_by_its_qualified_name(torch_state):
+    """The class a method belongs to is part of its name, not just the method's own name."""
+    assert _runner._function_name(Holder.method) == f"{__name__}.Holder.method"
+    assert _runner._function_name(Holder().method) == f"{__name__}.Holder.method"
+
+
+def test_an_unhashable_op_packet_is_named_and_not_cached(torch_state):
+    """An op-like callable that cannot be a dict key is still named; the cache is left alone."""
+    thing = UnhashableCallable()
+    thing._qualified_op_name = "student::op"
+    cached = dict(_runner._NAME_CACHE)
+    assert _runner._function_name(thing) == "student::op"
+    assert _runner._NAME_CACHE == cached
+
+
+def test_a_thread_that_only_computes_is_not_autograd(torch_state):
+    """Ops a student's thread runs outside a backward pass are recorded without "autograd"."""
+    rec = _runner._Recording()
+    results = {}
+
+    def thread_body():
+        _runner._arm_new_thread(None, "call", None)
+        results["sum"] = torch.add(torch.ones(2), torch.ones(2)).tolist()
+        torch.utils._python_dispatch._pop_mode()
+        torch._C._pop_torch_function_stack()
+
+    with rec.watching():
+        worker = threading.Thread(target=thread_body)
+        worker.start()
+        worker.join()
+    assert results["sum"] == [2.0, 2.0]
+    assert {"torch.add", "aten::add"} <= rec.names and "autograd" not in rec.names
+
+
+def test_a_module_built_before_the_check_is_recorded_when_called(torch_state):
+    """The module hook names the torch classes of a module called inside the check, even
+    one built outside it (no registration hook saw it) and not the subject."""
+    norm = nn.LayerNorm(3)
+    rec = _watch(lambda: norm(torch.ones(2, 3)))
+    assert {"torch.nn.modules.normalization.LayerNorm",
+            "torch.nn.modules.module.Module"} <= rec.names
+
+
+def test_a_module_built_while_the_bookkeeping_is_emptied_does_not_fail(torch_state):
+    """Hand-in code that empties the recorder's stack for a while and builds a module
+    meanwhile gets its module: the submodule hook then has nowhere to record, and stays
+    quiet."""
+    rec = _runner._Recording()
+    built = {}
+
+    def body():
+        saved = list(_runner._RECORDING_NOW)
+        _runner._RECORDING_NOW.clear()
+        try:
+            built["model"] = nn.Sequential(nn.Linear(2, 2))
+        finally:
+            _runner._RECORDING_NOW[:] = saved
+
+    _watch(body, rec)
+    assert isinstance(built["model"], nn.Sequential)
+    assert "torch.nn.modules.linear.Linear" not in rec.names
+
+
+def test_the_torch_classes_of_a_class_are_cached(torch_state):
+    """A second look-up gives the same names, from the cache."""
+    first = _runner._torch_classes(StudentNorm)
+    assert _runner._CLASS_CACHE[StudentNorm] == first
+    assert _runner._torch_classes(StudentNorm) == first
+    assert "torch.nn.modules.normalization.LayerNorm" in first
+
+
+def test_a_class_without_a_module_attribute_has_no_torch_classes(torch_state):
+    """A class made by type() where no __name__ is defined has no __module__: not torch."""
+    anonymous = eval("type('Anonymous', (), {})", {"__builtins__": __builtins__})
+    assert not hasattr(anonymous, "__module__")
+    assert _runner._torch_classes(anonymous) == ()
+
+
+class Registry:
+    """A class subject with a class-level modules(): the class itself is no module."""
+
+    @classmethod
+    def modules(cls):
+        return [nn.LayerNorm(2)]
+
+
+def test_a_class_subject_is_noted_without_calling_its_modules():
+    """Only an instance's modules() are looked at; a class's own modules() is not called."""
+    rec = _runner._Recording()
+    rec.note_subject(Registry)
+    assert rec.names == set()
+
+
+class SpecOnce:
+    """A meta-path finder that, the first time it is asked for torch, asks `watcher` too."""
+
+    def __init__(self, watcher, answer=None):
+        self.watcher, self.answer, self.nested = watcher, answer, []
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == "torch" and self.watcher is not None and not self.nested:
+            self.nested.append(self.watcher.find_spec(fullname, path, target))
+        return self.answer
+
+
+def test_the_import_watcher_does_not_look_for_torch_within_its_own_search():
+    """While the watcher searches the other finders for torch, it answers None itself."""
+    watcher = _runner._TorchImportWatcher(lambda: None)
+    spy = SpecOnce(watcher)
+    sys.meta_path.insert(0, spy)
+    try:
+        spec = watcher.find_spec("torch")
+    finally:
+        sys.meta_path.remove(spy)
+    assert spec is not None and spec.name == "torch"
+    assert spy.nested == [None]
+    assert watcher.busy is False
+
+
+class LoaderWithoutExecModule:
+    """An old-style loader: load_module only."""
+
+    def load_module(self, fullname):
+        raise ImportError(fullname)
+
+
+def test_a_torch_spec_whose_loader_cannot_exec_is_passed_on_unchanged():
+    """A spec whose loader has no exec_module is handed back as found, not wrapped."""
+    import importlib.machinery
+
+    loader = LoaderWithoutExecModule()
+    found = importlib.machinery.ModuleSpec("torch", loader)
+    finder = SpecOnce(None, found)
+    watcher = _runner._TorchImportWatcher(lambda: None)
+    sys.meta_path.insert(0, finder)
+    try:
+        spec = watcher.find_spec("torch")
+    finally:
+        sys.meta_path.remove(finder)
+    assert spec is found and not hasattr(loader, "exec_module")
+
+
+def test_a_mode_whose_exit_fails_while_a_start_is_undone_is_ignored(monkeypatch, torch_state):
+    """When the hooks cannot be set, the modes already entered are exited; an error from
+    that exit is swallowed, and the start's own failure is what is reported."""
+    def refuse(hook):
+        raise PermissionError("no hooks")
+
+    def exit_then_fail(self, *exc_info):
+        torch.utils._python_dispatch.TorchDispatchMode.__exit__(self, *exc_info)
+        raise RuntimeError("exit failed")
+
+    monkeypatch.setitem(torch_state, "register_hook", refuse)
+    monkeypatch.setattr(torch_state["DispatchRecorder"], "__exit__", exit_then_fail)
+    rec = _runner._Recording()
+    rec._start()
+    assert rec._active is None
+    assert rec.problems == ["the recorder could not start (PermissionError)"]
+
+
+def test_backward_in_the_check_and_in_a_thread_records_only_names(torch_state):
+    """Tensor.backward, in the check's thread or in one it starts, adds the name
+    "autograd" and nothing that is not a name."""
+    rec = _runner._Recording()
+
+    def thread_body():
+        _runner._arm_new_thread(None, "call", None)
+        torch.ones(2, requires_grad=True).sum().backward()
+        torch.utils._python_dispatch._pop_mode()
+        torch._C._pop_torch_function_stack()
+
+    def body():
+        torch.ones(2, requires_grad=True).sum().backward()
+        worker = threading.Thread(target=thread_body)
+        worker.start()
+        worker.join()
+
+    _watch(body, rec)
+    assert "autograd" in rec.names
+    assert all(isinstance(name, str) for name in rec.names)
