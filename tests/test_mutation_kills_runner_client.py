@@ -1333,3 +1333,37 @@ def test_backward_in_the_check_and_in_a_thread_records_only_names(torch_state):
     _watch(body, rec)
     assert "autograd" in rec.names
     assert all(isinstance(name, str) for name in rec.names)
+
+
+def test_depth_counts_calls_nested_inside_each_other(torch_state):
+    """A torch function (or op) run inside another one still counts as inside after
+    the inner one returns: the recorders count depth, they do not just flag it."""
+    rec, function, dispatch = _modes(torch_state)
+    inner_depths = []
+
+    def outer_function(*args):
+        function.__torch_function__(torch.add, (), args)
+        inner_depths.append(function.depth)
+        # an op the outer function leads to, with the recorder off the stack (as it
+        # is while its own handler runs): not a sign of tampering
+        dispatch.__torch_dispatch__(torch.ops.aten.add.Tensor, (), args)
+        return args[0]
+
+    function.dispatch = None
+    function.__torch_function__(outer_function, (), _add())
+    assert inner_depths == [1] and function.depth == 0
+    assert rec.intact, rec.problems
+
+    rec, function, dispatch = _modes(torch_state)
+    inner_depths.clear()
+
+    def outer_op(*args):
+        dispatch.__torch_dispatch__(torch.ops.aten.add.Tensor, (), args)
+        inner_depths.append(dispatch.depth)
+        return args[0]
+
+    function.depth = 1  # a torch function led to the outer op
+    dispatch.__torch_dispatch__(outer_op, (), _add())
+    function.depth = 0
+    assert inner_depths == [1] and dispatch.depth == 0
+    assert rec.intact, rec.problems
