@@ -50,8 +50,14 @@ def torch_state(monkeypatch):
     back afterwards); mode stacks and hooks checked clean afterwards."""
     for cache in ("_TORCH", "_NAME_CACHE", "_CLASS_CACHE"):
         monkeypatch.setattr(_runner, cache, {})
+    module_module = torch.nn.modules.module
+    hooks_before = (dict(module_module._global_forward_pre_hooks),
+                    dict(module_module._global_module_registration_hooks))
     t = _runner._load_torch()
     yield t
+    # a recorder hook left registered would record into every later check
+    assert (dict(module_module._global_forward_pre_hooks),
+            dict(module_module._global_module_registration_hooks)) == hooks_before
     assert torch.overrides._get_current_function_mode_stack() == []
     assert torch.utils._python_dispatch._get_current_dispatch_mode_stack() == []
     assert not torch._C._is_torch_function_all_disabled()
@@ -710,7 +716,7 @@ def test_a_hook_that_cannot_be_set_leaves_no_mode_on(monkeypatch, torch_state):
     monkeypatch.setitem(torch_state, "register_submodule_hook", refuse)
     rec = _watch(lambda: torch.add(torch.ones(1), 1))
     assert rec.problems == ["the recorder could not start (PermissionError)"]
-    # torch_state checks the mode stacks are empty again
+    # torch_state checks the mode stacks are empty again, and the module hook removed
 
 
 def test_a_mode_that_cannot_be_exited_while_starting_is_ignored(monkeypatch, torch_state):

@@ -313,19 +313,24 @@ class _Recording:
         except Exception as exc:  # a torch broken before the call: nothing can be recorded
             self.tampered(f"the recorder could not start ({type(exc).__name__})")
             return
-        entered = []
+        entered, hooks = [], []
         try:
             for mode in (function, dispatch):
                 mode.__enter__()
                 entered.append(mode)
-            hook = t["register_hook"](t["module_hook"])
-            submodule_hook = t["register_submodule_hook"](t["submodule_hook"])
+            hooks.append(t["register_hook"](t["module_hook"]))
+            hooks.append(t["register_submodule_hook"](t["submodule_hook"]))
         except Exception as exc:
             self.tampered(f"the recorder could not start ({type(exc).__name__})")
+            # a hook left registered would record into every later check
+            for hook in reversed(hooks):
+                with contextlib.suppress(Exception):
+                    hook.remove()
             for mode in reversed(entered):
                 with contextlib.suppress(Exception):
                     mode.__exit__(None, None, None)
             return
+        hook, submodule_hook = hooks
         self._active = (function, dispatch, f_before + [function], d_before + [dispatch], hook,
                         submodule_hook)
 
