@@ -192,9 +192,11 @@ class DaskEngine:
         else:
             with dask.config.set(_LOCAL_CLUSTER_CONFIG):  # nannies pass it to workers
                 self.cluster = LocalCluster(
+                    # ":0": a free port, never a fixed one that another Dask on this
+                    # machine may hold (without bokeh it serves a page saying so)
                     n_workers=workers, threads_per_worker=1, processes=True,
-                    dashboard_address=":0" if _bokeh_available() else None,
-                    silence_logs=logging.CRITICAL, worker_dashboard_address=None)
+                    dashboard_address=":0", silence_logs=logging.CRITICAL,
+                    worker_dashboard_address=None)
             self.client = Client(self.cluster)
         try:
             if self.cluster is not None:

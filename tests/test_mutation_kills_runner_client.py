@@ -719,6 +719,22 @@ def test_a_hook_that_cannot_be_set_leaves_no_mode_on(monkeypatch, torch_state):
     # torch_state checks the mode stacks are empty again, and the module hook removed
 
 
+def test_a_hook_that_cannot_be_removed_while_starting_still_leaves_no_mode_on(
+        monkeypatch, torch_state):
+    class Stuck:
+        def remove(self):
+            raise RuntimeError("cannot remove")
+
+    def refuse(hook):
+        raise PermissionError("no hooks")
+
+    monkeypatch.setitem(torch_state, "register_hook", lambda hook: Stuck())
+    monkeypatch.setitem(torch_state, "register_submodule_hook", refuse)
+    rec = _watch(lambda: torch.add(torch.ones(1), 1))
+    assert rec.problems == ["the recorder could not start (PermissionError)"]
+    # torch_state checks the mode stacks are empty again
+
+
 def test_a_mode_that_cannot_be_exited_while_starting_is_ignored(monkeypatch, torch_state):
     def refuse(hook):
         raise PermissionError("no hooks")
