@@ -15,10 +15,12 @@ import io
 import json
 import os
 import stat
+import threading
 from pathlib import Path
 
 import nbformat
 import pytest
+import tqdm
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 import normref
@@ -138,6 +140,16 @@ class FakeRun:
                     for gid, checks in cell_checks.items() for check in checks]
         return RunResult(nb, verdicts, list(self.refusals), self.problem, self.seconds,
                          dict(self.phases), dict(self.cell_seconds))
+
+
+@pytest.fixture(autouse=True)
+def progress_lock_of_this_process(monkeypatch):
+    """tqdm's default write lock holds a multiprocessing semaphore that every process
+    forked after it shares. `make mutation` forks each mutant's tests from one process:
+    a mutant stopped at its timeout while drawing a bar would leave the semaphore held,
+    and every later mutant's bar would wait on it for ever (counted as a timeout, a
+    kill it did not earn). A lock of this process only."""
+    monkeypatch.setattr(tqdm.tqdm, "_lock", threading.RLock(), raising=False)
 
 
 @pytest.fixture(autouse=True)
