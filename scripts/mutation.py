@@ -6,14 +6,22 @@ pyproject.toml, next to mutmut's own settings in [tool.mutmut]); a mutant no
 test fails on survives. The run happens in a scratch copy of the project,
 build/mutation/<module>/, so the checkout is never mutated.
 
-Usage: .venv/bin/python scripts/mutation.py [MODULE ...] [--max-children N]
+Usage: .venv/bin/python scripts/mutation.py [MODULE ...] [--max-children N] [--resume]
   MODULE: a path of the mapping (autograder/forbidden.py); default: all of them.
+  --resume: go on with an interrupted run of MODULE (its tests are copied again;
+            mutants already decided keep their result).
 Prints per module the mutants killed out of the total, the time taken, and
 every survivor with its diff, marked "equivalent" when docs/mutation_equivalents/
 lists it (a change that cannot alter behaviour); the score counts the rest.
+
+A mutant that timed out under mutmut (which forks each mutant's tests from one
+process) is run again on its own, in a fresh process: it counts as killed only if
+its tests fail or time out there too. A lock left held in the forking process, not
+the mutation, can hang a forked run, and that is not a kill.
 """
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -28,6 +36,8 @@ SCRATCH = REPO / "build" / "mutation"
 EQUIVALENTS = REPO / "docs" / "mutation_equivalents"  # one Markdown file per module
 MUTMUT = Path(sys.executable).parent / "mutmut"
 CAUGHT = {"killed", "timeout", "segfault", "caught by type check"}
+ALONE_TIMEOUT = 180  # seconds for a timed-out mutant's tests run again on their own
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
 
 
@@ -52,10 +62,31 @@ def _tracked_files():
     return [Path(name) for name in listed.split("\0") if name]
 
 
+def _work_dir(module):
+    return SCRATCH / module.replace("/", "_").removesuffix(".py")
+
+
+def _resume(module, tests, base):
+    """The scratch copy of an interrupted run, with the tests as they are now; a new
+    one if there is none. Refused if the module changed since: its results would be
+    about other code."""
+    work = _work_dir(module)
+    if not (work / "mutants").is_dir():
+        return _prepare(module, tests, base)
+    if (work / module).read_bytes() != (REPO / module).read_bytes():
+        raise SystemExit(f"{module} changed since its run began: run it again without --resume")
+    for name in _tracked_files():
+        if name.parts[0] == "tests" and (REPO / name).is_file():
+            for copy in (work / name, work / "mutants" / name):
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / name, copy)
+    return work
+
+
 def _prepare(module, tests, base):
     """A scratch copy of the project's files (the tests read the course's notebooks)
     with a mutmut config that mutates `module` and runs `tests`."""
-    work = SCRATCH / module.replace("/", "_").removesuffix(".py")
+    work = _work_dir(module)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     for name in _tracked_files():
@@ -81,21 +112,43 @@ def _equivalents():
             for name in re.findall(r"`([\w.ǁ]+__mutmut_\d+)`", listing.read_text())}
 
 
-def run_module(module, tests, base, max_children):
-    work = _prepare(module, tests, base)
+def _fails_alone(work, name):
+    """Whether the tests mutmut ran for mutant `name` fail (or hang) when run in a
+    fresh process of their own, with the mutant switched on."""
+    stats = json.loads((work / "mutants" / "mutmut-stats.json").read_text())
+    tests = sorted(stats["tests_by_mangled_function_name"].get(
+        name.rsplit("__mutmut_", 1)[0], []))
+    if not tests:
+        return False
+    env = {**os.environ, **ONE_THREAD, "MUTANT_UNDER_TEST": name}
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p",
+                               "no:cacheprovider", *tests], cwd=work / "mutants", env=env,
+                              capture_output=True, timeout=ALONE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return True
+    return done.returncode != 0
+
+
+def run_module(module, tests, base, max_children, *, resume=False):
+    work = (_resume if resume else _prepare)(module, tests, base)
     started = time.monotonic()
     # mutmut forks each mutant from a process that has run torch: a thread pool
     # of OpenMP does not survive a fork (the child hangs), so run single-threaded.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = {**os.environ, **ONE_THREAD}
     done = subprocess.run([str(MUTMUT), "run", "--max-children", str(max_children)],
                           cwd=work, capture_output=True, text=True, env=env)
-    seconds = time.monotonic() - started
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
         raise SystemExit(f"mutmut failed on {module} (exit {done.returncode})")
     listed = subprocess.run([str(MUTMUT), "results", "--all", "true"], cwd=work,
                             capture_output=True, text=True, check=True).stdout
     statuses = dict(re.findall(r"^\s+(\S+): (.+)$", listed, re.MULTILINE))
+    timed_out = [name for name, status in statuses.items() if status == "timeout"]
+    for name in timed_out:
+        if not _fails_alone(work, name):
+            statuses[name] = "timed out only when forked: survived on its own"
+    seconds = time.monotonic() - started
     equivalent = _equivalents()
     survivors = sorted(name for name, status in statuses.items() if status not in CAUGHT)
     kept = [name for name in survivors if name in equivalent]
@@ -103,7 +156,8 @@ def run_module(module, tests, base, max_children):
     counted = len(statuses) - len(kept)
     score = 100.0 * caught / counted if counted else 100.0
     print(f"{module}: {caught}/{counted} killed ({score:.1f}%), {len(kept)} equivalent, "
-          f"{len(statuses)} mutants, {seconds:.0f} s")
+          f"{len(statuses)} mutants, {seconds:.0f} s ({len(timed_out)} timeouts run again "
+          "on their own)")
     for name in survivors:
         diff = subprocess.run([str(MUTMUT), "show", name], cwd=work, capture_output=True,
                               text=True).stdout
@@ -117,6 +171,8 @@ def main(argv=None):
     parser.add_argument("modules", nargs="*", help="modules to mutate (default: all mapped)")
     parser.add_argument("--max-children", type=int, default=1,
                         help="parallel mutant runs (default 1: the machine is shared)")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on with an interrupted run (the module must be unchanged)")
     parser.add_argument("--tests", nargs="+", metavar="TEST",
                         help="run these tests instead of the mapped ones (while writing them)")
     args = parser.parse_args(argv)
@@ -128,7 +184,8 @@ def main(argv=None):
     if unknown:
         raise SystemExit(f"no tests mapped for {unknown} in [tool.mutation.tests] "
                          f"(mapped: {', '.join(mapping)})")
-    totals = [run_module(m, mapping[m], base, args.max_children) for m in modules]
+    totals = [run_module(m, mapping[m], base, args.max_children, resume=args.resume)
+              for m in modules]
     caught, counted = sum(t[0] for t in totals), sum(t[1] for t in totals)
     print(f"total: {caught}/{counted} killed "
           f"({100.0 * caught / max(counted, 1):.1f}%), {sum(t[2] for t in totals):.0f} s")
