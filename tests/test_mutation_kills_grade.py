@@ -319,9 +319,10 @@ def test_graded_against_hashes_the_source_the_policy_and_the_checks(course, monk
         "policy_sha256": None,
         "checks_sha256": _hash_files(grade._check_files(["token_mean"]))}
     assert against["checks_sha256"] != _hash_files(grade._check_files([]))
-    policy = tmp_path / "policy.json"
+    policy = tmp_path / "ps.json"
     policy.write_text('{"cells": {"checked": {"forbidden": ["torch.mean"]}}}')
-    monkeypatch.setattr(forbidden, "policy_path", lambda assignment, *where: policy)
+    monkeypatch.setattr(forbidden, "policy_path",
+                        lambda assignment, *where: tmp_path / f"{assignment}.json")
     assert grade.graded_against(course=course, assignment=ASSIGNMENT)["policy_sha256"] == \
         hashlib.sha256(policy.read_bytes()).hexdigest()
 
@@ -1774,7 +1775,164 @@ def test_a_changed_source_or_policy_makes_every_result_out_of_date(course, fake,
     assert [r["graded_against"]["source_sha256"] for r in results] == [grade.sha256(source)] * 2
     policy = tmp_path / "ps.json"
     policy.write_text('{"cells": {"checked": {"forbidden": ["torch.mean"]}}}')
-    monkeypatch.setattr(forbidden, "policy_path", lambda assignment, *where: policy)
+    monkeypatch.setattr(forbidden, "policy_path",
+                        lambda assignment, *where: tmp_path / f"{assignment}.json")
     fake.calls.clear()
     results, log = _grade_all(course, scale_timeouts=False)
     assert len(fake.calls) == 2 and log.startswith("2 earlier result(s) are out of date")
+
+
+# --- what the full grading run made of mutants that lived -------------------------------------
+
+_RESULT_KEYS = {"student_id", "assignment", "score", "max_score", "status", "reason", "flags",
+                "notes", "cells", "manual", "handin_sha256", "grader_version",
+                "graded_against", "phases", "cell_seconds", "run_seconds", "seconds"}
+
+
+def test_a_result_has_exactly_its_fields_whatever_its_status(tmp_path, fake):
+    """The result is a record the gradebook, the reports and the LMS export read: no field
+    more or less, graded or not."""
+    course = make_course(tmp_path, handins={"ada": {NOTEBOOK: RIGHT}, "bob": {NOTEBOOK: b"{"}})
+    graded = grade.grade_task(_task(course))["result"]
+    invalid = grade.grade_task(_task(course, student="bob"))["result"]
+    assert set(graded) == _RESULT_KEYS and graded["status"] == "graded"
+    assert set(invalid) == _RESULT_KEYS and invalid["status"] == "invalid"
+    assert invalid["cells"] == [] and invalid["score"] == 0.0
+
+
+def test_a_later_notebook_missing_or_unreadable_keeps_the_earlier_ones_cells(tmp_path, fake):
+    """Each notebook's cells are added to the result: a later notebook that was not handed
+    in, or cannot be read, scores its own cells 0 (named by its notebook) and leaves the
+    earlier notebook's points."""
+    for b_file, reason in ((None, "b.ipynb was not handed in"),
+                           (b"{", "b.ipynb: not a readable notebook: the file is not JSON")):
+        files = {"a.ipynb": RIGHT} if b_file is None else {"a.ipynb": RIGHT, "b.ipynb": b_file}
+        course = _two_notebook_course(tmp_path / str(b_file is None), files)
+        result = grade.grade_task(_task(course))["result"]
+        assert result["status"] == "graded" and result["score"] == 5.0
+        assert [(c["notebook"], c["grade_id"], c["points"], c["reason"])
+                for c in result["cells"]] == [
+            ("a", "checked", 3.0, None), ("a", "plain", 2.0, None),
+            ("b", "checked", 0.0, reason), ("b", "plain", 0.0, reason)]
+
+
+def test_the_scan_knows_the_modules_the_instructor_s_cells_import(course, fake):
+    """A module the instructor's cells import under another name is known by that name in
+    the student's cells: replacing one of its functions is flagged."""
+    for nb, folder in ((source_nb(), course.source), (release_nb(), course.release)):
+        nb.cells[3].source = "import builtins as b\n" + nb.cells[3].source
+        _write(folder / ASSIGNMENT / NOTEBOOK, nb)
+    handin = handin_nb(RIGHT + "\nb.print = print")
+    handin.cells[3].source = "import builtins as b\n" + handin.cells[3].source
+    _write(course.submitted / "ada" / ASSIGNMENT / NOTEBOOK, handin)
+    result = grade.grade_task(_task(course))["result"]
+    assert [flag for flag in result["flags"] if "builtins.print" in flag] == [
+        "Student cell 1 ('def double(x):') replaces builtins.print, an attribute of an "
+        "imported module."]
+
+
+def test_the_scoring_phase_is_rounded_to_the_millisecond(course, fake, monkeypatch):
+    clock = Clock(100.0, 101.0, 102.0, 103.50049, 110.0)
+    monkeypatch.setattr(grade, "time", clock)
+    result = grade.grade_task(_task(course))["result"]
+    assert result["phases"]["score"] == 1.5
+
+
+def test_the_progress_bar_follows_the_terminal_and_redraws_once_a_second(course, fake, engine,
+                                                                          monkeypatch):
+    """On a terminal the bar takes the terminal's width as it changes (an instructor's
+    window resized mid-class), and is redrawn at most once a second: a class of
+    thousands over SSH must not spend its time drawing bars."""
+    made = []
+
+    class Bar(tqdm.tqdm):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    _grade_all(course, progress=Terminal())
+    [kwargs] = made
+    assert kwargs["dynamic_ncols"] is True and kwargs["mininterval"] == 1.0
+    assert kwargs["disable"] is False
+
+
+def test_the_hashes_graded_against_are_computed_once_per_run(course, fake, engine,
+                                                            monkeypatch):
+    """graded_against reads and hashes the source notebooks, the policy and the checks:
+    once for the run, not again for the reference or for each hand-in."""
+    calls = []
+    real = grade.graded_against
+    monkeypatch.setattr(grade, "graded_against",
+                        lambda **kw: calls.append(kw) or real(**kw))
+    results, _ = _grade_all(course)
+    assert len(results) == 2 and len(calls) == 1
+    against = real(course=course, assignment=ASSIGNMENT)
+    assert all(r["graded_against"] == against for r in results)
+
+
+def test_a_reference_that_loses_points_is_reported_in_the_run_s_log(course, fake, engine):
+    """The reference's warning goes where the run's log goes, not to the terminal."""
+    (course.source / ASSIGNMENT / NOTEBOOK).write_text(nbformat.writes(handin_nb(WRONG)))
+    _, log = _grade_all(course)
+    assert log.startswith("warning: the reference solution of ps scores 0 here (graded; ")
+
+
+def test_a_source_cell_without_metadata_is_neither_graded_nor_a_crash():
+    """A hand-edited instructor notebook may hold a cell with no metadata at all (nbformat
+    only warns): it is no grade cell and no manual cell."""
+    nb = source_nb()
+    nb.cells.insert(2, nbformat.from_dict({"cell_type": "code", "source": "x = 1",
+                                           "outputs": [], "execution_count": None}))
+    assert grade.grade_cells(nb) == grade.grade_cells(source_nb())
+    assert grade.manual_cells(nb) == grade.manual_cells(source_nb()) == [("why", 1.0)]
+
+
+def test_a_plain_cell_before_a_checked_one_leaves_the_later_cells_scored():
+    source = new_notebook(cells=[SCORED.cells[0], SCORED.cells[4], SCORED.cells[1]])
+    cells, flags = grade.score_run(source_nb=source, run_nb=_run(), verdicts=GOOD)
+    assert [(c["grade_id"], c["points"]) for c in cells] == [("plain", 3.0), ("mean", 2.0)]
+
+
+def test_a_grade_cell_missing_from_the_run_scores_zero_without_a_crash():
+    """A run notebook that lost a grade cell (a kernel that died mid-write, say) scores
+    that cell 0: it did not run."""
+    run = _run()
+    run.cells = [c for c in run.cells if c.metadata["nbgrader"]["grade_id"] != "plain"]
+    cells, _ = _score(run=run)
+    assert cells["plain"]["points"] == 0.0 and cells["plain"]["kernel_ok"] is False
+    assert cells["plain"]["reason"] == "the cell did not run"
+
+
+def test_a_syntax_error_in_an_answer_explains_the_name_errors_after_it():
+    """A SyntaxError in an answer cell means none of its code ran: the NameErrors of the
+    grade cells after it say so first, in plain-assert cells and in checked cells whose
+    checks passed before the cell raised."""
+    run = _run(errors={"answer": ("SyntaxError", "invalid syntax (1)"),
+                       "mean": ("NameError", "name 'f' is not defined"),
+                       "plain": ("NameError", "name 'f' is not defined")})
+    cells, _ = _score(run=run)
+    expected = ("your cell answer has a SyntaxError (invalid syntax (1)), so none of its code "
+                "ran: fix it first. Here that gave NameError: name 'f' is not defined")
+    assert cells["plain"]["reason"] == expected and cells["plain"]["points"] == 0.0
+    assert cells["mean"]["reason"] == expected and cells["mean"]["points"] == 0.0
+
+
+def test_a_cell_calling_a_known_and_an_unknown_check_takes_its_verdicts():
+    """With a check_* no probe defines among a cell's calls, the cell's verdicts stand for
+    it: as many passing verdicts as calls, the known ones among them, earn the points."""
+    source = new_notebook(cells=[
+        SCORED.cells[0],
+        new_code_cell("check_token_mean(m)\ncheck_mystery(x)",
+                      metadata=_meta("mixed", grade=True, points=2))])
+    run = nbformat.from_dict(json.loads(nbformat.writes(source)))
+    for cell in run.cells:
+        cell.execution_count, cell.outputs = 1, []
+    verdicts = [Verdict("mixed", "token_mean", True, "ok")] * 2
+    cells, flags = grade.score_run(source_nb=source, run_nb=run, verdicts=verdicts)
+    assert [(c["grade_id"], c["points"], c["reason"]) for c in cells] == [("mixed", 2.0, None)]
+    assert flags == []
