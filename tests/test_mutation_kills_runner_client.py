@@ -1253,6 +1253,38 @@ def test_a_class_without_a_module_attribute_has_no_torch_classes(torch_state):
     assert _runner._torch_classes(anonymous) == ()
 
 
+def test_a_class_hiding_its_mro_has_no_torch_classes(torch_state):
+    """A hand-in's class whose metaclass hides __mro__ is no torch class, and noting it
+    as the subject is no crash."""
+    class Meta(type):
+        def __getattribute__(cls, name):
+            if name == "__mro__":
+                raise AttributeError(name)
+            return super().__getattribute__(name)
+
+    class Hidden(metaclass=Meta):
+        pass
+
+    assert not hasattr(Hidden, "__mro__")
+    assert _runner._torch_classes(Hidden) == ()
+    rec = _runner._Recording()
+    rec.note_subject(Hidden)
+    assert rec.names == set()
+
+
+def test_a_torch_without_graph_task_ids_marks_no_autograd(monkeypatch):
+    """A hand-in may delete torch._C._current_graph_task_id before the first check:
+    the recorder then cannot tell a backward pass, and marks none, rather than marking
+    every op autograd (a cell forbidding autograd would lose its points) or failing to
+    start."""
+    for cache in ("_TORCH", "_NAME_CACHE", "_CLASS_CACHE"):
+        monkeypatch.setattr(_runner, cache, {})
+    monkeypatch.delattr(torch._C, "_current_graph_task_id")
+    rec = _watch(lambda: torch.ones(2) + 1)
+    assert rec.intact, rec.problems
+    assert "aten::add" in rec.names and _runner.AUTOGRAD_MARK not in rec.names
+
+
 class Registry:
     """A class subject with a class-level modules(): the class itself is no module."""
 
