@@ -482,7 +482,7 @@ def test_dask_grades_every_task_three_at_a_time(dask_engine, monkeypatch):
             assert str(error) == "cannot grade s01"
         else:
             assert error is None and graded["student"] == task.student
-            assert re.fullmatch(rf"grade-a1-{task.student}-[0-9a-f]+", graded["key"])
+            assert re.fullmatch(rf"grade-a1-{task.student}-[0-9a-f]{{8}}", graded["key"])
             keys.append(graded["key"])
     assert len(set(keys)) == 7  # the same student twice: two tasks, two keys
     # the task in hand and the two still in flight: none of those already handled
