@@ -1920,3 +1920,32 @@ def test_a_float32_slip_computed_in_float32_is_still_named():
         assert J._likely_forward_mistake(case, y) == H_UNBIASED
         named += 1
     assert named >= 3
+
+
+def test_an_all_nan_output_of_constant_rows_is_named_without_a_crash():
+    """Rows that are all one value, normalized without eps, give 0 / 0 = NaN everywhere: a
+    module that forgot eps returns all NaN there, the slip with nothing finite to measure
+    its distance by. It is named, not a crash of the judge."""
+    case = dict(_case("my_layer_norm_forward", 0))
+    case["x"] = np.full_like(case["x"], 3.0)
+    y = np.full(case["x"].shape, np.nan, dtype=case["x"].dtype)
+    assert J._likely_forward_mistake(case, y) == H_NO_EPS
+
+
+def test_the_slips_are_computed_in_float64_for_a_float32_input_far_from_zero():
+    """The judge computes each slip from the input in float64 whatever its dtype: a float32
+    input far from zero, computed in float32, would carry round-off from the mean well
+    above float32's tolerance, and a module that divides by n - 1 (in float64, returning
+    float32) would go unnamed."""
+    case = dict(_case("my_layer_norm_forward", 0))
+    assert case["x"].dtype == np.float32
+    case["x"] = (case["x"].astype(np.float64) * 0.01 + 1e4).astype(np.float32)
+    x = torch.from_numpy(case["x"].astype(np.float64))
+    dims = tuple(range(x.dim() - len(case["normalized_shape"]), x.dim()))
+    eps = float(case["eps"]) if "eps" in case else 1e-5
+    gamma = torch.from_numpy(np.asarray(case.get("set_weight", 1.0), np.float64))
+    beta = torch.from_numpy(np.asarray(case.get("set_bias", 0.0), np.float64))
+    x_hat = (x - x.mean(dims, keepdim=True)) / torch.sqrt(
+        x.var(dims, keepdim=True, correction=1) + eps)
+    y = (gamma * x_hat + beta).numpy().astype(np.float32)
+    assert J._likely_forward_mistake(case, y) == H_UNBIASED
