@@ -1900,6 +1900,19 @@ def test_normalized_helper_with_n_minus_correction_equal_to_one():
                                rtol=1e-12)
 
 
+def _divided_by_n_minus_1(case, dtype):
+    """A module's output for `case` that divides the variance by n - 1, computed in
+    `dtype` throughout."""
+    x = torch.from_numpy(case["x"].astype(dtype))
+    dims = tuple(range(x.dim() - len(case["normalized_shape"]), x.dim()))
+    eps = float(case["eps"]) if "eps" in case else 1e-5
+    gamma = torch.from_numpy(np.asarray(case.get("set_weight", 1.0), dtype))
+    beta = torch.from_numpy(np.asarray(case.get("set_bias", 0.0), dtype))
+    x_hat = (x - x.mean(dims, keepdim=True)) / torch.sqrt(
+        x.var(dims, keepdim=True, correction=1) + eps)
+    return (gamma * x_hat + beta).numpy()
+
+
 def test_a_float32_slip_computed_in_float32_is_still_named():
     """A float32 module that divides by n - 1, computed in float32 as a student's
     module would, carries float32 round-off: its slip is named on every float32
@@ -1908,14 +1921,7 @@ def test_a_float32_slip_computed_in_float32_is_still_named():
     for _, case in _cases("my_layer_norm_forward", 0):
         if case["x"].dtype != np.float32:
             continue
-        x = torch.from_numpy(case["x"])
-        dims = tuple(range(x.dim() - len(case["normalized_shape"]), x.dim()))
-        eps = float(case["eps"]) if "eps" in case else 1e-5
-        gamma = torch.from_numpy(np.asarray(case.get("set_weight", 1.0), np.float32))
-        beta = torch.from_numpy(np.asarray(case.get("set_bias", 0.0), np.float32))
-        x_hat = (x - x.mean(dims, keepdim=True)) / torch.sqrt(
-            x.var(dims, keepdim=True, correction=1) + eps)
-        y = (gamma * x_hat + beta).numpy()
+        y = _divided_by_n_minus_1(case, np.float32)
         assert y.dtype == np.float32
         assert J._likely_forward_mistake(case, y) == H_UNBIASED
         named += 1
@@ -1940,12 +1946,5 @@ def test_the_slips_are_computed_in_float64_for_a_float32_input_far_from_zero():
     case = dict(_case("my_layer_norm_forward", 0))
     assert case["x"].dtype == np.float32
     case["x"] = (case["x"].astype(np.float64) * 0.01 + 1e4).astype(np.float32)
-    x = torch.from_numpy(case["x"].astype(np.float64))
-    dims = tuple(range(x.dim() - len(case["normalized_shape"]), x.dim()))
-    eps = float(case["eps"]) if "eps" in case else 1e-5
-    gamma = torch.from_numpy(np.asarray(case.get("set_weight", 1.0), np.float64))
-    beta = torch.from_numpy(np.asarray(case.get("set_bias", 0.0), np.float64))
-    x_hat = (x - x.mean(dims, keepdim=True)) / torch.sqrt(
-        x.var(dims, keepdim=True, correction=1) + eps)
-    y = (gamma * x_hat + beta).numpy().astype(np.float32)
+    y = _divided_by_n_minus_1(case, np.float64).astype(np.float32)
     assert J._likely_forward_mistake(case, y) == H_UNBIASED

@@ -429,6 +429,22 @@ def test_depth_is_back_to_zero_after_an_error(torch_state):
     assert dispatch.depth == 0
 
 
+def _run_in_armed_thread(work):
+    """Run `work` in a new thread armed as a student's thread is (the recorder's thread
+    modes pushed), with the modes popped again before the thread ends; wait for it."""
+    def armed():
+        _runner._arm_new_thread(None, "call", None)
+        try:
+            work()
+        finally:
+            torch.utils._python_dispatch._pop_mode()
+            torch._C._pop_torch_function_stack()
+
+    worker = threading.Thread(target=armed)
+    worker.start()
+    worker.join()
+
+
 def test_threads_record_into_the_check_that_is_recording(torch_state):
     """A thread the student starts records what it runs (modes are per thread)."""
     results = {}
@@ -466,18 +482,13 @@ def test_a_thread_outside_a_check_records_nothing(torch_state):
     results = {}
 
     def thread_body():
-        _runner._arm_new_thread(None, "call", None)
         torch.add(torch.ones(1), 1)
         x = torch.ones(2, requires_grad=True)
         (x * 3).sum().backward()
         results["done"] = True
-        torch.utils._python_dispatch._pop_mode()
-        torch._C._pop_torch_function_stack()
 
     rec = _runner._Recording()
-    worker = threading.Thread(target=thread_body)
-    worker.start()
-    worker.join()
+    _run_in_armed_thread(thread_body)
     assert results == {"done": True} and rec.names == before
 
 
@@ -488,19 +499,14 @@ def test_the_engine_in_a_thread_is_autograd(torch_state):
     results = {}
 
     def thread_body():
-        _runner._arm_new_thread(None, "call", None)
         x = torch.ones(3, requires_grad=True)
         y = (x * 2).sum()
         Variable._execution_engine.run_backward((y,), (torch.ones(()),), False, False, (),
                                                 True, True)
         results["grad"] = x.grad.tolist()
-        torch.utils._python_dispatch._pop_mode()
-        torch._C._pop_torch_function_stack()
 
     with rec.watching():
-        worker = threading.Thread(target=thread_body)
-        worker.start()
-        worker.join()
+        _run_in_armed_thread(thread_body)
     assert results["grad"] == [2.0, 2.0, 2.0]
     assert "autograd" in rec.names
 
@@ -1196,15 +1202,10 @@ def test_a_thread_that_only_computes_is_not_autograd(torch_state):
     results = {}
 
     def thread_body():
-        _runner._arm_new_thread(None, "call", None)
         results["sum"] = torch.add(torch.ones(2), torch.ones(2)).tolist()
-        torch.utils._python_dispatch._pop_mode()
-        torch._C._pop_torch_function_stack()
 
     with rec.watching():
-        worker = threading.Thread(target=thread_body)
-        worker.start()
-        worker.join()
+        _run_in_armed_thread(thread_body)
     assert results["sum"] == [2.0, 2.0]
     assert {"torch.add", "aten::add"} <= rec.names and "autograd" not in rec.names
 
@@ -1372,17 +1373,9 @@ def test_backward_in_the_check_and_in_a_thread_records_only_names(torch_state):
     "autograd" and nothing that is not a name."""
     rec = _runner._Recording()
 
-    def thread_body():
-        _runner._arm_new_thread(None, "call", None)
-        torch.ones(2, requires_grad=True).sum().backward()
-        torch.utils._python_dispatch._pop_mode()
-        torch._C._pop_torch_function_stack()
-
     def body():
         torch.ones(2, requires_grad=True).sum().backward()
-        worker = threading.Thread(target=thread_body)
-        worker.start()
-        worker.join()
+        _run_in_armed_thread(lambda: torch.ones(2, requires_grad=True).sum().backward())
 
     _watch(body, rec)
     assert "autograd" in rec.names
