@@ -29,7 +29,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import forbidden
+from autograder import forbidden, sandbox
 from autograder.merge import merge_handin
 from autograder.runner import RunSettings, run_notebook
 
@@ -748,6 +748,10 @@ def grade_assignment(*, course, assignment, settings=None, workers=None, force=F
 
     settings = settings or RunSettings()
     workers = workers or os.cpu_count() or 1
+    orphans = sandbox.end_orphaned_sandboxes()
+    if orphans:
+        print(f"ended {orphans} sandbox(es) left running by an earlier grader that died",
+              file=progress)
     grader_key()  # made once here, not by racing workers
     against = graded_against(course=course, assignment=assignment)
     everyone = course.students(assignment)

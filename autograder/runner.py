@@ -337,8 +337,7 @@ def run_notebook(nb, *, workdir, settings, cell_checks, record_cells=(), seed=0,
     socket_path = link_dir / "grader.sock"
     started = time.monotonic()
     problem = None
-    group = sandbox.ResourceGroup(f"autograder-{os.getpid()}-{Path(workdir).name}",
-                                  settings.limits)
+    group = sandbox.ResourceGroup(Path(workdir).name, settings.limits)
     home = sandbox.kernel_home(use_bwrap=settings.use_bwrap, host_home=host_home)
     with CheckServer(socket_path, cell_checks=cell_checks, record_cells=record_cells,
                      seed=seed) as server:
@@ -346,7 +345,7 @@ def run_notebook(nb, *, workdir, settings, cell_checks, record_cells=(), seed=0,
         km = SandboxedKernelManager(
             kernel_name="python3", transport="ipc", ip=str(link_dir / "kernel"),
             connection_file=str(link_dir / "kernel.json"),
-            command_prefix=group.prefix() + sandbox.kernel_prefix(
+            command_prefix=group.launcher() + sandbox.kernel_prefix(
                 link_dir=link_dir, client_dir=client_dir, limits=settings.limits,
                 use_bwrap=settings.use_bwrap, hidden=hidden))
         client = _GradingClient(

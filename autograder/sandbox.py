@@ -23,14 +23,14 @@ loud warning says the rest does not.
 
 import os
 import shutil
-import signal
+import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder import lifeline
 from normref.checks import _runner
 
 SANDBOX_UID = SANDBOX_GID = 65534  # inside bwrap's user namespace (grader not root)
@@ -41,6 +41,8 @@ HOME_IN_SANDBOX = "/tmp"
 _CLIENT_FILES = ["normref/checks/__init__.py", "normref/checks/_runner.py",
                  "normref/checks/_wire.py"]
 _HIDDEN_TMPFS_BYTES = 1024 * 1024
+_GROUP_PREFIX = "autograder-"  # then the owner's pid and start time, see end_orphaned_sandboxes
+_CONTROLLERS = ("pids", "memory")
 
 
 @dataclass(frozen=True)
@@ -65,20 +67,24 @@ class ResourceGroup:
     controllers, or a v2 hierarchy), the group caps the number of processes and
     the real memory (RLIMIT_NPROC counts every process of the sandbox's uid,
     and RLIMIT_AS counts address space, not memory), and lets the grader kill
-    every process the hand-in left behind. Elsewhere it does nothing and the
-    rlimits stand alone.
+    every process the hand-in left behind, and this process's reaper kill them
+    all if this process dies first (see lifeline). Elsewhere it does nothing
+    and the rlimits stand alone.
     """
 
-    def __init__(self, name, limits):
+    def __init__(self, label, limits):
+        """label: what tells this run's group from the others of this process."""
+        self.name = f"{_owner_prefix()}{label}"
         self.dirs = []
-        for controller, settings in (("pids", {"pids.max": limits.processes}),
-                                     ("memory", {"memory.limit_in_bytes": limits.memory_bytes,
-                                                 "memory.memsw.limit_in_bytes":
-                                                     limits.memory_bytes})):
+        settings_of = {"pids": {"pids.max": limits.processes},
+                       "memory": {"memory.limit_in_bytes": limits.memory_bytes,
+                                  "memory.memsw.limit_in_bytes": limits.memory_bytes}}
+        for controller in _CONTROLLERS:
+            settings = settings_of[controller]
             parent = _cgroup_v1_dir(controller)
             if parent is None:
                 continue
-            group = parent / name
+            group = parent / self.name
             try:
                 group.mkdir()
                 for key, value in settings.items():
@@ -88,31 +94,18 @@ class ResourceGroup:
                 self.dirs.append(group)
             except OSError:
                 self._remove(group)
+        if self.dirs:
+            _start_reaper()
 
-    def prefix(self):
-        """A command prefix that moves the process into the group, then execs."""
-        if not self.dirs:
-            return []
-        joins = " && ".join(f"echo $$ > {d / 'cgroup.procs'}" for d in self.dirs)
-        return ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh"]
+    def launcher(self):
+        """The command prefix every kernel starts behind (see lifeline): it
+        dies with this process, however this process dies, then joins the group."""
+        return [sys.executable, "-I", "-S", lifeline.__file__, "launch", str(os.getpid()),
+                *map(str, self.dirs), "--"]
 
     def kill_all(self):
         """Kill every process still in the group, then remove the group."""
-        for _ in range(20):
-            pids = set()
-            for group in self.dirs:
-                try:
-                    pids |= {int(p) for p in (group / "cgroup.procs").read_text().split()}
-                except OSError:
-                    pass
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.05)
+        lifeline.kill_processes_in(self.dirs)
         for group in self.dirs:
             self._remove(group)
 
@@ -122,6 +115,79 @@ class ResourceGroup:
             group.rmdir()
         except OSError:
             pass
+
+
+def _owner_prefix():
+    """How the names of this process's groups begin: its pid and start time."""
+    return f"{_GROUP_PREFIX}{os.getpid()}-{process_start_time(os.getpid())}-"
+
+
+_reaper = {}  # pid of the grading process -> its reaper (a forked process needs its own)
+
+
+def _start_reaper():
+    """Once per process: the reaper that ends its sandboxes when it dies (see lifeline)."""
+    if os.getpid() in _reaper:
+        return
+    parents = [str(p) for p in map(_cgroup_v1_dir, _CONTROLLERS) if p is not None]
+    # Its stdin is a pipe whose only writer is this process: it closes when this
+    # process ends, however it ends, and the reaper does its work then.
+    _reaper[os.getpid()] = subprocess.Popen(
+        [sys.executable, "-I", "-S", lifeline.__file__, "reap", _owner_prefix(), *parents],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+
+
+def process_start_time(pid):
+    """When process `pid` started, in clock ticks since boot (None if it is gone):
+    with the pid, it names one process for ever, even after the pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name, in parentheses, may hold spaces: count fields after it
+    return int(stat[stat.rindex(")") + 2:].split()[19])
+
+
+def end_orphaned_sandboxes():
+    """Kill the sandboxes whose grading process is gone; returns how many still held
+    processes (empty groups left behind are removed without counting).
+
+    A grader's reaper ends its sandboxes when it dies; this is for a machine where
+    the reaper could not (it was killed too, or the machine restarted mid-run
+    with cgroups that persist). Each sandbox's control
+    group is named after the process that started it, by pid and start time, so
+    that a live grader's sandboxes are never touched, even one whose pid was
+    reused, and nothing is chosen by a process's name.
+    """
+    orphans = {}
+    for controller in _CONTROLLERS:
+        parent = _cgroup_v1_dir(controller)
+        if parent is None:
+            continue
+        for group in parent.glob(f"{_GROUP_PREFIX}*"):
+            owner = _owner_of(group.name)
+            if owner is not None and process_start_time(owner[0]) != owner[1]:
+                orphans.setdefault(group.name, []).append(group)
+    running = 0
+    for groups in orphans.values():
+        running += any(_holds_processes(group) for group in groups)
+        lifeline.kill_groups([str(group) for group in groups])
+    return running
+
+
+def _holds_processes(group):
+    try:
+        return bool((group / "cgroup.procs").read_text().split())
+    except OSError:
+        return False
+
+
+def _owner_of(group_name):
+    """(pid, start time) of the process that made the group named so, or None."""
+    pid, _, rest = group_name.removeprefix(_GROUP_PREFIX).partition("-")
+    start, _, _ = rest.partition("-")
+    return (int(pid), int(start)) if pid.isdigit() and start.isdigit() else None
 
 
 def _cgroup_v1_dir(controller):

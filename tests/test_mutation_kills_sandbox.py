@@ -7,6 +7,7 @@ wherever the checkout sits (a checkout under /work is hidden anyway).
 """
 
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path, PosixPath
 import pytest
 
 import normref
-from autograder import sandbox
+from autograder import lifeline, sandbox
 from conftest import REPO
 from normref.checks import _runner
 
@@ -287,44 +288,46 @@ def cgroups(monkeypatch, tmp_path):
     for parent in parents.values():
         PosixPath.mkdir(parent)
     monkeypatch.setattr(sandbox, "_cgroup_v1_dir", lambda controller: parents[controller])
+    monkeypatch.setattr(sandbox, "_start_reaper", lambda: None)  # no reaper for fake groups
     return parents
 
 
 def test_a_resource_group_caps_processes_and_memory(cgroups):
     group = sandbox.ResourceGroup("g1", LIMITS)
-    assert group.dirs == [cgroups["pids"] / "g1", cgroups["memory"] / "g1"]
-    assert (cgroups["pids"] / "g1" / "pids.max").read_text() == "33"
-    assert (cgroups["memory"] / "g1" / "memory.limit_in_bytes").read_text() == "111"
-    assert (cgroups["memory"] / "g1" / "memory.memsw.limit_in_bytes").read_text() == "111"
-    assert not (cgroups["pids"] / "g1" / "memory.memsw.limit_in_bytes").read_text()
-    joins = " && ".join(f"echo $$ > {d / 'cgroup.procs'}" for d in group.dirs)
-    assert group.prefix() == ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh"]
-    done = subprocess.run(group.prefix() + ["/bin/echo", "inside"], capture_output=True,
+    g1 = group.name
+    assert g1.endswith("-g1")
+    assert group.dirs == [cgroups["pids"] / g1, cgroups["memory"] / g1]
+    assert (cgroups["pids"] / g1 / "pids.max").read_text() == "33"
+    assert (cgroups["memory"] / g1 / "memory.limit_in_bytes").read_text() == "111"
+    assert (cgroups["memory"] / g1 / "memory.memsw.limit_in_bytes").read_text() == "111"
+    assert not (cgroups["pids"] / g1 / "memory.memsw.limit_in_bytes").read_text()
+    done = subprocess.run(group.launcher() + ["/bin/echo", "inside"], capture_output=True,
                           text=True, check=True)
     assert done.stdout == "inside\n"
-    assert (cgroups["pids"] / "g1" / "cgroup.procs").read_text().strip().isdigit()
+    assert (cgroups["pids"] / g1 / "cgroup.procs").read_text().strip().isdigit()
 
 
 def test_killing_a_group_kills_its_processes_and_removes_it(cgroups):
     group = sandbox.ResourceGroup("g2", LIMITS)
     sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
-    (cgroups["pids"] / "g2" / "cgroup.procs").write_text(f"{sleepers[0].pid}\n")
-    (cgroups["memory"] / "g2" / "cgroup.procs").write_text(f"{sleepers[1].pid}\n")
+    (cgroups["pids"] / group.name / "cgroup.procs").write_text(f"{sleepers[0].pid}\n")
+    (cgroups["memory"] / group.name / "cgroup.procs").write_text(f"{sleepers[1].pid}\n")
     started = time.monotonic()
     group.kill_all()
     assert [s.wait(timeout=10) for s in sleepers] == [-9, -9]
     assert time.monotonic() - started < 10
-    assert not (cgroups["pids"] / "g2").exists() and not (cgroups["memory"] / "g2").exists()
+    assert not (cgroups["pids"] / group.name).exists()
+    assert not (cgroups["memory"] / group.name).exists()
 
 
 def test_a_process_that_will_not_die_is_killed_twenty_times_at_most(cgroups, monkeypatch):
     group = sandbox.ResourceGroup("g4", LIMITS)
-    (cgroups["pids"] / "g4" / "cgroup.procs").write_text("123456789\n")
+    (cgroups["pids"] / group.name / "cgroup.procs").write_text("123456789\n")
     kills = []
-    monkeypatch.setattr(sandbox.os, "kill", lambda pid, sig: kills.append((pid, sig)))
-    monkeypatch.setattr(sandbox.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(lifeline.os, "kill", lambda pid, sig: kills.append((pid, sig)))
+    monkeypatch.setattr(lifeline.time, "sleep", lambda seconds: None)
     group.kill_all()
-    assert kills == [(123456789, sandbox.signal.SIGKILL)] * 20
+    assert kills == [(123456789, signal.SIGKILL)] * 20
 
 
 def test_a_missing_controller_does_not_stop_the_next(monkeypatch, tmp_path):
@@ -332,7 +335,9 @@ def test_a_missing_controller_does_not_stop_the_next(monkeypatch, tmp_path):
     PosixPath.mkdir(memory)
     monkeypatch.setattr(sandbox, "_cgroup_v1_dir",
                         lambda controller: memory if controller == "memory" else None)
-    assert sandbox.ResourceGroup("g", LIMITS).dirs == [memory / "g"]
+    monkeypatch.setattr(sandbox, "_start_reaper", lambda: None)
+    group = sandbox.ResourceGroup("g", LIMITS)
+    assert group.dirs == [memory / group.name]
 
 
 def test_an_empty_group_is_removed_at_once(cgroups):
@@ -340,19 +345,21 @@ def test_an_empty_group_is_removed_at_once(cgroups):
     started = time.monotonic()
     group.kill_all()
     assert time.monotonic() - started < 0.5
-    assert not (cgroups["pids"] / "g3").exists()
+    assert not (cgroups["pids"] / group.name).exists()
 
 
 def test_a_group_that_cannot_be_made_is_left_out(cgroups):
-    (cgroups["pids"] / "taken").mkdir()
+    taken = f"autograder-{os.getpid()}-{sandbox.process_start_time(os.getpid())}-taken"
+    (cgroups["pids"] / taken).mkdir()
     group = sandbox.ResourceGroup("taken", LIMITS)
-    assert group.dirs == [cgroups["memory"] / "taken"]
+    assert group.dirs == [cgroups["memory"] / taken]
 
 
 def test_without_cgroups_the_group_does_nothing(monkeypatch):
     monkeypatch.setattr(sandbox, "_cgroup_v1_dir", lambda controller: None)
     group = sandbox.ResourceGroup("g", LIMITS)
-    assert group.dirs == [] and group.prefix() == []
+    assert group.dirs == []
+    assert subprocess.run(group.launcher() + ["/bin/true"]).returncode == 0
     group.kill_all()
 
 
@@ -368,7 +375,7 @@ def test_a_group_whose_file_cannot_be_written_is_removed(monkeypatch, tmp_path):
     monkeypatch.setattr(sandbox, "_cgroup_v1_dir",
                         lambda controller: parent if controller == "pids" else None)
     assert sandbox.ResourceGroup("g", LIMITS).dirs == []
-    assert not (parent / "g").exists()
+    assert not list(parent.iterdir())
 
 
 def _with_proc(monkeypatch, tmp_path, lines, writable=True):
