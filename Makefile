@@ -45,7 +45,7 @@ grade: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check normref autograder tests
 
-## mutation [MODULE=autograder/forbidden.py]: mutation testing (mutmut) of the checks and
+## mutation [MODULE=autograder/grading/forbidden.py]: mutation testing (mutmut) of the checks and
 ## the grader, each module against its fast tests; prints the score and the survivors
 mutation: $(STAMP)
 	$(PY) scripts/mutation.py $(MODULE)
@@ -54,7 +54,7 @@ mutation: $(STAMP)
 ## site (build/site/) whose pages link to the edition's notebooks on Binder and Colab
 site: $(STAMP)
 	$(if $(REPO_URL),,$(error make site REPO_URL=https://github.com/OWNER/NAME (the edition's public repository)))
-	$(PY) -m autograder.site --repo-url "$(REPO_URL)" --branch "$(BRANCH)" --out $(SITE)
+	$(PY) -m autograder.publishing.site --repo-url "$(REPO_URL)" --branch "$(BRANCH)" --out $(SITE)
 
 ## publish EDITION=DIR REPO_URL=...: write the student edition, site included, into
 ## DIR (a clone of the public repository); nothing is written if it would leak

@@ -27,15 +27,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from autograder import report
-from autograder.cli_class import register as register_class_commands
-from autograder.collect import collect
+from autograder.authoring.release import LeakError, ReleaseError, release
 from autograder.course import EXAMPLES_DIR, REPO_ROOT, Course
-from autograder.engines import WorkerMismatch
-from autograder.grade import grade_assignment
-from autograder.release import LeakError, ReleaseError, release
-from autograder.runner import RunSettings
-from autograder.sandbox import Limits
+from autograder.grading.engines import WorkerMismatch
+from autograder.grading.grade import grade_assignment
+from autograder.grading.runner import RunSettings
+from autograder.grading.sandbox import Limits
+from autograder.results import report
+from autograder.term.cli_class import register as register_class_commands
+from autograder.term.collect import collect
 
 
 def _settings(args):
@@ -93,7 +93,7 @@ def cmd_release(args):
 
 
 def cmd_collect(args):
-    from autograder.roster import RosterError
+    from autograder.term.roster import RosterError
 
     try:
         outcome = collect(course=Course.at(args.course), assignment=args.assignment,
@@ -169,7 +169,7 @@ def cmd_demo(args):
 
 
 def cmd_new_check(args):
-    from autograder.scaffold import ScaffoldError, scaffold_check
+    from autograder.authoring.scaffold import ScaffoldError, scaffold_check
 
     try:
         written = scaffold_check(name=args.name, function=args.function,
@@ -186,14 +186,14 @@ def cmd_new_check(args):
 
 
 def cmd_bench(args):
-    from autograder.bench import bench_command
+    from autograder.grading.bench import bench_command
 
     return bench_command(course=Course.at(args.course), handins=args.handins,
                          workers=args.workers, engines=args.engines)
 
 
 def cmd_publish(args):
-    from autograder.publish import publish_command
+    from autograder.publishing.publish import publish_command
 
     return publish_command(args)
 

@@ -19,9 +19,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from playwright.sync_api import sync_playwright  # noqa: E402
+
 import labbrowser  # noqa: E402 (lives in tests/)
 from labbrowser import DRIVEN_OUTPUT, PANEL, REDRAWN, open_notebook, run_all_cells  # noqa: E402, I001
-from playwright.sync_api import sync_playwright  # noqa: E402
 
 IMAGES = REPO / "docs" / "images"
 ASSIGNMENT = "01_the_recipe"

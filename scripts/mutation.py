@@ -7,7 +7,7 @@ test fails on survives. The run happens in a scratch copy of the project,
 build/mutation/<module>/, so the checkout is never mutated.
 
 Usage: .venv/bin/python scripts/mutation.py [MODULE ...] [--max-children N] [--resume]
-  MODULE: a path of the mapping (autograder/forbidden.py); default: all of them.
+  MODULE: a path of the mapping (autograder/grading/forbidden.py); default: all of them.
   --resume: go on with an interrupted run of MODULE (its tests are copied again;
             mutants already decided keep their result).
 Prints per module the mutants killed out of the total, the time taken, and

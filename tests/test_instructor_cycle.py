@@ -14,12 +14,12 @@ import pytest
 from bs4 import BeautifulSoup
 from nbgrader.api import Gradebook
 
-from autograder.collect import collect
-from autograder.grade import IN_KERNEL, RESULT_FILE, grade_assignment
-from autograder.gradebook import gradebook_url
-from autograder.release import release
-from autograder.report import write_reports
-from autograder.runner import RunSettings
+from autograder.authoring.release import release
+from autograder.grading.grade import IN_KERNEL, RESULT_FILE, grade_assignment
+from autograder.grading.runner import RunSettings
+from autograder.results.gradebook import gradebook_url
+from autograder.results.report import write_reports
+from autograder.term.collect import collect
 from conftest import REPO
 from minicourse import ASSIGNMENT, handin, make_course, write_source
 
@@ -162,7 +162,7 @@ def test_class_summary_lateness_and_lms_exports(course, graded, tmp_path):
     """With a roster and a due date long past: the late policy is applied in every
     export, the class summary counts the exercise's passes and its common failure,
     and Moodle's import file carries each student's e-mail and final score."""
-    from autograder.roster import import_roster
+    from autograder.term.roster import import_roster
 
     roster_csv = tmp_path / "class.csv"
     roster_csv.write_text("name,id,email\nAda Lovelace,ada,ada@uni.example\n"

@@ -10,12 +10,12 @@ import shutil
 import pytest
 from bs4 import BeautifulSoup
 
-from autograder.collect import collect
+from autograder.authoring.release import release
 from autograder.course import Course
-from autograder.grade import grade_assignment
-from autograder.release import release
-from autograder.report import MAX_MATHS, write_reports
-from autograder.runner import RunSettings
+from autograder.grading.grade import grade_assignment
+from autograder.grading.runner import RunSettings
+from autograder.results.report import MAX_MATHS, write_reports
+from autograder.term.collect import collect
 from conftest import REPO
 from minicourse import ASSIGNMENT, make_course
 

@@ -1,0 +1,182 @@
+"""Write grading results into nbgrader's gradebook, so the formgrader shows them.
+
+The gradebook is gradebook.db at the course root, the one `nbgrader
+generate_assignment` (our release step) fills with the assignment and its
+grade cells. Every student with a result gets a submission whose grade cells
+carry the auto scores the trusted checks gave; a flagged hand-in's notebook is
+flagged for review. Manual scores and comments an instructor entered are kept.
+The executed notebooks are already where the formgrader looks for them,
+autograded/<student>/<assignment>/.
+"""
+
+import os
+import warnings
+from pathlib import Path
+
+import nbformat
+
+from autograder.course import path_with_tools
+from autograder.grading.grade import grade_cells, manual_cells
+
+
+def gradebook_url(course):
+    return f"sqlite:///{course.root / 'gradebook.db'}"
+
+
+def _ensure_assignment(gradebook, *, assignment, notebook, source_nb):
+    """The assignment, its notebook and grade cells, as generate_assignment
+    records them (for a course whose release never touched this gradebook)."""
+    from nbgrader.api import MissingEntry
+
+    gradebook.update_or_create_assignment(assignment)
+    try:
+        gradebook.find_notebook(notebook, assignment)
+    except MissingEntry:
+        gradebook.add_notebook(notebook, assignment)
+    kinds = {c.metadata.get("nbgrader", {}).get("grade_id"): c.cell_type
+             for c in source_nb.cells}
+    tasks = {c.metadata["nbgrader"]["grade_id"] for c in source_nb.cells
+             if c.metadata.get("nbgrader", {}).get("task")}
+    graded = [(gid, points) for gid, points, _ in grade_cells(source_nb)]
+    for gid, points in graded + manual_cells(source_nb):
+        try:
+            gradebook.find_graded_cell(gid, notebook, assignment)
+        except MissingEntry:
+            add = gradebook.add_task_cell if gid in tasks else gradebook.add_grade_cell
+            add(gid, notebook, assignment, max_score=points, cell_type=kinds.get(gid, "code"))
+
+
+def _grade_row(gradebook, *, gid, notebook, assignment, student):
+    """The Grade of one cell, made if the submission predates the cell."""
+    from nbgrader.api import Grade, MissingEntry
+
+    try:
+        return gradebook.find_grade(gid, notebook, assignment, student)
+    except MissingEntry:  # a task, or a cell newer than the submission
+        submitted = gradebook.find_submission_notebook(notebook, assignment, student)
+        cell = gradebook.find_graded_cell(gid, notebook, assignment)
+        grade = gradebook.db.query(Grade).filter(
+            Grade.cell_id == cell.id, Grade.notebook_id == submitted.id).one_or_none()
+        if grade is None:
+            grade = Grade(cell_id=cell.id, notebook=submitted)
+            gradebook.db.add(grade)
+        return grade
+
+
+def _record(gradebook, *, result, assignment, notebook, grade_ids, manual_ids):
+    student = result["student_id"]
+    gradebook.update_or_create_student(student)
+    gradebook.update_or_create_submission(assignment, student)
+    earned = {c["grade_id"]: c["points"] for c in result.get("cells", [])
+              if c.get("notebook", notebook) == notebook}
+    for gid in grade_ids:  # a hand-in that could not be run scores 0 in each cell
+        grade = _grade_row(gradebook, gid=gid, notebook=notebook, assignment=assignment,
+                           student=student)
+        grade.auto_score = float(earned.get(gid, 0.0))
+        grade.needs_manual_grade = False
+    for gid in manual_ids:  # a person grades these; only say they are waiting
+        grade = _grade_row(gradebook, gid=gid, notebook=notebook, assignment=assignment,
+                           student=student)
+        grade.needs_manual_grade = grade.manual_score is None
+    submitted = gradebook.find_submission_notebook(notebook, assignment, student)
+    submitted.flagged = bool(result.get("flags"))
+    gradebook.db.commit()
+
+
+def write_gradebook(*, course, assignment, results):
+    """Record `results` (from grade_assignment) in the course's gradebook.db, each
+    notebook of the assignment as nbgrader records it."""
+    from nbgrader.api import Gradebook
+
+    # A new gradebook is stamped by running `alembic`, which lives beside this
+    # interpreter: find it even when the virtual environment is not activated.
+    os.environ["PATH"] = path_with_tools()
+    with Gradebook(gradebook_url(course)) as gradebook, warnings.catch_warnings():
+        # nbgrader's own add_submission sets off SQLAlchemy's "not in session" warnings.
+        warnings.filterwarnings("ignore", message="Object of type .* not in session")
+        notebooks = []
+        for name in course.notebook_names(assignment):
+            source_nb = nbformat.read(course.source / assignment / name, as_version=4)
+            notebook = Path(name).stem
+            # Every notebook first: a submission records the notebooks it finds.
+            _ensure_assignment(gradebook, assignment=assignment, notebook=notebook,
+                               source_nb=source_nb)
+            notebooks.append((notebook, [gid for gid, _, _ in grade_cells(source_nb)],
+                              [gid for gid, _ in manual_cells(source_nb)]))
+        for notebook, grade_ids, manual_ids in notebooks:
+            for result in results:
+                _record(gradebook, result=result, assignment=assignment, notebook=notebook,
+                        grade_ids=grade_ids, manual_ids=manual_ids)
+
+
+def scores_by_hand(*, course, assignment):
+    """{student: {(notebook, grade_id): score a person gave in the formgrader}}:
+    manual cells graded, and autograded cells whose score was overridden."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    notebooks = {Path(name).stem for name in course.notebook_names(assignment)}
+    found = {}
+    with Gradebook(gradebook_url(course)) as gradebook:
+        try:
+            submissions = gradebook.find_assignment(assignment).submissions
+        except MissingEntry:
+            return found
+        for submission in submissions:
+            for submitted in submission.notebooks:
+                if submitted.name not in notebooks:
+                    continue
+                for grade in submitted.grades:
+                    if grade.manual_score is not None:
+                        found.setdefault(submission.student.id, {})[
+                            (submitted.name, grade.name)] = float(grade.manual_score)
+    return found
+
+
+def with_scores_by_hand(results, by_hand, *, default_notebook=None):
+    """`results` with the scores a person gave: one total, the formgrader's and
+    `nbgrader export`'s. Cells graded by hand say so; manual cells not graded yet
+    stay pending (None) and are listed in result["pending"]. default_notebook: the
+    notebook of cells that do not name theirs (results of a one-notebook grader)."""
+    merged = []
+    for result in results:
+        given = by_hand.get(result["student_id"], {})
+
+        def key(cell):
+            return (cell.get("notebook", default_notebook), cell["grade_id"])
+
+        cells = [{**c, "points": given[key(c)], "by_hand": True}
+                 if key(c) in given else c for c in result.get("cells", [])]
+        manual = [{**m, "points": given.get(key(m)),
+                   "status": "graded" if key(m) in given else "pending"}
+                  for m in result.get("manual", [])]
+        score = (sum(c["points"] for c in cells)
+                 + sum(m["points"] for m in manual if m["points"] is not None))
+        merged.append({**result, "cells": cells, "manual": manual, "score": score,
+                       "pending": [m["grade_id"] for m in manual if m["points"] is None]})
+    return merged
+
+
+def record_lateness(*, course, assignment, results):
+    """Write each result's submission time and late penalty (in points, on its first
+    notebook) into the gradebook, so that `nbgrader export` and the formgrader show
+    the same final score as grades.csv: score minus late_submission_penalty."""
+    from datetime import datetime
+
+    from nbgrader.api import Gradebook, MissingEntry
+
+    first = Path(course.notebook_names(assignment)[0]).stem
+    with Gradebook(gradebook_url(course)) as gradebook:
+        for result in results:
+            late = result.get("lateness") or {}
+            try:
+                submission = gradebook.find_submission(assignment, result["student_id"])
+                notebook = gradebook.find_submission_notebook(first, assignment,
+                                                              result["student_id"])
+            except MissingEntry:
+                continue
+            if late.get("submitted_at"):
+                submission.timestamp = datetime.fromisoformat(
+                    late["submitted_at"]).replace(tzinfo=None)
+            notebook.late_submission_penalty = round(
+                result["score"] - result.get("final_score", result["score"]), 6)
+        gradebook.db.commit()

@@ -1,0 +1,447 @@
+"""Exports of one assignment's results, in reports/<assignment>/:
+
+grades.csv (one row per student, failures included, hand grades and the late policy
+applied), gradescope/<student>.json (Gradescope's results format),
+feedback/<student>.html (the run with each check's message), summary.html/.txt (where
+the class struggled), with a roster canvas_import.csv and moodle_import.csv, and a
+plain-text grade table for the terminal; and the scores in nbgrader's gradebook.db,
+for the formgrader.
+"""
+
+import copy
+import csv
+import html
+import json
+import re
+from pathlib import Path
+
+import bleach  # nbconvert's own HTML sanitizer; it and bs4 are installed with nbconvert
+import nbformat
+from bleach.css_sanitizer import CSSSanitizer
+from bs4 import BeautifulSoup
+from nbconvert import HTMLExporter
+
+from autograder.grading.grade import IN_KERNEL
+from autograder.results import summary
+from autograder.results.gradebook import (
+    record_lateness,
+    scores_by_hand,
+    with_scores_by_hand,
+    write_gradebook,
+)
+from autograder.term.deadlines import DeadlinesError, apply_late_policy, lateness
+
+GRADE_COLUMNS = ["student_id", "score", "max_score", "pending", "late", "late_penalty",
+                 "final_score", "status", "reason", "flags"]
+
+
+def write_grades_csv(results, path):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=GRADE_COLUMNS)
+        writer.writeheader()
+        for r in results:
+            writer.writerow({
+                "student_id": r["student_id"], "score": f"{r['score']:g}",
+                "max_score": f"{r['max_score']:g}",
+                "pending": " ".join(r.get("pending", [])),
+                "late": (r.get("lateness") or {}).get("note", ""),
+                "late_penalty": f"{(r.get('lateness') or {}).get('penalty_fraction') or 0:g}",
+                "final_score": f"{r.get('final_score', r['score']):g}", "status": r["status"],
+                "reason": r.get("reason", ""), "flags": "; ".join(r.get("flags", [])),
+            })
+
+
+def gradescope_results(result):
+    """Gradescope's results.json for one student: one test per grade cell."""
+    tests = []
+    for cell in result["cells"]:
+        lines = [c["message"] for c in cell["checks"]]
+        if cell["reason"] and cell["reason"] not in lines:
+            lines.append(cell["reason"])
+        tests.append({"name": cell["grade_id"], "score": cell["points"],
+                      "max_score": cell["max_points"], "output": "\n".join(lines),
+                      "visibility": "visible"})
+    for cell in result.get("manual", []):
+        tests.append({"name": cell["grade_id"], "score": cell["points"] or 0.0,
+                      "max_score": cell["max_points"], "visibility": "visible",
+                      "output": "graded by hand" if cell["points"] is not None
+                      else "pending: graded by hand later"})
+    late = result.get("lateness") or {}
+    summary = [result.get("reason") or "", late.get("note", "") if late.get("late") else ""]
+    summary += result.get("notes", [])
+    return {"score": result.get("final_score", result["score"]), "tests": tests,
+            "output": "\n".join(s for s in summary if s), "visibility": "visible"}
+
+
+# The feedback page runs nothing and loads nothing: no scripts at all, no frames, objects,
+# forms or <base>; styles only from the page itself, images and fonts only as data: URLs.
+CONTENT_SECURITY_POLICY = summary.CONTENT_SECURITY_POLICY  # one policy for every page
+
+# Output mimetypes the page shows (HTML, markdown and SVG sanitized or inert); every other
+# one (application/javascript, widget views, mermaid, ...) is dropped before rendering.
+SHOWN_MIMETYPES = {"text/plain", "text/html", "text/markdown", "text/latex", "image/png",
+                   "image/jpeg", "image/svg+xml"}
+
+# What survives of the rendered notebook (student markdown and outputs, and nbconvert's
+# own markup around them). No script, style, frame, object, form, meta, link or svg.
+SAFE_TAGS = {
+    "a", "abbr", "b", "blockquote", "br", "caption", "cite", "code", "col", "colgroup", "dd",
+    "del", "details", "dfn", "div", "dl", "dt", "em", "figcaption", "figure", "h1", "h2", "h3",
+    "h4", "h5", "h6", "hr", "i", "img", "ins", "kbd", "li", "main", "mark", "ol", "p", "pre",
+    "q", "s", "samp", "small", "span", "strike", "strong", "sub", "summary", "sup", "table",
+    "tbody", "td", "tfoot", "th", "thead", "tr", "u", "ul", "var", "wbr",
+} | {  # MathML, as latex2mathml writes the lessons' maths (no scripts, no links)
+    "math", "mi", "mn", "mo", "ms", "mtext", "mspace", "mrow", "mfrac", "msqrt", "mroot",
+    "mstyle", "merror", "mpadded", "mphantom", "menclose", "msub", "msup", "msubsup",
+    "munder", "mover", "munderover", "mtable", "mtr", "mtd", "semantics", "annotation",
+}
+MATHML_ATTRIBUTES = {"display", "mathvariant", "stretchy", "fence", "separator", "accent",
+                     "accentunder", "lspace", "rspace", "displaystyle", "scriptlevel",
+                     "columnalign", "rowspacing", "columnspacing", "linethickness",
+                     "minsize", "maxsize", "movablelimits", "symmetric", "notation",
+                     "largeop", "form", "width", "depth", "height", "xmlns", "encoding"}
+MATH_TAGS = {"math", "mi", "mn", "mo", "ms", "mtext", "mspace", "mrow", "mfrac", "msqrt",
+             "mroot", "mstyle", "merror", "mpadded", "mphantom", "menclose", "msub", "msup",
+             "msubsup", "munder", "mover", "munderover", "mtable", "mtr", "mtd", "semantics",
+             "annotation"}
+# Contents dropped along with the tag (stripping the tag alone would print them as text).
+DROPPED_WITH_CONTENT = ["script", "style", "template", "noscript", "noembed", "noframes",
+                        "iframe", "object", "textarea", "title", "xmp", "head"]
+# Colours and emphasis only (ANSI colours in tracebacks come as inline styles): nothing
+# that places, sizes or layers an element.
+SAFE_CSS_PROPERTIES = ["color", "background-color", "font-weight", "font-style",
+                       "text-decoration", "text-align"]
+_DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp|svg\+xml);base64,[A-Za-z0-9+/=\s]*",
+                         re.IGNORECASE)
+_NUMBER = re.compile(r"\d{1,5}(\.\d{1,3})?(px|%)?")
+_MATH_VALUE = re.compile(r"[A-Za-z0-9 .%#:/_-]{0,80}")
+# $$display$$ and $inline$ maths in markdown, as Jupyter reads it (\$ is a dollar sign).
+_DISPLAY_MATH = re.compile(r"(?<!\\)\$\$(.+?)(?<!\\)\$\$", re.DOTALL)
+_INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\$)(.+?)(?<![\\$])\$")
+_CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.DOTALL)
+MAX_MATHS = 200  # formulas drawn per page; the rest stay as their source (MathML is ~20x)
+MAX_MATHS_CELL_CHARS = 50_000  # a longer markdown cell keeps its maths as source
+_HIDDEN_TESTS = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[ \t]*$",
+                           re.DOTALL | re.MULTILINE)
+
+
+def _safe_attribute(tag, name, value):
+    """bleach's attribute filter: a short allow-list, links and images checked by value."""
+    value = value.strip()
+    if tag in MATH_TAGS and name in MATHML_ATTRIBUTES:
+        return _MATH_VALUE.fullmatch(value) is not None
+    if name in ("class", "id", "title", "style"):  # style: bleach's CSS sanitizer filters it
+        return True
+    if tag == "a" and name == "href":
+        squashed = re.sub(r"[`\x00-\x20\x7f-\xa0\s]+", "", value).lower()
+        return squashed.startswith(("http://", "https://", "mailto:", "#"))
+    if tag == "img" and name == "src":
+        return _DATA_IMAGE.fullmatch(value) is not None
+    if tag == "img" and name == "alt":
+        return True
+    if tag in ("img", "col") and name in ("width", "height"):
+        return _NUMBER.fullmatch(value) is not None
+    if tag in ("td", "th") and name in ("colspan", "rowspan"):
+        return value.isdigit()
+    if tag == "ol" and name == "start":
+        return value.isdigit()
+    if tag in ("td", "th", "tr", "col") and name == "align":
+        return value.lower() in ("left", "right", "center")
+    if tag == "details" and name == "open":
+        return True
+    return False
+
+
+def _sanitize_html(fragment):
+    """Student-controlled HTML made inert with bleach (what nbconvert sanitizes with too)."""
+    soup = BeautifulSoup(fragment, "html.parser")
+    for element in soup.find_all(DROPPED_WITH_CONTENT):
+        element.decompose()
+    cleaner = bleach.Cleaner(
+        tags=SAFE_TAGS, attributes=_safe_attribute,
+        protocols={"http", "https", "mailto", "data"}, strip=True, strip_comments=True,
+        css_sanitizer=CSSSanitizer(allowed_css_properties=SAFE_CSS_PROPERTIES))
+    return cleaner.clean(str(soup))
+
+
+def _mathml(latex, *, display):
+    from latex2mathml.converter import convert
+
+    try:
+        return convert(latex, display="block" if display else "inline")
+    except Exception:  # noqa: BLE001 - maths it cannot read stays as its source text
+        return html.escape(f"$${latex}$$" if display else f"${latex}$")
+
+
+def _markdown_with_mathml(text, budget=MAX_MATHS):
+    """(markdown whose $...$ and $$...$$ maths is MathML, which browsers draw with no
+    script and no network, the budget left): at most `budget` formulas are drawn,
+    the rest stay as their source."""
+    left = budget
+
+    def draw(match, display):
+        nonlocal left
+        if left <= 0:
+            return match.group(0)
+        left -= 1
+        return _mathml(match.group(1), display=display)
+
+    parts = _CODE.split(text)  # code (odd parts) keeps its dollar signs
+    for i in range(0, len(parts), 2):
+        part = _DISPLAY_MATH.sub(lambda m: draw(m, True), parts[i])
+        parts[i] = _INLINE_MATH.sub(lambda m: draw(m, False), part)
+    return "".join(parts), left
+
+
+def _is_graded(cell):
+    return bool(cell.get("metadata", {}).get("nbgrader", {}).get("grade"))
+
+
+def _quiet_ungraded_error(output):
+    """An ungraded cell's error (an optional part left as it was handed out, a
+    scratch cell) as one grey line: it costs nothing, and the page says so."""
+    return nbformat.v4.new_output(
+        "stream", name="stdout",
+        text=f"(not graded) this cell stopped with {output.get('ename')}: "
+             f"{str(output.get('evalue'))[:300]}\n")
+
+
+_OUTPUTS_AFTER_HIDDEN = ("(the outputs of this cell and of every later one are not shown: "
+                         "they could show the hidden tests)\n")
+
+
+def hidden_test_lines(nb):
+    """The distinctive lines of `nb`'s hidden tests (12 characters or more)."""
+    lines = set()
+    for cell in nb.cells:
+        for block in _HIDDEN_TESTS.findall(cell.source if cell.cell_type == "code" else ""):
+            lines |= {ln.strip() for ln in block.splitlines()[1:-1] if len(ln.strip()) >= 12}
+    return lines
+
+
+def scrub_hidden(text, lines):
+    """`text` with every hidden-test line in it replaced."""
+    for line in lines:
+        if line in text:
+            text = text.replace(line, "[hidden test]")
+    return text
+
+
+def _inert_notebook(nb, *, show_hidden_tests=False):
+    """A copy of `nb` fit for the student's page: outputs that would only run code
+    removed, maths as MathML, errors of ungraded cells quietened and, unless
+    `show_hidden_tests`, the hidden tests folded away. A hand-in's own code runs
+    after the hidden tests and can print them (IPython keeps every cell's source),
+    so the outputs of the cells from the first hidden test on are not shown either:
+    their verdicts are in the score table."""
+    nb = copy.deepcopy(nb)
+    nb.metadata.pop("widgets", None)
+    maths_left = MAX_MATHS
+    after_hidden = False
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and len(cell.source) <= MAX_MATHS_CELL_CHARS:
+            cell.source, maths_left = _markdown_with_mathml(cell.source, maths_left)
+        if cell.cell_type != "code":
+            continue
+        if not show_hidden_tests:
+            after_hidden = after_hidden or bool(_HIDDEN_TESTS.search(cell.source))
+            cell.source = _HIDDEN_TESTS.sub("# (hidden tests: the grader ran them)",
+                                            cell.source)
+            if after_hidden:
+                cell.outputs = [nbformat.v4.new_output(
+                    "stream", name="stdout", text=_OUTPUTS_AFTER_HIDDEN)]
+                continue
+        outputs = []
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error" and not _is_graded(cell):
+                output = _quiet_ungraded_error(output)
+            if "data" in output:
+                for mimetype in [m for m in output.data if m not in SHOWN_MIMETYPES]:
+                    del output.data[mimetype]
+            outputs.append(output)
+        cell.outputs = outputs
+    return nb
+
+
+def _render_notebook(nb, *, show_hidden_tests=False):
+    """(the template's own <style> sheets, the sanitized notebook body) for `nb`."""
+    page, _ = HTMLExporter(template_name="lab").from_notebook_node(
+        _inert_notebook(nb, show_hidden_tests=show_hidden_tests))
+    body_at = re.search(r"<body[^>]*>", page)
+    head = page[:body_at.start()] if body_at else ""
+    # The head is nbconvert's own (the title in it is escaped): keep its style sheets only.
+    styles = "\n".join(re.findall(r"<style[^>]*>.*?</style>", head, re.DOTALL))
+    body = page[body_at.end():] if body_at else page
+    start, end = body.find("<main>"), body.rfind("</main>")
+    if start >= 0 and end > start:
+        body = body[start + len("<main>"):end]
+    return styles, _sanitize_html(body)
+
+
+def _summary_html(result):
+    td = "<td style='vertical-align:top;overflow-wrap:anywhere;padding:4px'>"
+    rows = []
+    for cell in result["cells"]:
+        messages = [c["message"] for c in cell["checks"]]
+        if cell["reason"] and cell["reason"] not in messages:
+            messages.append(cell["reason"])
+        if cell.get("checked") == IN_KERNEL:
+            messages.append("(this exercise's tests run inside your own kernel: plain "
+                            "asserts, as nbgrader runs them)")
+        if cell.get("by_hand"):
+            messages.append("score given by hand")
+        rows.append(
+            f"<tr>{td}{html.escape(cell['grade_id'])}</td>"
+            f"{td}{cell['points']:g} / {cell['max_points']:g}</td>"
+            f"{td}{'<br>'.join(html.escape(m) for m in messages)}</td></tr>")
+    for cell in result.get("manual", []):
+        shown = "pending" if cell["points"] is None else f"{cell['points']:g}"
+        rows.append(f"<tr>{td}{html.escape(cell['grade_id'])}</td>"
+                    f"{td}{shown} / {cell['max_points']:g}</td>"
+                    f"{td}graded by hand{'' if cell['points'] is not None else ' (not yet)'}"
+                    "</td></tr>")
+    late = result.get("lateness") or {}
+    shown_notes = list(result.get("notes", []))
+    if late.get("late"):
+        shown_notes.insert(0, f"{late.get('note', 'late')}; score after the late policy: "
+                              f"{result.get('final_score', result['score']):g}")
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in shown_notes)
+    reason = html.escape(result.get("reason") or "")
+    return (
+        # First in the body, in the normal flow, above everything else and fully opaque.
+        "<section style='position:relative;z-index:2147483647;isolation:isolate;"
+        "display:block;visibility:visible;opacity:1;background:#fff;color:#000;"
+        "font-family:sans-serif;margin:0;padding:1em;border-bottom:2px solid #888'>"
+        f"<h1 style='margin:0 0 .5em 0;font-size:1.5em'>{html.escape(result['assignment'])}: "
+        f"{html.escape(result['student_id'])}</h1>"
+        f"<p><b>Score: {result['score']:g} / {result['max_score']:g}</b> "
+        f"({html.escape(result['status'])}) {reason}</p>"
+        + (f"<ul>{notes}</ul>" if notes else "")
+        + "<table border='1' style='border-collapse:collapse;table-layout:fixed;width:100%'>"
+        "<colgroup><col style='width:25%'><col style='width:12%'><col></colgroup>"
+        "<tr><th>exercise</th><th>points</th><th>what the grader found</th></tr>"
+        + "".join(rows) + "</table></section>")
+
+
+# The graded notebook is drawn inside this box and nowhere else: paint containment clips
+# it and makes it the containing block of anything positioned (fixed included) within it.
+NOTEBOOK_BOX_STYLE = ("contain:paint;overflow:auto;position:relative;isolation:isolate;"
+                      "z-index:0;display:block")
+
+
+def feedback_html(result, executed_notebook_path, *, show_hidden_tests=False):
+    """A feedback page: the score table, then the graded run of the notebook (a
+    path, or a list of paths for an assignment of several notebooks), its hidden
+    tests folded away unless `show_hidden_tests`.
+
+    The page is safe to open: the student's markdown and outputs are sanitized, the
+    Content-Security-Policy forbids scripts, frames and any loading, and the notebook
+    is boxed in below the score table, which it cannot cover."""
+    paths = (executed_notebook_path if isinstance(executed_notebook_path, list)
+             else [executed_notebook_path])
+    paths = [p for p in paths if p is not None and p.exists()]
+    styles, parts = "", []
+    for path in paths:
+        styles, body = _render_notebook(nbformat.read(path, as_version=4),
+                                        show_hidden_tests=show_hidden_tests)
+        heading = (f"<h2 style='font-family:sans-serif'>{html.escape(path.name)}</h2>"
+                   if len(paths) > 1 else "")
+        parts.append(heading + body)
+    notebook = "\n".join(parts)
+    title = f"{result['assignment']}: {result['student_id']} (feedback)"
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n"
+        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CONTENT_SECURITY_POLICY}\">\n"
+        "<meta charset=\"utf-8\">\n"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1.0\">\n"
+        f"<title>{html.escape(title)}</title>\n{styles}\n</head>\n"
+        "<body class=\"jp-Notebook\" data-jp-theme-light=\"true\" "
+        "data-jp-theme-name=\"JupyterLab Light\">\n"
+        f"{_summary_html(result)}\n"
+        f"<div style=\"{NOTEBOOK_BOX_STYLE}\"><main>{notebook}</main></div>\n"
+        "</body>\n</html>\n")
+
+
+def _with_lateness(course, assignment, result):
+    """`result` with its lateness (deadlines.json, collect's timestamps) and the score
+    after the late policy; a broken deadlines file is a note, never a lost report."""
+    try:
+        late = lateness(course=course, assignment=assignment, student=result["student_id"])
+    except DeadlinesError as problem:
+        late = {"note": f"lateness unknown: {problem}", "penalty_fraction": 0.0}
+    return {**result, "lateness": late,
+            "final_score": apply_late_policy(result["score"], late)}
+
+
+def write_reports(*, course, assignment, results, show_hidden_tests=False):
+    """Write every export for `results`, with the scores given by hand in the
+    formgrader, so every export shows one total; returns (the report folder, the
+    results with those scores)."""
+    write_gradebook(course=course, assignment=assignment, results=results)
+    names = course.notebook_names(assignment)
+    results = with_scores_by_hand(results, scores_by_hand(course=course, assignment=assignment),
+                                  default_notebook=Path(names[0]).stem)
+    results = [_with_lateness(course, assignment, r) for r in results]
+    record_lateness(course=course, assignment=assignment, results=results)
+    folder = course.reports / assignment
+    (folder / "feedback").mkdir(parents=True, exist_ok=True)
+    (folder / "gradescope").mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_text(json.dumps(results, indent=1))
+    write_grades_csv(results, folder / "grades.csv")
+    for r in results:
+        student = r["student_id"]
+        (folder / "gradescope" / f"{student}.json").write_text(
+            json.dumps(gradescope_results(r), indent=1))
+        executed = [course.autograded / student / assignment / name for name in names]
+        (folder / "feedback" / f"{student}.html").write_text(
+            feedback_html(r, executed if r["status"] == "graded" else None,
+                          show_hidden_tests=show_hidden_tests))
+    _write_class_exports(course=course, assignment=assignment, results=results, folder=folder)
+    return folder, results
+
+
+def _write_class_exports(*, course, assignment, results, folder):
+    """summary.html/.txt for the class, and with a roster, the LMS import files."""
+    from autograder.term.roster import RosterError, load_roster
+
+    found = summary.class_summary(results)
+    (folder / "summary.txt").write_text(summary.summary_text(assignment, found) + "\n")
+    (folder / "summary.html").write_text(summary.summary_html(assignment, found))
+    try:
+        roster = load_roster(course)
+    except RosterError:
+        roster = None
+    if roster is None:
+        return
+    left_out = summary.write_canvas_import(results, roster=roster, assignment=assignment,
+                                           max_score=found["max_score"],
+                                           path=folder / "canvas_import.csv")
+    left_out += summary.write_moodle_import(results, roster=roster, assignment=assignment,
+                                            path=folder / "moodle_import.csv")
+    if left_out:
+        (folder / "lms_import_left_out.txt").write_text(
+            "Not in the LMS import files (no LMS id or e-mail in the roster):\n"
+            + "\n".join(sorted(set(left_out))) + "\n")
+
+
+def grade_table(results, *, expected=None):
+    """A plain-text table; with `expected` ({student: total}) a column says if each
+    matches. A final column appears when a late penalty changed any score."""
+    late = any(r.get("final_score", r["score"]) != r["score"] for r in results)
+    header = f"{'student':<24} {'score':>9}  {'status':<8} {'flags':<5}"
+    if late:
+        header += f" {'final':>6}"
+    if expected is not None:
+        header += "  expected"
+    lines = [header, "-" * len(header)]
+    for r in results:
+        line = (f"{r['student_id']:<24} {r['score']:>4g}/{r['max_score']:<4g}  "
+                f"{r['status']:<8} {'yes' if r.get('flags') else '':<5}")
+        if late:
+            line += f" {r.get('final_score', r['score']):>6g}"
+        if expected is not None:
+            want = expected.get(r["student_id"])
+            line += f"  {want:g} {'ok' if want == r['score'] else 'MISMATCH'}" if want is not None \
+                else "  (none)"
+        lines.append(line)
+    return "\n".join(lines)

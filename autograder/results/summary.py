@@ -1,0 +1,171 @@
+"""Where the class stands on one assignment, and its grades in the LMS's import formats.
+
+summary.html / summary.txt: the score histogram, each exercise's pass rate and mean, and
+the failure messages most students met. canvas_import.csv and moodle_import.csv: the
+final scores (hand grades and the late policy applied), one row per roster student.
+"""
+
+import base64
+import csv
+import html
+import io
+import re
+from collections import Counter
+
+import numpy as np
+
+# Every page of the results (this summary, report's feedback pages): no script, no
+# network, nothing but inline styles and data: images.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+    "font-src data:; object-src 'none'; frame-src 'none'; child-src 'none'; "
+    "worker-src 'none'; connect-src 'none'; media-src 'none'; manifest-src 'none'; "
+    "form-action 'none'; base-uri 'none'")
+
+_NUMBERS = re.compile(r"-?\d+(\.\d+)?(e-?\d+)?")
+_COMMON_FAILURES = 8
+
+
+def _failure_kind(reason):
+    """A failure message without its numbers, so that the same mistake on other
+    inputs counts as one."""
+    first = reason.split(". Hint")[0].split(";")[0]
+    return _NUMBERS.sub("#", first)[:160]
+
+
+def class_summary(results):
+    """{"students", "graded", "scores", "max_score", "exercises": [{grade_id, max_points,
+    passed, attempted, mean}], "failures": [(message, count)]} for one assignment."""
+    graded = [r for r in results if r["status"] == "graded"]
+    exercises = {}
+    failures = Counter()
+    for result in graded:
+        for cell in result["cells"]:
+            row = exercises.setdefault(cell["grade_id"], {
+                "grade_id": cell["grade_id"], "max_points": cell["max_points"], "points": []})
+            row["points"].append(cell["points"])
+            if cell["points"] < cell["max_points"] and cell.get("reason"):
+                failures[(cell["grade_id"], _failure_kind(cell["reason"]))] += 1
+    table = [{"grade_id": row["grade_id"], "max_points": row["max_points"],
+              "attempted": len(row["points"]),
+              "passed": sum(p >= row["max_points"] for p in row["points"]),
+              "mean": float(np.mean(row["points"])) if row["points"] else 0.0}
+             for row in exercises.values()]
+    pending = [r for r in results if r.get("pending")]
+    return {"students": len(results), "graded": len(graded),
+            "pending": len(pending), "pending_cells": sum(len(r["pending"]) for r in pending),
+            "scores": [r.get("final_score", r["score"]) for r in graded],
+            "max_score": max((r["max_score"] for r in results), default=0.0),
+            "exercises": table, "failures": failures.most_common(_COMMON_FAILURES)}
+
+
+def summary_text(assignment, summary):
+    scores = summary["scores"]
+    lines = [f"{assignment}: {summary['graded']} of {summary['students']} graded"]
+    if summary.get("pending"):
+        lines.append(f"NOT FINAL: {summary['pending']} hand-ins still have "
+                     f"{summary['pending_cells']} answers to grade by hand (formgrader); "
+                     "their scores and the LMS import files leave those points out")
+    if scores:
+        lines.append(f"final score (after hand grading and the late policy): mean "
+                     f"{np.mean(scores):.2f}, median {np.median(scores):g} "
+                     f"of {summary['max_score']:g}")
+    lines.append(f"{'exercise':<28} {'passed':>9} {'mean':>11}")
+    for row in summary["exercises"]:
+        lines.append(f"{row['grade_id']:<28} {row['passed']:>4}/{row['attempted']:<4} "
+                     f"{row['mean']:>5.2f}/{row['max_points']:<4g}")
+    if summary["failures"]:
+        lines.append("most frequent failures:")
+        lines += [f"  {count:>4} x {gid}: {message}"
+                  for (gid, message), count in summary["failures"]]
+    return "\n".join(lines)
+
+
+def _histogram_png(scores, max_score):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 2.6))
+    bins = np.linspace(0, max(max_score, 1), min(int(max_score) + 2, 26))
+    ax.hist(scores, bins=bins, color="tab:blue", edgecolor="white")
+    ax.set_xlabel("final score")
+    ax.set_ylabel("students")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def summary_html(assignment, summary):
+    """A self-contained page (no script, no network), like the feedback pages."""
+
+    esc = html.escape
+    rows = "".join(
+        f"<tr><td>{esc(r['grade_id'])}</td><td>{r['passed']} / {r['attempted']} "
+        f"({100 * r['passed'] / max(r['attempted'], 1):.0f}%)</td>"
+        f"<td>{r['mean']:.2f} / {r['max_points']:g}</td></tr>" for r in summary["exercises"])
+    failures = "".join(f"<tr><td>{count}</td><td>{esc(gid)}</td><td>{esc(message)}</td></tr>"
+                       for (gid, message), count in summary["failures"])
+    picture = (f"<img alt='score histogram' src='data:image/png;base64,"
+               f"{_histogram_png(summary['scores'], summary['max_score'])}'>"
+               if summary["scores"] else "<p>No graded hand-ins yet.</p>")
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{CONTENT_SECURITY_POLICY}\">"
+        f"<title>{esc(assignment)}: class summary</title></head>"
+        "<body style='font-family:sans-serif;max-width:60em;margin:1em auto'>"
+        f"<h1>{esc(assignment)}: class summary</h1>"
+        f"<pre>{esc(chr(10).join(summary_text(assignment, summary).splitlines()[:3]))}</pre>"
+        f"{picture}"
+        "<h2>Exercises</h2><table border='1' style='border-collapse:collapse'>"
+        "<tr><th>exercise</th><th>full points</th><th>mean</th></tr>"
+        f"{rows}</table><h2>Most frequent failures</h2>"
+        "<table border='1' style='border-collapse:collapse'>"
+        "<tr><th>students</th><th>exercise</th><th>message (numbers as #)</th></tr>"
+        f"{failures}</table></body></html>\n")
+
+
+def _score_by_student(results):
+    return {r["student_id"]: r.get("final_score", r["score"]) for r in results}
+
+
+def write_canvas_import(results, *, roster, assignment, max_score, path):
+    """Canvas's gradebook import CSV: Student, ID (Canvas user id), SIS User ID, SIS
+    Login ID, Section, then the assignment's column, with the 'Points Possible' row.
+    Students without a Canvas id are left out (Canvas could not match them); returns
+    their ids."""
+    scores, missing = _score_by_student(results), []
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section",
+                         assignment])
+        writer.writerow(["Points Possible", "", "", "", "", f"{max_score:g}"])
+        for student, score in sorted(scores.items()):
+            entry = roster.get(student) if roster else None
+            if not entry or not entry.get("lms_id"):
+                missing.append(student)
+                continue
+            writer.writerow([entry["name"], entry["lms_id"], "", entry.get("email", ""), "",
+                             f"{score:g}"])
+    return missing
+
+
+def write_moodle_import(results, *, roster, assignment, path):
+    """Moodle's 'Import grades from CSV': an identifier column to map on import (Email
+    address, else ID number) and the assignment's grade column. Students with neither
+    are left out; returns their ids."""
+    scores, missing = _score_by_student(results), []
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["Full name", "Email address", "ID number", assignment])
+        for student, score in sorted(scores.items()):
+            entry = roster.get(student) if roster else None
+            if not entry or not (entry.get("email") or entry.get("lms_id")):
+                missing.append(student)
+                continue
+            writer.writerow([entry["name"], entry.get("email", ""), entry.get("lms_id") or "",
+                             f"{score:g}"])
+    return missing

@@ -1,0 +1,675 @@
+"""Hostile hand-ins of unit 01, graded once together with two honest students.
+
+Every hand-in below is made here from the released notebook: honest answers
+(HONEST) with one or more cells replaced by an attack. One hand-in may carry
+several attacks when they sit in different exercises, so that each cell's
+score still says which attack failed. The whole class is graded once
+(module-scoped fixture), then asserted student by student: the exact points
+each deserves, the run's status and reason where the attack shows there, and
+the honest students' scores untouched.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook
+
+from autograder.course import EXAMPLES_DIR, Course
+from autograder.grading.grade import RESULT_FILE, grade_assignment
+from autograder.grading.runner import RunSettings
+from autograder.results import report
+from autograder.results.gradebook import gradebook_url
+from conftest import REPO
+
+ASSIGNMENT = "01_the_recipe"
+NOTEBOOK = f"{ASSIGNMENT}.ipynb"
+GRADE_CELLS = {"token_mean_correct": 1, "token_var_correct": 3, "ln_single_token": 1,
+               "ln_handles_batches": 2, "predictions_correct": 1}
+# Short, but not so short that a busy machine (2 cores, shared) times out honest cells.
+SETTINGS = RunSettings(cell_timeout=15, handin_timeout=60)
+
+# Honest answers. layer_norm computes its own statistics so that an attack on
+# token_mean or token_var costs only that exercise's point.
+HONEST = {
+    "token_mean_answer": '''
+def token_mean(x):
+    x = np.asarray(x, dtype=float)
+    return x.sum(axis=-1) / x.shape[-1]
+''',
+    "token_var_answer": '''
+def token_var(x):
+    x = np.asarray(x, dtype=float)
+    centred = x - x.mean(axis=-1, keepdims=True)
+    return (centred ** 2).sum(axis=-1) / x.shape[-1]
+''',
+    "layer_norm_answer": '''
+def layer_norm(x, gamma, beta, eps=1e-5):
+    x = np.asarray(x, dtype=float)
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    return gamma * (x - mu) / np.sqrt(var + eps) + beta
+''',
+    "shortcut_prediction_answer": 'PREDICT_SHORTCUT = "c"',
+    "predictions_answer": '''
+SPACING_NEAR_1E8 = 8.0
+SHORTCUT_BREAKS_AT = 1e8
+''',
+    "scratch_answer": "# nothing to try",
+}
+
+WRONG_TOKEN_MEAN = '''
+def token_mean(x):
+    return np.zeros(np.shape(x)[:-1])
+'''
+WRONG_TOKEN_VAR = '''
+def token_var(x):
+    return np.zeros(np.shape(x)[:-1])
+'''
+
+
+def make_handin(release_nb, *, cells=None, delete=(), append=(), metadata=None):
+    """A hand-in: `release_nb` with HONEST answers, then `cells` ({grade_id: source})
+    replacing any cell, `delete`d cells removed, `metadata` ({grade_id: dict})
+    merged into cells' nbgrader metadata and `append`ed code cells added, each a
+    source or (source, nbgrader metadata)."""
+    replaced = {**HONEST, **(cells or {})}
+    nb = nbformat.from_dict(json.loads(json.dumps(release_nb)))
+    kept = []
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in delete:
+            continue
+        if gid in replaced:
+            cell.source = replaced[gid].strip("\n")
+        cell.metadata.get("nbgrader", {}).update((metadata or {}).get(gid, {}))
+        kept.append(cell)
+    for item in append:
+        source, meta = (item, None) if isinstance(item, str) else item
+        kept.append(nbformat.v4.new_code_cell(source.strip("\n")))
+        if meta is not None:
+            kept[-1].metadata["nbgrader"] = meta
+    nb.cells = kept
+    return nb
+
+
+def points(**overrides):
+    """Full marks in every grade cell except the ones given."""
+    return {**GRADE_CELLS, **overrides}
+
+
+def _snoop_cell(course):
+    """A scratch cell that tries to read, list and write what it must not see."""
+    targets = [REPO / "normref" / "recipe.py", REPO / "normref" / "checks" / "recipe_judges.py",
+               course.source / ASSIGNMENT / NOTEBOOK, course.root / "gradebook.db",
+               course.submitted / "ada_perfect" / ASSIGNMENT / NOTEBOOK,
+               course.autograded / "ada_perfect" / ASSIGNMENT / RESULT_FILE,
+               Path.home() / ".bash_history"]
+    folders = [course.root, course.submitted, REPO, Path("/work")]
+    return f'''
+import os, urllib.request
+for path in {[str(p) for p in targets]!r}:
+    try:
+        with open(path, "rb") as f:
+            print("READ", path, len(f.read()))
+    except OSError as exc:
+        print("DENIED", path, type(exc).__name__)
+for folder in {[str(p) for p in folders]!r}:
+    try:
+        print("LISTED", folder, sorted(os.listdir(folder)))
+    except OSError as exc:
+        print("DENIED", folder, type(exc).__name__)
+for path in {[str(course.root / "pwned.txt"), str(REPO / "pwned.txt")]!r}:
+    try:
+        with open(path, "w") as f:
+            f.write("pwned")
+        print("WROTE (inside the sandbox only?)", path)
+    except OSError as exc:
+        print("DENIED", path, type(exc).__name__)
+try:
+    urllib.request.urlopen("https://pypi.org/simple/", timeout=5)
+    print("NETWORK OPEN")
+except Exception as exc:
+    print("NETWORK FAILED", type(exc).__name__)
+'''
+
+
+# The client half lives in the sandbox; a cheater reaches it without naming it,
+# so that only the grader's own log, not the forbidden-call policy, stops them.
+_FAKE_CLIENT_PRELUDE = '''
+import importlib, json, os, socket, struct, io
+_checks = importlib.import_module("".join(["norm", "ref.checks"]))
+'''
+
+_RAW_SOCKET_JUDGE = '''
+def _send_made_up_outputs(check):
+    """Talk to the grader's socket directly, with outputs it never asked for."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **{f"{i}/y": np.zeros(4) for i in range(8)})
+    header = json.dumps({"op": "judge", "check": check, "errors": {},
+                         "passed": True, "message": "all cases passed"}).encode()
+    payload = buffer.getvalue()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(os.environ["NORMREF_GRADER_SOCKET"])
+        s.sendall(struct.pack("!II", len(header), len(payload)) + header + payload)
+        s.recv(1 << 20)
+    print("layer_norm_batches: all 6 cases passed")
+
+_checks.check_layer_norm_batches = lambda f: _send_made_up_outputs("layer_norm_batches")
+'''
+
+
+_ORACLE = '''
+import io, json, os, socket, struct
+
+def _ask(header, arrays=None):
+    buffer = io.BytesIO()
+    np.savez(buffer, **(arrays or {}))
+    head, payload = json.dumps(header).encode(), buffer.getvalue()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(os.environ["NORMREF_GRADER_SOCKET"])
+        s.sendall(struct.pack("!II", len(head), len(payload)) + head + payload)
+        data = b""
+        while chunk := s.recv(1 << 20):
+            data += chunk
+    n, m = struct.unpack("!II", data[:8])
+    return json.loads(data[8:8 + n])
+
+for attempt in range(3):
+    for check in ("token_mean", "token_var", "layer_norm_token", "layer_norm_batches"):
+        print("ORACLE", check, _ask({"op": "cases", "check": check}))
+        print("ORACLE", check, _ask({"op": "judge", "check": check, "errors": {}},
+                                    {f"{i}/y": np.zeros(4) for i in range(8)}))
+'''
+
+# Asked again from inside the graded call: the check may be served once only.
+_NESTED_ORACLE = '''
+def layer_norm(x, gamma, beta, eps=1e-5):
+    from normref.checks import _runner
+    try:
+        _runner.run_check("layer_norm_token", lambda *a: None, lambda f, case: {"y": case["x"]})
+    except Exception as exc:
+        print("NESTED", exc)
+    x = np.asarray(x, dtype=float)
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    return gamma * (x - mu) / np.sqrt(var + eps) + beta
+'''
+
+
+def hostile_handins(course):
+    """{student: (hand-in spec, {grade_id: points expected})}."""
+    return {
+        "oracle_asker": (dict(cells={"scratch_answer": _ORACLE}), points()),
+        # Its visible test calls layer_norm first, which spends the cell's one
+        # request for layer_norm_token on a made-up answer: only it loses.
+        "nested_oracle": (dict(cells={"layer_norm_answer": _NESTED_ORACLE}),
+                          points(ln_single_token=0)),
+        "numpy_patcher": (dict(cells={
+            "token_mean_answer": '''
+np.allclose = lambda *args, **kwargs: True
+np.isclose = lambda *args, **kwargs: True
+np.array_equal = lambda *args, **kwargs: True
+np.testing.assert_allclose = lambda *args, **kwargs: None
+np.testing.assert_array_equal = lambda *args, **kwargs: None
+''' + WRONG_TOKEN_MEAN,
+            "token_var_answer": WRONG_TOKEN_VAR}),
+            points(token_mean_correct=0, token_var_correct=0)),
+        "torch_patcher": (dict(cells={
+            # Wrong torch answers behind patched torch comparisons ...
+            "token_var_answer": '''
+import torch
+torch.allclose = lambda *args, **kwargs: True
+torch.isclose = lambda *args, **kwargs: torch.tensor(True)
+torch.equal = lambda *args, **kwargs: True
+torch.testing.assert_close = lambda *args, **kwargs: None
+np.isclose = lambda a, b, **kwargs: torch.allclose(torch.as_tensor(a), torch.as_tensor(b))
+np.allclose = np.isclose
+
+def token_var(x):
+    return torch.zeros(np.shape(x)[:-1])
+''',
+            # ... and a right answer from a forbidden library call.
+            "layer_norm_answer": '''
+import torch.nn.functional as F
+
+def layer_norm(x, gamma, beta, eps=1e-5):
+    x = torch.as_tensor(np.asarray(x, dtype=float))
+    return F.layer_norm(x, x.shape[-1:], torch.as_tensor(gamma, dtype=x.dtype),
+                        torch.as_tensor(beta, dtype=x.dtype), eps).numpy()
+'''}),
+            points(token_var_correct=0, ln_single_token=0, ln_handles_batches=0)),
+        "always_equal": (dict(cells={
+            "token_mean_answer": '''
+class AlwaysEqual:
+    shape = property(lambda self: self)  # np.shape(...) == (2,) is true too
+    def __eq__(self, other):
+        return True
+    def __ne__(self, other):
+        return False
+
+class Liar(np.ndarray):
+    def __eq__(self, other):
+        return np.ones(np.shape(self), dtype=bool).view(Liar)
+
+def _lenient(real):
+    def compare(a, b, **kwargs):
+        if isinstance(a, (AlwaysEqual, Liar)):
+            return bool(np.all(a == b))
+        return real(a, b, **kwargs)
+    return compare
+
+np.isclose, np.allclose = _lenient(np.isclose), _lenient(np.allclose)
+
+def token_mean(x):
+    return AlwaysEqual()
+''',
+            "token_var_answer": '''
+def token_var(x):
+    return np.zeros(np.shape(x)[:-1]).view(Liar)
+'''}),
+            points(token_mean_correct=0, token_var_correct=0)),
+        "silencer": (dict(cells={
+            "token_mean_answer": '''
+import sys
+get_ipython().showtraceback = lambda *args, **kwargs: None
+get_ipython().showsyntaxerror = lambda *args, **kwargs: None
+sys.excepthook = lambda *args: None
+''' + WRONG_TOKEN_MEAN}),
+            points(token_mean_correct=0)),
+        "exits": (dict(cells={
+            "token_mean_answer": "import sys\nsys.exit()\n" + HONEST["token_mean_answer"],
+            "predictions_answer": "import os\nos._exit(0)\n" + HONEST["predictions_answer"]}),
+            points(token_mean_correct=0, predictions_correct=0)),
+        "crasher": (dict(cells={
+            # The kernel is PID 1 of its namespace, which ignores SIGKILL from
+            # inside; the segfault after it crashes the kernel for sure.
+            "layer_norm_answer": '''
+import os, signal, ctypes
+os.kill(os.getpid(), signal.SIGKILL)
+ctypes.string_at(0)
+''' + HONEST["layer_norm_answer"]}),
+            points(ln_single_token=0, ln_handles_batches=0, predictions_correct=0)),
+        "looper": (dict(cells={
+            "token_mean_answer": "while True:\n    pass\n" + HONEST["token_mean_answer"]}),
+            points(token_mean_correct=0)),
+        "sigint_ignorer": (dict(cells={
+            "predictions_answer": '''
+import signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+while True:
+    pass
+'''}),
+            points(predictions_correct=0)),
+        "memory_hog": (dict(cells={
+            "token_var_answer": '''
+def hog():
+    chunks = []
+    while True:
+        chunks.append(np.ones(50_000_000))
+
+hog()
+''' + HONEST["token_var_answer"]}),
+            points(token_var_correct=0)),
+        "fork_bomber": (dict(cells={
+            "predictions_answer": '''
+import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+'''}),
+            points(predictions_correct=0)),
+        "flooder": (dict(cells={
+            "token_mean_answer": '''
+import sys
+for _ in range(20_000):
+    print("spam " * 200)
+    print("eggs " * 200, file=sys.stderr)
+''' + HONEST["token_mean_answer"],
+            "scratch_answer": 'raise ValueError("x" * 20_000_000)'}),
+            points()),
+        "snoop": (dict(cells={"scratch_answer": _snoop_cell(course)}), points()),
+        "normref_importer": (dict(cells={"scratch_answer": '''
+import importlib.util
+try:
+    import normref
+    print("NORMREF FROM", normref.__file__)
+    from normref import recipe
+    print("REFERENCE", recipe.__file__)
+except ImportError as exc:
+    print("NO REFERENCE", exc)
+try:
+    from normref.checks import _registry
+    print("REGISTRY", _registry.__file__)
+except ImportError as exc:
+    print("NO REGISTRY", exc)
+'''}),
+            # It learns nothing (no references in the sandbox) and loses nothing:
+            # importing the grader's client is flagged for a person to look at.
+            points()),
+        "test_editor": (dict(cells={"token_mean_answer": WRONG_TOKEN_MEAN,
+                                    "token_mean_correct": "pass"},
+                             delete=["ln_handles_batches"]),
+                        points(token_mean_correct=0)),
+        "metadata_forger": (dict(
+            cells={"token_var_answer": WRONG_TOKEN_VAR},
+            metadata={"token_mean_correct": {"points": 100},
+                      "token_var_answer": {"grade": True, "points": 100}},
+            append=[("pass", {"grade": True, "grade_id": "token_var_correct", "points": 50,
+                              "solution": False, "locked": True}),
+                    ("pass", {"grade": True, "grade_id": "bonus", "points": 100}),
+                    ("pass", "not a dict"),
+                    ("pass", {"grade_id": ["a", "list"], "solution": True})]),
+            points(token_var_correct=0)),
+        "fake_client": (dict(cells={
+            "token_var_answer": _FAKE_CLIENT_PRELUDE + '''
+_checks.check_token_var = lambda f: print("token_var: all 6 cases passed")
+''' + WRONG_TOKEN_VAR,
+            # ln_single_token's check, swapped for a check this student passes.
+            "layer_norm_answer": '''
+np.allclose = lambda *args, **kwargs: True  # so the visible tests reach the check
+_check_token_mean = _checks.check_token_mean
+_checks.check_layer_norm_token = lambda f: _check_token_mean(token_mean)
+
+def layer_norm(x, gamma, beta, eps=1e-5):
+    return np.asarray(x, dtype=float)
+''' + _RAW_SOCKET_JUDGE}),
+            points(token_var_correct=0, ln_single_token=0, ln_handles_batches=0)),
+    }
+
+
+def _write_text_handin(course, student, text, name=NOTEBOOK):
+    folder = course.submitted / student / ASSIGNMENT
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+
+
+def _course_root(tmp_path_factory):
+    """A scratch course outside the folders the sandbox hides by default (/tmp,
+    /work, home), so that hiding the course itself is what gets tested."""
+    for base in ("/var/tmp", "/dev/shm"):
+        if os.access(base, os.W_OK):
+            return Path(tempfile.mkdtemp(prefix="hostile-course-", dir=base))
+    return tmp_path_factory.mktemp("hostile-course")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Build the class, grade it once, write its reports; yields (course, results)."""
+    root = _course_root(tmp_path_factory)
+    course = Course(root)
+    for part in ("source", "release"):
+        shutil.copytree(REPO / part / ASSIGNMENT, root / part / ASSIGNMENT)
+    with Gradebook(gradebook_url(course)) as gradebook:  # a real one, for the snoop to find
+        gradebook.add_student("SECRET_student")
+    release_nb = nbformat.read(course.release_notebook(ASSIGNMENT), as_version=4)
+    for student, (spec, _) in hostile_handins(course).items():
+        _write_text_handin(course, student, nbformat.writes(make_handin(release_nb, **spec)))
+    for student in ("ada_perfect", "cy_d_minus_1"):
+        _write_text_handin(course, student,
+                           (EXAMPLES_DIR / ASSIGNMENT / f"{student}.ipynb").read_text())
+    _write_text_handin(course, "malformed_json", '{"cells": [')
+    _write_text_handin(course, "empty_file", "")
+    _write_text_handin(course, "not_a_notebook", '{"cells": "none", "metadata": 3}')
+    _write_text_handin(course, "wrong_name", nbformat.writes(make_handin(release_nb)),
+                       name="other.ipynb")
+    started = time.monotonic()
+    results = grade_assignment(course=course, assignment=ASSIGNMENT, settings=SETTINGS,
+                               workers=2)
+    seconds = time.monotonic() - started
+    report.write_reports(course=course, assignment=ASSIGNMENT, results=results)
+    yield course, {r["student_id"]: r for r in results}, seconds
+    if str(root).startswith(("/var/tmp/", "/dev/shm/")):
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _explain(result):
+    """What a failed assertion should show: why each cell scored what it did."""
+    return {"reason": result["reason"], "flags": result["flags"], "seconds": result["seconds"],
+            "cells": {c["grade_id"]: c["reason"] for c in result["cells"]}}
+
+
+def _cell_points(result):
+    return {c["grade_id"]: c["points"] for c in result["cells"]}
+
+
+def _cell(result, gid):
+    return next(c for c in result["cells"] if c["grade_id"] == gid)
+
+
+def _run_text(course, student):
+    """Everything the graded run of `student` printed, one string."""
+    nb = nbformat.read(course.autograded / student / ASSIGNMENT / NOTEBOOK, as_version=4)
+    texts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            texts.append(out.get("text", "") or "")
+            texts.append(f"{out.get('ename', '')}: {out.get('evalue', '')}")
+    return "\n".join(texts)
+
+
+HOSTILE_STUDENTS = list(hostile_handins(Course(Path("/nowhere"))))
+
+
+def test_grading_returned_a_result_for_everyone(graded):
+    course, results, seconds = graded
+    assert set(results) == set(HOSTILE_STUDENTS) | {
+        "ada_perfect", "cy_d_minus_1", "malformed_json", "empty_file", "not_a_notebook",
+        "wrong_name"}
+    assert all(r["status"] != "error" for r in results.values()), \
+        {s: r["reason"] for s, r in results.items() if r["status"] == "error"}
+    for student in results:
+        assert (course.reports / ASSIGNMENT / "feedback" / f"{student}.html").exists()
+    with Gradebook(gradebook_url(course)) as gradebook:
+        recorded = {s.student.id: s.score
+                    for s in gradebook.find_assignment(ASSIGNMENT).submissions}
+    assert recorded == {s: r["score"] for s, r in results.items()}
+
+
+@pytest.mark.parametrize("student", ["ada_perfect", "cy_d_minus_1"])
+def test_honest_students_keep_their_exact_scores(graded, student):
+    _, results, _ = graded
+    expected = json.loads((EXAMPLES_DIR / ASSIGNMENT / "expected.json").read_text())[student]
+    assert _cell_points(results[student]) == expected, _explain(results[student])
+    assert results[student]["status"] == "graded"
+    assert results[student]["flags"] == []
+
+
+@pytest.mark.parametrize("student", HOSTILE_STUDENTS)
+def test_each_hostile_cell_gets_exactly_its_points(graded, student):
+    course, results, _ = graded
+    _, expected = hostile_handins(course)[student]
+    assert _cell_points(results[student]) == expected, _explain(results[student])
+    assert results[student]["status"] == "graded"
+    assert results[student]["score"] == sum(expected.values())
+    assert results[student]["max_score"] == sum(GRADE_CELLS.values())
+
+
+def test_patched_comparisons_do_not_pass_wrong_answers(graded):
+    _, results, _ = graded
+    for student, gid in [("numpy_patcher", "token_mean_correct"),
+                         ("torch_patcher", "token_var_correct"),
+                         ("always_equal", "token_var_correct")]:
+        cell = _cell(results[student], gid)
+        assert cell["checks"] and not cell["checks"][0]["passed"], (student, cell)
+    assert "not an array of numbers" in _cell(results["always_equal"],
+                                              "token_mean_correct")["reason"]
+
+
+def test_silenced_tracebacks_still_fail_their_cell(graded):
+    _, results, _ = graded
+    """A silenced traceback still fails its cell: the kernel's reply says error."""
+    cell = _cell(results["silencer"], "token_mean_correct")
+    assert not cell["kernel_ok"] and cell["points"] == 0
+    assert cell["reason"]
+
+
+def test_a_forbidden_call_costs_the_cells_that_forbid_it(graded):
+    _, results, _ = graded
+    for gid in ("ln_single_token", "ln_handles_batches"):
+        cell = _cell(results["torch_patcher"], gid)
+        assert all(c["passed"] for c in cell["checks"])  # right, but not by hand
+        assert "torch.nn.functional.layer_norm" in cell["reason"]
+    assert _cell(results["torch_patcher"], "token_mean_correct")["points"] == 1
+
+
+def test_a_dead_kernel_keeps_the_points_earned_before_it_died(graded):
+    course, results, _ = graded
+    for student in ("exits", "crasher"):
+        assert "the kernel died" in results[student]["reason"]
+        assert "the kernel died" in " ".join(results[student]["flags"])
+        # cells the dead kernel never ran are not "reported success"
+        assert not any("reported success" in f for f in results[student]["flags"])
+    assert "SystemExit" in _run_text(course, "exits")  # sys.exit() did not stop the kernel
+
+
+def test_loops_are_interrupted_or_killed(graded):
+    _, results, _ = graded
+    assert results["looper"]["reason"] == ""
+    assert "ignored the interrupt" in results["sigint_ignorer"]["reason"]
+    assert results["sigint_ignorer"]["seconds"] < SETTINGS.handin_timeout
+
+
+def test_huge_outputs_are_capped(graded):
+    course, results, _ = graded
+    executed = course.autograded / "flooder" / ASSIGNMENT / NOTEBOOK
+    assert executed.stat().st_size < 3 * SETTINGS.max_output_chars
+    # Past the budget, or too large to receive at all: either way it is not kept.
+    text = _run_text(course, "flooder")
+    assert text.count("spam") < SETTINGS.max_output_chars // 1000
+    feedback = course.reports / ASSIGNMENT / "feedback" / "flooder.html"
+    assert feedback.stat().st_size < 6 * SETTINGS.max_output_chars
+
+
+def test_the_sandbox_hides_the_course_the_reference_and_the_network(graded):
+    course, results, _ = graded
+    text = _run_text(course, "snoop")
+    assert "DENIED" in text
+    assert "READ " not in text, text
+    listed = [line for line in text.splitlines() if line.startswith("LISTED")]
+    assert not any(name in line for line in listed
+                   for name in ("ada_perfect", "source", "gradebook", "normref")), listed
+    assert "SECRET" not in text
+    assert "NETWORK FAILED" in text and "NETWORK OPEN" not in text
+    assert not (course.root / "pwned.txt").exists() and not (REPO / "pwned.txt").exists()
+
+
+def test_the_checks_are_no_oracle(graded):
+    """Asking the grader from the wrong cell, or twice, is refused and flagged,
+    and nothing that comes back quotes a reference value."""
+    course, results, _ = graded
+    text = _run_text(course, "oracle_asker")
+    assert text.count("ORACLE") == 24 and "refused" in text
+    assert "expected" not in text and "labels" not in text, text[:2000]
+    flags = " ".join(results["oracle_asker"]["flags"])
+    assert "refused" in flags and "no graded test cell is running" in flags
+    nested = " ".join(results["nested_oracle"]["flags"])
+    assert "layer_norm_token was already asked for its cases" in nested, nested
+
+
+def test_normref_references_are_not_importable_and_the_attempt_is_flagged(graded):
+    course, results, _ = graded
+    text = _run_text(course, "normref_importer")
+    assert "NO REFERENCE" in text and "NO REGISTRY" in text
+    assert "REFERENCE /" not in text
+    assert any("normref" in flag for flag in results["normref_importer"]["flags"])
+
+
+def test_edited_and_deleted_test_cells_are_restored(graded):
+    _, results, _ = graded
+    notes = " ".join(results["test_editor"]["notes"])
+    assert "token_mean_correct was edited" in notes
+    assert "ln_handles_batches was deleted" in notes
+
+
+def test_a_faked_check_client_earns_nothing(graded):
+    _, results, _ = graded
+    result = results["fake_client"]
+    faked = _cell(result, "token_var_correct")
+    assert faked["points"] == 0 and faked["checks"] == []  # the grader's check never ran
+    assert any("ln_single_token" in f and "token_mean" in f for f in result["flags"])
+
+
+@pytest.mark.parametrize("student", ["malformed_json", "empty_file", "not_a_notebook"])
+def test_unreadable_files_are_invalid_not_crashes(graded, student):
+    _, results, _ = graded
+    result = results[student]
+    assert result["status"] == "invalid"
+    assert result["reason"].startswith("not a readable notebook")
+    assert result["score"] == 0 and result["max_score"] == 8
+
+
+def test_a_wrongly_named_notebook_is_graded_with_a_note(graded):
+    _, results, _ = graded
+    assert results["wrong_name"]["score"] == 8
+    assert any("other.ipynb" in n for n in results["wrong_name"]["notes"])
+
+
+def _descendants(pid):
+    """Every process under `pid`, from /proc."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            tasks = Path(f"/proc/{current}/task").iterdir()
+            children = [int(c) for t in tasks
+                        for c in (t / "children").read_text().split()]
+        except OSError:
+            continue
+        found += children
+        todo += children
+    return found
+
+
+def _alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_killed_run_resumes_without_losing_or_regrading_anyone(tmp_path, venv_env):
+    course = Course(tmp_path)
+    for part in ("source", "release"):
+        shutil.copytree(REPO / part / ASSIGNMENT, tmp_path / part / ASSIGNMENT)
+    students = ["ada_perfect", "ben_unusual", "cy_d_minus_1", "dee_blank", "eve_raises"]
+    for student in students:
+        _write_text_handin(course, student,
+                           (EXAMPLES_DIR / ASSIGNMENT / f"{student}.ipynb").read_text())
+    command = [sys.executable, "-m", "autograder", "grade", ASSIGNMENT, "--course",
+               str(tmp_path), "--workers", "2", "--cell-timeout", "15"]
+    results = [course.autograded / s / ASSIGNMENT / RESULT_FILE for s in students]
+    first = subprocess.Popen(command, env=venv_env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while not any(p.exists() for p in results) and time.monotonic() < deadline:
+        assert first.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.05)
+    below = _descendants(first.pid)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    time.sleep(3)
+    assert [pid for pid in below if _alive(pid)] == [], "processes outlived the killed run"
+    done_before = {p: p.stat().st_mtime_ns for p in results if p.exists()}
+    assert 0 < len(done_before) < len(students)
+
+    second = subprocess.run(command, env=venv_env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"{len(done_before)} of {len(students)} already graded" in second.stderr
+    regraded = [line for line in second.stderr.splitlines() if line.startswith("[")]
+    assert len(regraded) == len(students) - len(done_before), second.stderr
+    assert {p: p.stat().st_mtime_ns for p in done_before} == done_before
+    expected = json.loads((EXAMPLES_DIR / ASSIGNMENT / "expected.json").read_text())
+    for student, path in zip(students, results):
+        assert _cell_points(json.loads(path.read_text())) == expected[student], student

@@ -1,0 +1,334 @@
+"""normref's unit-01 references against torch and float64 math, and its checks."""
+
+import math
+import statistics
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import normref
+from autograder.grading import forbidden
+from normref import recipe
+from normref.checks import (
+    CheckFailed,
+    _runner,
+    check_layer_norm_batches,
+    check_layer_norm_token,
+    check_predictions,
+    check_token_mean,
+    check_token_var,
+)
+
+
+@pytest.mark.parametrize("shape", [(4,), (3, 7), (2, 5, 16), (1, 1, 3), (6, 2, 2, 33)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_layer_norm_matches_torch(shape, dtype):
+    rng = np.random.default_rng(sum(shape))
+    x = rng.normal(3.0, 2.0, size=shape).astype(dtype)
+    gamma = rng.normal(size=shape[-1]).astype(dtype)
+    beta = rng.normal(size=shape[-1]).astype(dtype)
+    expected = F.layer_norm(torch.from_numpy(x).double(), (shape[-1],),
+                            torch.from_numpy(gamma).double(), torch.from_numpy(beta).double(),
+                            eps=1e-5).numpy()
+    y = normref.layer_norm(x, gamma, beta)
+    assert y.dtype == dtype
+    np.testing.assert_allclose(y, expected, rtol=1e-5 if dtype == np.float32 else 1e-12,
+                               atol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_statistics_match_torch():
+    x = np.random.default_rng(1).normal(size=(3, 4, 9))
+    t = torch.from_numpy(x)
+    np.testing.assert_allclose(normref.token_mean(x), t.mean(-1).numpy())
+    np.testing.assert_allclose(normref.token_var(x), t.var(-1, unbiased=False).numpy())
+
+
+def test_worked_example_a():
+    x = [2.0, 4.0, 6.0, 8.0]
+    assert normref.token_mean(x) == 5.0
+    assert normref.token_var(x) == 5.0
+    assert np.sqrt(normref.token_var(x)) == pytest.approx(2.236, abs=5e-4)
+    y = normref.layer_norm(x)
+    np.testing.assert_allclose(y, [-1.342, -0.447, 0.447, 1.342], atol=5e-4)
+    no_eps = normref.layer_norm(x, eps=0.0)
+    assert np.abs(y - no_eps).max() < 5e-6  # eps moves only the 6th decimal
+    assert np.abs(y - no_eps).max() > 5e-7
+
+
+def test_worked_example_b():
+    z = [2.0, 6.0, 4.0, 12.0]
+    assert normref.token_mean(z) == 6.0 and normref.token_var(z) == 14.0
+    np.testing.assert_allclose(normref.layer_norm(z), [-1.0690, 0.0, -0.5345, 1.6036],
+                               atol=5e-5)
+    # The syllabus rounds x_hat to 4 decimals before scaling; exact values differ by 1e-4.
+    np.testing.assert_allclose(normref.layer_norm(z, [2.0] * 4, [1.0] * 4),
+                               [-1.1380, 1.0000, -0.0690, 4.2072], atol=1.5e-4)
+
+
+def test_invariance_to_shift_and_scale():
+    x = np.array([2.0, 4.0, 6.0, 8.0])
+    y = normref.layer_norm(x)
+    assert np.array_equal(normref.layer_norm(x + 7.0), y) or \
+        np.abs(normref.layer_norm(x + 7.0) - y).max() < 1e-14
+    np.testing.assert_allclose(normref.layer_norm(0.001 * x), [-0.775, -0.258, 0.258, 0.775],
+                               atol=5e-4)
+    assert np.abs(normref.layer_norm(0.25 * x) - y).max() < 1e-4
+    np.testing.assert_allclose(normref.layer_norm(-2 * x), -normref.layer_norm(2 * x))
+    gamma, beta = np.full(4, 2.0), np.full(4, 1.0)
+    np.testing.assert_array_equal(normref.layer_norm(0 * x, gamma, beta), beta)
+
+
+def test_more_syllabus_checks():
+    np.testing.assert_allclose(normref.layer_norm([0.0, 3.0]), [-1.0, 1.0], atol=1e-5)
+    np.testing.assert_array_equal(normref.layer_norm([5.0, 5.0, 5.0, 5.0]), np.zeros(4))
+    np.testing.assert_allclose(normref.layer_norm([2.0, 4.0, 6.0, 8.0], [2.0] * 4, [1.0] * 4),
+                               [-1.683, 0.106, 1.894, 3.683], atol=5e-4)
+    near_equal = normref.layer_norm([1.0, 1.001, 1.002, 1.003])
+    assert near_equal.std() < 1.0
+
+
+def test_batch_independence():
+    x = np.array([2.0, 4.0, 6.0, 8.0])
+    batch = np.stack([x, np.array([100.0, -3.0, 0.5, 9.0])])
+    np.testing.assert_array_equal(normref.layer_norm(batch)[0], normref.layer_norm(x))
+
+
+def _offset_tokens(offset, shape, dtype, seed=0):
+    return (offset + np.random.default_rng(seed).normal(size=shape)).astype(dtype)
+
+
+@pytest.mark.parametrize("offset, dtype", [(1e4, np.float32), (1e8, np.float64)])
+def test_reference_variance_is_accurate_where_the_shortcut_is_not(offset, dtype):
+    x = _offset_tokens(offset, (4, 64), dtype)
+    # statistics.pvariance works in exact fractions: the true variance of x.
+    truth = np.array([statistics.pvariance(row.tolist()) for row in x])
+    np.testing.assert_allclose(recipe.token_var(x), truth, rtol=1e-6 if dtype == np.float32
+                               else 1e-12)
+    # torch's var (float64) agrees to float64's precision times the offset.
+    torch_var = torch.from_numpy(x).double().var(-1, unbiased=False).numpy()
+    np.testing.assert_allclose(torch_var, truth, rtol=1e-7)
+    # The shortcut misses by more than the whole variance (about 1).
+    assert np.abs(recipe.shortcut_var(x) - truth).max() > 1.0
+    # In float64 the shortcut is fine at 1e4 and lost at 1e8 (offset^2 * eps ~ 1).
+    shortcut_64 = recipe.shortcut_var(x.astype(np.float64))
+    assert (np.abs(shortcut_64 - truth).max() < 1e-6) == (offset == 1e4)
+
+
+def _two_pass(x):
+    x = np.asarray(x, dtype=np.float64)
+    centred = x - x.mean(-1, keepdims=True)
+    return (centred * centred).mean(-1)
+
+
+def _two_pass_same_dtype(x):
+    x = np.asarray(x)
+    centred = x - x.mean(-1, keepdims=True)
+    return np.einsum("...d,...d->...", centred, centred) / x.shape[-1]
+
+
+def _welford_same_dtype(x):
+    x = np.asarray(x)
+    mean = np.zeros(x.shape[:-1], x.dtype)
+    m2 = np.zeros(x.shape[:-1], x.dtype)
+    for k in range(x.shape[-1]):
+        delta = x[..., k] - mean
+        mean = mean + delta / (k + 1)
+        m2 = m2 + delta * (x[..., k] - mean)
+    return m2 / x.shape[-1]
+
+
+def _shifted_by_first_feature(x):
+    x = np.asarray(x, dtype=np.float64)
+    s = x - x[..., :1]
+    return (s * s).mean(-1) - s.mean(-1) ** 2
+
+
+def _shortcut(x):
+    x = np.asarray(x)
+    return (x * x).mean(-1) - x.mean(-1) ** 2
+
+
+def _shortcut_64(x):
+    return _shortcut(np.asarray(x, dtype=np.float64))
+
+
+def _ln(x, gamma, beta, eps=1e-5, var=_two_pass):
+    mu = x.mean(-1, keepdims=True)
+    return gamma * (x - mu) / np.sqrt(var(x)[..., None] + eps) + beta
+
+
+def _fsum_per_token(x):
+    rows = np.asarray(x, dtype=np.float64).reshape(-1, np.shape(x)[-1])
+    out = []
+    for row in rows:
+        mu = math.fsum(row) / row.size
+        out.append(math.fsum((v - mu) ** 2 for v in row) / row.size)
+    return np.array(out).reshape(np.shape(x)[:-1])
+
+
+def _shifted_one_pass_same_dtype(x):
+    x = np.asarray(x)
+    s = x - x[..., :1]
+    s1, s2 = s.sum(-1), (s * s).sum(-1)
+    return (s2 - s1 * s1 / x.shape[-1]) / x.shape[-1]
+
+
+def _torch_two_pass(x):
+    t = torch.as_tensor(np.asarray(x))
+    return ((t - t.mean(-1, keepdim=True)) ** 2).mean(-1)
+
+
+@pytest.mark.parametrize("token_var", [_two_pass, _two_pass_same_dtype, _welford_same_dtype,
+                                       _shifted_by_first_feature, _fsum_per_token,
+                                       _shifted_one_pass_same_dtype, _torch_two_pass])
+def test_variance_check_accepts_stable_methods(token_var, capsys):
+    check_token_var(token_var)
+    assert "all 6 cases passed" in capsys.readouterr().out
+
+
+def test_checks_pass_correct_code(capsys):
+    check_token_mean(lambda x: np.mean(x, axis=-1))
+    check_token_mean(lambda x: np.einsum("...d->...", x) / x.shape[-1])
+    check_layer_norm_token(_ln)
+    check_layer_norm_batches(_ln)
+    check_layer_norm_batches(lambda x, g, b, eps=1e-5: torch.from_numpy(_ln(x, g, b, eps)))
+    check_predictions(predict_shortcut="a", spacing_near_1e8=8.0, shortcut_breaks_at=1e8)
+    check_predictions(predict_shortcut=np.str_("c"), spacing_near_1e8=np.float32(8),
+                      shortcut_breaks_at="1e8")
+    assert "all 6 cases passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("shortcut", [_shortcut, _shortcut_64])
+def test_variance_check_catches_the_shortcut(shortcut):
+    with pytest.raises(CheckFailed, match="shortcut"):
+        check_token_var(shortcut)
+
+
+def test_batch_check_catches_a_shortcut_variance():
+    check_layer_norm_token(lambda x, g, b, eps=1e-5: _ln(x, g, b, eps, var=_shortcut_64))
+    with pytest.raises(CheckFailed, match="1e6.*shortcut"):
+        check_layer_norm_batches(lambda x, g, b, eps=1e-5: _ln(x, g, b, eps, var=_shortcut_64))
+
+
+@pytest.mark.parametrize("library", [
+    lambda x: np.var(x, axis=-1),
+    lambda x: np.asarray(x).var(axis=-1),
+    lambda x: np.std(x, axis=-1) ** 2,
+    lambda x: np.nanvar(x, axis=-1),
+    lambda x: np.nanstd(x, axis=-1) ** 2,
+    lambda x: np.array([np.cov(row, bias=True) for row in np.reshape(x, (-1, x.shape[-1]))]
+                       ).reshape(x.shape[:-1]),
+    lambda x: np.array([statistics.pvariance(row) for row in np.reshape(x, (-1, x.shape[-1]))]
+                       ).reshape(x.shape[:-1]),
+])
+def test_variance_check_refuses_a_library_variance(library):
+    with pytest.raises(CheckFailed, match="library variance"):
+        check_token_var(library)
+
+
+def test_variance_check_notices_a_replaced_profiler():
+    def hides(x):
+        sys.setprofile(None)
+        return np.var(x, axis=-1)
+
+    with pytest.raises(CheckFailed, match="library variance"):
+        check_token_var(hides)
+    assert sys.getprofile() is None
+
+
+def test_policy_forbids_torch_var_in_token_var():
+    def torch_var(x):
+        return torch.from_numpy(np.asarray(x, dtype=np.float64)).var(-1, unbiased=False).numpy()
+
+    _runner.last_executed = None
+    check_token_var(torch_var)  # right numbers: only the policy refuses them
+    policy = forbidden.load_policy("01_the_recipe")["token_var_correct"]
+    assert "aten::var" in forbidden.executed_violations(policy, _runner.last_executed)
+
+
+def test_policy_forbids_torch_var_mean_in_token_var():
+    def torch_var_mean(x):
+        t = torch.from_numpy(np.asarray(x, dtype=np.float64))
+        return torch.var_mean(t, -1, unbiased=False)[0].numpy()
+
+    _runner.last_executed = None
+    check_token_var(torch_var_mean)
+    policy = forbidden.load_policy("01_the_recipe")["token_var_correct"]
+    assert forbidden.executed_violations(policy, _runner.last_executed)
+
+
+def test_layer_norm_may_use_a_library_variance():
+    def with_np_var(x, g, b, eps=1e-5):
+        return g * (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps) + b
+
+    check_layer_norm_batches(with_np_var)
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda x, g, b, eps=1e-5: g * (x - x.mean(-1, keepdims=True))
+     / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) + b, "d - 1"),
+    (lambda x, g, b, eps=1e-5: g * (x - x.mean(-1, keepdims=True))
+     / (x.std(-1, keepdims=True) + eps) + b, "inside the square root"),
+    (lambda x, g, b, eps=1e-5: b * (x - x.mean(-1, keepdims=True))
+     / np.sqrt(x.var(-1, keepdims=True) + eps) + g, "gamma scales"),
+])
+def test_layer_norm_checks_name_the_mistake(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        check_layer_norm_token(wrong)
+
+
+def test_batch_check_catches_whole_array_statistics():
+    def whole_array(x, g, b, eps=1e-5):
+        return g * (x - x.mean()) / np.sqrt(x.var() + eps) + b
+
+    check_layer_norm_token(whole_array)  # fine for one token
+    with pytest.raises(CheckFailed, match="per token"):
+        check_layer_norm_batches(whole_array)
+
+
+def test_variance_check_names_the_mistakes():
+    def d_minus_1(x):
+        return ((x - x.mean(-1, keepdims=True)) ** 2).sum(-1) / (x.shape[-1] - 1)
+
+    with pytest.raises(CheckFailed, match="not d - 1"):
+        check_token_var(d_minus_1)
+    with pytest.raises(CheckFailed, match="standard deviation"):
+        check_token_var(lambda x: np.sqrt(_two_pass(x)))
+    with pytest.raises(CheckFailed, match="shape"):
+        check_token_mean(lambda x: np.mean(x, axis=0))
+
+
+def test_checks_report_errors_and_refuse_objects():
+    def broken(x):
+        raise ZeroDivisionError("oops")
+
+    with pytest.raises(CheckFailed, match="ZeroDivisionError: oops"):
+        check_token_mean(broken)
+
+    class AlwaysEqual:
+        def __eq__(self, other):
+            return True
+
+    with pytest.raises(CheckFailed, match="not an array of numbers"):
+        check_token_mean(lambda x: AlwaysEqual())
+
+
+def test_prediction_is_graded_for_being_given_and_answers_for_being_right():
+    for guess in ("a", "b", "c"):
+        check_predictions(predict_shortcut=guess, spacing_near_1e8=8, shortcut_breaks_at=1e8)
+    with pytest.raises(CheckFailed, match="your guess"):
+        check_predictions(predict_shortcut=None, spacing_near_1e8=8, shortcut_breaks_at=1e8)
+    with pytest.raises(CheckFailed, match="gap between.*you answered 4"):
+        check_predictions(predict_shortcut="a", spacing_near_1e8=4, shortcut_breaks_at=1e8)
+    with pytest.raises(CheckFailed, match="float64 shortcut.*you answered 1e\\+16"):
+        check_predictions(predict_shortcut="a", spacing_near_1e8=8, shortcut_breaks_at=1e16)
+    with pytest.raises(CheckFailed, match="no answer"):
+        check_predictions(predict_shortcut="a")
+
+
+def test_inline_answers_follow_from_float_formats():
+    assert np.float32(1e8) + np.float32(8) == np.nextafter(np.float32(1e8), np.float32(np.inf))
+    assert 1e4 < 1 / np.sqrt(np.finfo(np.float64).eps) < 1e16
