@@ -122,7 +122,7 @@ def _owner_prefix():
     return f"{_GROUP_PREFIX}{os.getpid()}-{process_start_time(os.getpid())}-"
 
 
-_reaper = {}  # pid of the grading process -> its reaper (a forked process needs its own)
+_reaper = {}  # pid of the grading process -> its end of the reaper's pipe (one per process)
 
 
 def _start_reaper():
@@ -132,10 +132,12 @@ def _start_reaper():
     parents = [str(p) for p in map(_cgroup_v1_dir, _CONTROLLERS) if p is not None]
     # Its stdin is a pipe whose only writer is this process: it closes when this
     # process ends, however it ends, and the reaper does its work then.
-    _reaper[os.getpid()] = subprocess.Popen(
+    starter = subprocess.Popen(
         [sys.executable, "-I", "-S", lifeline.__file__, "reap", _owner_prefix(), *parents],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)
+    starter.wait()  # the reaper goes on in its own child; this keeps the pipe's end
+    _reaper[os.getpid()] = starter.stdin
 
 
 def process_start_time(pid):
