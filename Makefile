@@ -24,9 +24,10 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m autograder demo
 
-## test: the whole suite (normref, notebooks, release, grading, browser)
+## test: the whole suite (normref, notebooks, release, grading, browser), on every core,
+## a test file per worker (its module fixtures, a graded class or a site, built once)
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadfile --durations=15
 
 ## lab: JupyterLab at the course root (lessons, assignments, formgrader)
 lab: $(STAMP)
