@@ -21,6 +21,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from kill_hunt import alive, descendants
 from nbgrader.api import Gradebook
 
 from autograder.course import EXAMPLES_DIR, Course
@@ -615,30 +616,6 @@ def test_a_wrongly_named_notebook_is_graded_with_a_note(graded):
     assert any("other.ipynb" in n for n in results["wrong_name"]["notes"])
 
 
-def _descendants(pid):
-    """Every process under `pid`, from /proc."""
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            tasks = Path(f"/proc/{current}/task").iterdir()
-            children = [int(c) for t in tasks
-                        for c in (t / "children").read_text().split()]
-        except OSError:
-            continue
-        found += children
-        todo += children
-    return found
-
-
-def _alive(pid):
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_a_killed_run_resumes_without_losing_or_regrading_anyone(tmp_path, venv_env):
     course = Course(tmp_path)
     for part in ("source", "release"):
@@ -656,11 +633,11 @@ def test_a_killed_run_resumes_without_losing_or_regrading_anyone(tmp_path, venv_
     while not any(p.exists() for p in results) and time.monotonic() < deadline:
         assert first.poll() is None, "the run ended before it could be killed"
         time.sleep(0.05)
-    below = _descendants(first.pid)
+    below = descendants(first.pid)
     first.send_signal(signal.SIGKILL)
     first.wait()
     time.sleep(3)
-    assert [pid for pid in below if _alive(pid)] == [], "processes outlived the killed run"
+    assert [pid for pid in below if alive(pid)] == [], "processes outlived the killed run"
     done_before = {p: p.stat().st_mtime_ns for p in results if p.exists()}
     assert 0 < len(done_before) < len(students)
 
