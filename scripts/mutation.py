@@ -12,7 +12,10 @@ Usage: .venv/bin/python scripts/mutation.py [MODULE ...] [--max-children N] [--r
             mutants already decided keep their result).
 Prints per module the mutants killed out of the total, the time taken, and
 every survivor with its diff, marked "equivalent" when docs/mutation_equivalents/
-lists it (a change that cannot alter behaviour); the score counts the rest.
+lists it (a change that cannot alter behaviour); the score counts the rest. A
+listed change is matched by its function and the text of the lines it changes
+(mutmut's mutant numbers shift with every edit of a function); listed changes
+that no longer survive are printed, to be dropped from the listing.
 
 A mutant that timed out under mutmut (which forks each mutant's tests from one
 process) is run again on its own, in a fresh process: it counts as killed only if
@@ -106,10 +109,37 @@ def _prepare(module, tests, base):
     return work
 
 
-def _equivalents():
-    """Mutant names listed in docs/mutation_equivalents/*.md (in backquotes)."""
-    return {name for listing in sorted(EQUIVALENTS.glob("*.md"))
-            for name in re.findall(r"`([\w.ǁ]+__mutmut_\d+)`", listing.read_text())}
+def _listing(module):
+    """docs/mutation_equivalents/ file of `module` (autograder/grading/grade.py ->
+    autograder_grading_grade.md)."""
+    return EQUIVALENTS / (module.removesuffix(".py").replace("/", "_") + ".md")
+
+
+def _changed_lines(diff_text):
+    """(lines taken out, lines put in) of a unified diff, each stripped of its
+    indentation: a change's identity that survives edits elsewhere in the file."""
+    lines = diff_text.splitlines()
+    out = tuple(line[1:].strip() for line in lines
+                if line.startswith("-") and not line.startswith("---"))
+    put = tuple(line[1:].strip() for line in lines
+                if line.startswith("+") and not line.startswith("+++"))
+    return out, put
+
+
+def _function(mutant_name):
+    """The function a mutant changes, as the listing names it: `_Scanner.used` for
+    mutmut's `pkg.mod.xǁ_Scannerǁused__mutmut_35`, `_dotted` for `pkg.mod.x__dotted__mutmut_4`."""
+    mangled = mutant_name.rsplit("__mutmut_", 1)[0].rsplit(".", 1)[1]
+    if mangled.startswith("xǁ"):
+        return mangled.removeprefix("xǁ").replace("ǁ", ".")
+    return mangled.removeprefix("x_")
+
+
+def equivalents(listing_text):
+    """{(function, lines taken out, lines put in)} of a listing: each change is a
+    fenced block whose info string is `diff FUNCTION`."""
+    return {(function, *_changed_lines(body)) for function, body in
+            re.findall(r"^```diff (\S+)\n(.*?)^```", listing_text, re.MULTILINE | re.DOTALL)}
 
 
 def _fails_alone(work, name):
@@ -149,9 +179,13 @@ def run_module(module, tests, base, max_children, *, resume=False):
         if not _fails_alone(work, name):
             statuses[name] = "timed out only when forked: survived on its own"
     seconds = time.monotonic() - started
-    equivalent = _equivalents()
+    listing = _listing(module)
+    listed = equivalents(listing.read_text()) if listing.exists() else set()
     survivors = sorted(name for name, status in statuses.items() if status not in CAUGHT)
-    kept = [name for name in survivors if name in equivalent]
+    diffs = {name: subprocess.run([str(MUTMUT), "show", name], cwd=work, capture_output=True,
+                                  text=True).stdout for name in survivors}
+    change = {name: (_function(name), *_changed_lines(diffs[name])) for name in survivors}
+    kept = [name for name in survivors if change[name] in listed]
     caught = len(statuses) - len(survivors)
     counted = len(statuses) - len(kept)
     score = 100.0 * caught / counted if counted else 100.0
@@ -159,10 +193,12 @@ def run_module(module, tests, base, max_children, *, resume=False):
           f"{len(statuses)} mutants, {seconds:.0f} s ({len(timed_out)} timeouts run again "
           "on their own)")
     for name in survivors:
-        diff = subprocess.run([str(MUTMUT), "show", name], cwd=work, capture_output=True,
-                              text=True).stdout
-        mark = "equivalent" if name in equivalent else statuses[name]
-        print(f"--- {mark}: {name}\n{diff.strip()}\n")
+        mark = "equivalent" if name in kept else statuses[name]
+        print(f"--- {mark}: {name}\n{diffs[name].strip()}\n")
+    for function, out, put in sorted(listed - set(change.values())):
+        print(f"--- listed in {listing.relative_to(REPO)} but no longer survives (drop it): "
+              f"{function}\n" + "\n".join([*(f"-{line}" for line in out),
+                                            *(f"+{line}" for line in put)]) + "\n")
     return caught, counted, seconds
 
 
