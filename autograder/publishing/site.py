@@ -32,6 +32,7 @@ from pathlib import Path
 
 import nbformat
 import yaml
+from jupyter_client import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
@@ -274,8 +275,13 @@ def execute_lesson(path, out, log=sys.stderr):
     for run in range(1, RUNS + 1):
         notebook = nbformat.read(path, as_version=4)
         started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="lesson-") as workdir:
-            client = NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3",
+        with (tempfile.TemporaryDirectory(prefix="lesson-") as workdir,
+              tempfile.TemporaryDirectory(prefix="kernel-") as sockets):
+            # Unix sockets, not TCP ports: a port found free can be taken by another
+            # process's kernel before this one binds it.
+            km = KernelManager(kernel_name="python3", transport="ipc",
+                               ip=str(Path(sockets) / "kernel"))
+            client = NotebookClient(notebook, km=km, timeout=CELL_TIMEOUT,
                                     store_widget_state=True,
                                     resources={"metadata": {"path": workdir}})
             try:

@@ -302,15 +302,18 @@ def _lesson(tmp_path):
 
 def test_a_lesson_runs_once_with_widget_state_and_is_written_with_its_outputs(
         tmp_path, fake_client):
-    """A lesson runs in a fresh python3 kernel, in a scratch folder, with the cell
-    timeout and its widgets' state kept; the notebook written holds its outputs."""
+    """A lesson runs in a fresh python3 kernel on Unix sockets (no TCP port to race
+    another process for), in a scratch folder, with the cell timeout and its widgets'
+    state kept; the notebook written holds its outputs."""
     fake_client.plan = [None]
     out = tmp_path / "out.ipynb"
     log = io.StringIO()
     site.execute_lesson(_lesson(tmp_path), out, log)
     (client,) = fake_client.made
-    assert {k: v for k, v in client.kwargs.items() if k != "resources"} == {
-        "timeout": 120, "kernel_name": "python3", "store_widget_state": True}
+    assert {k: v for k, v in client.kwargs.items() if k not in ("resources", "km")} == {
+        "timeout": 120, "store_widget_state": True}
+    km = client.kwargs["km"]
+    assert (km.kernel_name, km.transport) == ("python3", "ipc") and not km.has_kernel
     assert nbformat.read(out, as_version=4).cells[0].outputs[0]["text"] == "ran"
     assert log.getvalue() == "01_alpha.ipynb: ran in 7 s\n"
 
