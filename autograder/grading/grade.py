@@ -369,8 +369,10 @@ def read_verified(path, key=None):
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
+    # Bytes, not str: compare_digest refuses a str holding anything but ASCII.
     if not isinstance(data, dict) or not hmac.compare_digest(
-            str(data.get("signature", "")), _signature(data, key or grader_key())):
+            str(data.get("signature", "")).encode(),
+            _signature(data, key or grader_key()).encode()):
         raise ValueError(f"{path} does not carry the grader's signature")
     return data
 

@@ -251,13 +251,16 @@ def _folder_candidates(root_fd, assignment=None, others=()):
                         found.append(_Candidate(shown, path, reason=_HIDDEN_NOTEBOOK))
                     continue
                 try:
-                    mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+                    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 except OSError as e:
                     found.append(_Candidate(shown, path, reason=f"cannot be read: {e.strerror}"))
                     continue
+                mode = info.st_mode
                 if stat.S_ISLNK(mode):
                     found.append(_Candidate(shown, path,
                                             reason="a symbolic link; links are never followed"))
+                elif stat.S_ISREG(mode) and info.st_nlink > 1:
+                    found.append(_Candidate(shown, path, reason=_HARD_LINK))
                 elif stat.S_ISDIR(mode):
                     if name.endswith(".ipynb"):
                         found.append(_Candidate(shown + "/", path,
@@ -302,6 +305,11 @@ def _mib(size):
     return f"{size / (1024 * 1024):g} MiB"
 
 
+# A file with a second name may be the course's own notebook (solutions, hidden tests)
+# or anyone else's, linked into the hand-in folder: like a symbolic link, never read.
+_HARD_LINK = "a hard link; its bytes may be another person's file"
+
+
 def _read_from_folder(root_fd, candidate):
     try:
         parent = _open_dir(root_fd, candidate.parts[:-1])
@@ -318,6 +326,9 @@ def _read_from_folder(root_fd, candidate):
     if not stat.S_ISREG(info.st_mode):  # a folder swapped in: os.fdopen would raise
         os.close(fd)
         raise _Refused("not a regular file")
+    if info.st_nlink > 1:  # checked again on the open file: a link made after listing
+        os.close(fd)
+        raise _Refused(_HARD_LINK)
     with os.fdopen(fd, "rb", buffering=0) as f:
         if info.st_size > MAX_HANDIN_BYTES:
             raise _Refused(f"larger than the {_mib(MAX_HANDIN_BYTES)} cap")

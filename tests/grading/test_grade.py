@@ -22,8 +22,13 @@ from autograder.term.collect import collect, student_id_from
 from conftest import REPO
 from normref.checks import _wire
 
+# The demo's test grades this sample class (the demo exits 1 on any point that differs
+# from expected.json); the CLI test below grades the others.
+DEMO_ASSIGNMENT = "01_the_recipe"
 
-@pytest.mark.parametrize("assignment", example_assignments())
+
+@pytest.mark.parametrize("assignment",
+                         [a for a in example_assignments() if a != DEMO_ASSIGNMENT])
 def test_sample_class_grades_to_expected_scores_through_the_cli(assignment, venv_env):
     """Every sample student gets exactly the expected points in every cell."""
     done = subprocess.run(
@@ -32,6 +37,43 @@ def test_sample_class_grades_to_expected_scores_through_the_cli(assignment, venv
         cwd=REPO, capture_output=True, text=True, env=venv_env, timeout=1200)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "MISMATCH" not in done.stdout
+
+
+def _course_state():
+    watched = ["submitted", "autograded", "reports", "feedback", "gradebook.db", "release"]
+    state = {}
+    for name in watched:
+        path = REPO / name
+        if path.is_file():
+            state[name] = path.stat().st_mtime_ns
+        elif path.is_dir():
+            state[name] = sorted((str(p.relative_to(REPO)), p.stat().st_mtime_ns)
+                                 for p in path.rglob("*"))
+        else:
+            state[name] = None
+    return state
+
+
+def test_demo_grades_in_a_scratch_course_and_leaves_the_course_alone(tmp_path, venv_env):
+    """`make demo`: release, collect and grade a sample class in a scratch course, every
+    student to the expected points of every cell (else exit 1); the course itself is
+    untouched, and a folder that is not a demo course is left alone."""
+    before = _course_state()
+    demo = tmp_path / "demo"
+    done = subprocess.run([sys.executable, "-m", "autograder", "demo", DEMO_ASSIGNMENT,
+                           "--demo-dir", str(demo), "--workers", "2"],
+                          cwd=REPO, env=venv_env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (demo / "reports" / DEMO_ASSIGNMENT / "grades.csv").exists()
+    assert "yours is untouched" in done.stdout
+    assert _course_state() == before
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    refused = subprocess.run([sys.executable, "-m", "autograder", "demo", DEMO_ASSIGNMENT,
+                              "--demo-dir", str(tmp_path / "mine")],
+                             cwd=REPO, env=venv_env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "left alone" in refused.stderr
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 
 
 @pytest.fixture

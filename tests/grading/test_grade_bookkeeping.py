@@ -763,8 +763,9 @@ def test_an_existing_key_file_is_used_as_it_is(key):
 
 
 def test_a_signed_result_verifies_and_any_change_does_not(tmp_path):
-    """Any edit of a signed result (score, cells, an added field, the signature) fails
-    verification; key order does not matter."""
+    """Any edit of a signed result (score, cells, an added field, the signature, one
+    that is not ASCII or not a string) fails verification, never raises anything
+    else; key order does not matter."""
     data = {"score": 3.0, "student_id": "ada", "cells": [{"points": 3.0}]}
     signed = grade.sign(data)
     assert signed == {**data, "signature": signed["signature"]}
@@ -774,7 +775,8 @@ def test_a_signed_result_verifies_and_any_change_does_not(tmp_path):
     assert grade.read_verified(path) == signed
     assert grade.sign(signed)["signature"] == signed["signature"]
     for change in ({"score": 4.0}, {"cells": [{"points": 4.0}]}, {"extra": 1},
-                   {"signature": "0" * 64}):
+                   {"signature": "0" * 64}, {"signature": "é" * 64},
+                   {"signature": ["0" * 64]}, {"signature": None}):
         path.write_text(json.dumps({**signed, **change}))
         with pytest.raises(ValueError, match="does not carry the grader's signature"):
             grade.read_verified(path)

@@ -4,8 +4,6 @@
 import csv
 import functools
 import json
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -24,7 +22,6 @@ from autograder.course import Course
 from autograder.grading.grade import IN_KERNEL
 from autograder.results import report
 from autograder.results.report import _inert_notebook
-from conftest import REPO
 from normref.checks.tolerances import mismatch
 
 
@@ -38,40 +35,6 @@ def test_numbers_that_print_alike_are_told_apart():
     plain = mismatch(np.array([1.0, 2.5]), np.array([1.0, 2.0]), dtype="float64")
     assert "look alike" not in plain
     assert mismatch(np.array([1.0, 2.0]), np.array([1.0, 2.0]), dtype="float64") is None
-
-
-def _course_state():
-    watched = ["submitted", "autograded", "reports", "feedback", "gradebook.db", "release"]
-    state = {}
-    for name in watched:
-        path = REPO / name
-        if path.is_file():
-            state[name] = path.stat().st_mtime_ns
-        elif path.is_dir():
-            state[name] = sorted((str(p.relative_to(REPO)), p.stat().st_mtime_ns)
-                                 for p in path.rglob("*"))
-        else:
-            state[name] = None
-    return state
-
-
-def test_demo_grades_in_a_scratch_course_and_leaves_the_course_alone(tmp_path, venv_env):
-    before = _course_state()
-    demo = tmp_path / "demo"
-    done = subprocess.run([sys.executable, "-m", "autograder", "demo", "01_the_recipe",
-                           "--demo-dir", str(demo), "--workers", "2"],
-                          cwd=REPO, env=venv_env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert (demo / "reports" / "01_the_recipe" / "grades.csv").exists()
-    assert "yours is untouched" in done.stdout
-    assert _course_state() == before
-    (tmp_path / "mine").mkdir()
-    (tmp_path / "mine" / "notes.txt").write_text("keep me")
-    refused = subprocess.run([sys.executable, "-m", "autograder", "demo", "01_the_recipe",
-                              "--demo-dir", str(tmp_path / "mine")],
-                             cwd=REPO, env=venv_env, capture_output=True, text=True)
-    assert refused.returncode == 2 and "left alone" in refused.stderr
-    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 
 
 def test_the_page_quietens_ungraded_errors_and_shows_nothing_after_a_hidden_test():

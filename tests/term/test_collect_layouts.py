@@ -275,6 +275,20 @@ def test_a_folder_of_odd_entries_lists_each_with_its_reason(course, tmp_path):
         "pipe.ipynb (not a regular file)"]
 
 
+def test_a_hand_in_hard_linked_to_the_courses_own_notebook_is_not_collected(course,
+                                                                            tmp_path):
+    """A hand-in that is a hard link (to the course's source notebook, with its
+    solutions and hidden tests) is refused like a symbolic link: its bytes are not
+    the student's. The other students are collected."""
+    inbox = _folder(tmp_path, {"ada.ipynb": tiny_notebook("ada")})
+    os.link(course.source_notebook(A), inbox / "mallory.ipynb")
+    report = _run(course, inbox)
+    assert report.collected == ["ada"]
+    assert report.unmatched == [
+        "mallory.ipynb (a hard link; its bytes may be another person's file)"]
+    assert not (course.submitted / "mallory").exists()
+
+
 def test_a_folder_that_cannot_be_opened_is_listed(course, tmp_path, monkeypatch):
     inbox = _folder(tmp_path, {"ada.ipynb": tiny_notebook("ada"), "ben/hw.ipynb": b"{}",
                                "cy/deep/hw.ipynb": tiny_notebook("cy")})
@@ -354,14 +368,17 @@ def test_read_from_folder_reads_the_bytes_and_the_file_time(tmp_path, new_york):
     (("gone.ipynb",), "cannot be read: No such file or directory"),
     (("pipe.ipynb",), "not a regular file"),
     (("dir",), "not a regular file"),
+    (("hard.ipynb",), "a hard link; its bytes may be another person's file"),
 ])
 def test_read_from_folder_refuses(tmp_path, parts, reason):
-    """A link or folder swapped in after listing, a missing file, a FIFO: refused with the
-    reason (a folder once crashed collect; a link was called unreadable)."""
+    """A link or folder swapped in after listing, a missing file, a FIFO, a hard link:
+    refused with the reason (a folder once crashed collect; a link was called
+    unreadable; a hard link to the course's source was collected)."""
     inbox = _folder(tmp_path, {"file.ipynb": b"x", "dir/hw.ipynb": b"x"})
     (inbox / "link.ipynb").symlink_to(inbox / "file.ipynb")
     (inbox / "dirlink").symlink_to(inbox / "dir", target_is_directory=True)
     os.mkfifo(inbox / "pipe.ipynb")
+    os.link(inbox / "file.ipynb", inbox / "hard.ipynb")
     before = len(os.listdir("/proc/self/fd"))
     with pytest.raises(collect_module._Refused) as refused:
         _read_folder(inbox, parts)
