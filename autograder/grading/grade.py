@@ -75,7 +75,8 @@ def grade_cells(source_nb):
     """[(grade_id, points, checks)] for autograded cells.
 
     checks: the name of each check the cell's code calls, in order (None for a
-    check_* function no probe module defines).
+    check_* function no probe module defines). A check_* name the cell defines itself,
+    or imports from anywhere but normref.checks, is a helper of the cell, not a check.
     """
     probes = check_names_of_probes()
     cells = []
@@ -83,16 +84,32 @@ def grade_cells(source_nb):
         meta = _nbgrader(cell)
         if (cell.cell_type == "code" and meta.get("grade") and meta.get("points")
                 and not meta.get("solution")):
-            checks = []
             try:
-                for node in ast.walk(ast.parse(cell.source)):
-                    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                            and node.func.id.startswith("check_")):
-                        checks.append(probes.get(node.func.id))
+                tree = ast.parse(cell.source)
             except SyntaxError:
-                pass
+                tree = ast.Module(body=[], type_ignores=[])
+            helpers = _own_names(tree)
+            checks = [probes.get(node.func.id) for node in ast.walk(tree)
+                      if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                      and node.func.id.startswith("check_") and node.func.id not in helpers]
             cells.append((meta["grade_id"], float(meta["points"]), tuple(checks)))
     return cells
+
+
+def _own_names(tree):
+    """Names a cell binds itself: functions and classes it defines, names it assigns,
+    and names it imports from anywhere but normref.checks."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Import):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module != "normref.checks":
+            names.update(a.asname or a.name for a in node.names)
+    return names
 
 
 _SHARED_CHECK_FILES = ("__init__.py", "_registry.py", "_runner.py", "_wire.py",

@@ -182,7 +182,9 @@ def _task(course, student="ada", **kwargs):
 def test_grade_cells_lists_autograded_cells_with_their_checks():
     """Only code cells marked grade, with points and not an answer, are autograded; each
     check a cell calls is named by its probe's check name (None when no probe has it);
-    a cell that does not parse calls none."""
+    a cell that does not parse calls none; a check_* helper the cell defines or imports
+    from elsewhere is a plain helper, not a check (it once cost every student the
+    cell)."""
     nb = new_notebook(cells=[
         new_code_cell("check_sandwich_ln_block(Block)\nx = check_token_var(token_var)",
                       metadata=_meta("two", grade=True, points=2)),
@@ -191,6 +193,12 @@ def test_grade_cells_lists_autograded_cells_with_their_checks():
         new_code_cell("assert f(", metadata=_meta("broken", grade=True, points=1)),
         new_code_cell("assert check(1)\nnot_a_check_x(2)\nobj.check_token_mean(3)",
                       metadata=_meta("plain", grade=True, points=4)),
+        new_code_cell("def check_shape(y, n):\n    assert y.shape == (n,)\n"
+                      "check_shape(f(3), 3)\ncheck_close = lambda a, b: abs(a - b) < 1e-6\n"
+                      "assert check_close(f(1)[0], 0.0)\nfrom helpers import check_sum\n"
+                      "check_sum(f)\nfrom normref.checks import check_token_mean\n"
+                      "check_token_mean(m)",
+                      metadata=_meta("own_helpers", grade=True, points=2)),
         new_code_cell("check_token_mean(m)", metadata=_meta("no_points", grade=True,
                                                              points=0)),
         new_code_cell("check_token_mean(m)", metadata=_meta("not_graded", points=3)),
@@ -206,6 +214,7 @@ def test_grade_cells_lists_autograded_cells_with_their_checks():
         ("unknown", 1.5, (None,)),
         ("broken", 1.0, ()),
         ("plain", 4.0, ()),
+        ("own_helpers", 2.0, ("token_mean",)),
     ]
     assert all(isinstance(points, float) for _, points, _ in grade.grade_cells(nb))
 
