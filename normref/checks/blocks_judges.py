@@ -9,7 +9,7 @@ import torch
 from normref import blocks
 from normref.checks import blocks_probes as probes
 from normref.checks._registry import Check
-from normref.checks.tolerances import _show, matches, mismatch
+from normref.checks.tolerances import _show, matches, mismatch, number_from_answer
 
 F64 = np.float64
 
@@ -488,9 +488,8 @@ def _judge_profile_numbers(case, output):
     for name in ("sandwich_over_pre", "deepnorm_over_post"):
         if name not in output:
             return f"no answer given for {name.upper()}"
-        try:
-            value = float(str(output[name]))
-        except ValueError:
+        value = number_from_answer(output[name])
+        if value is None:
             return f"{name.upper()} is {str(output[name])!r}, not a number"
         if not any(abs(value - truths[name]) <= RELATIVE_TOLERANCE * abs(truths[name])
                    for truths in tables):

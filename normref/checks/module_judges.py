@@ -12,7 +12,7 @@ import re
 import numpy as np
 
 from normref.checks._registry import Check
-from normref.checks.tolerances import matches, mismatch
+from normref.checks.tolerances import matches, mismatch, number_from_answer
 
 # ----- building cases -------------------------------------------------------
 
@@ -827,19 +827,6 @@ def _judge_add_layer_norm(case, output):
 
 IMAGE_BATCH = (16, 3, 32, 32)  # (N, C, H, W), normalized over (C, H, W)
 
-_NUMBER = re.compile(r"(?:tensor\()?\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*\)?")
-
-
-def _as_number(text):
-    """16, 16.0, np.int64(16) or tensor(16) as a float; None if not a number."""
-    text = text.strip()
-    for prefix in ("np.int64(", "np.float64(", "np.int32(", "np.float32("):
-        if text.startswith(prefix) and text.endswith(")"):
-            text = text[len(prefix):-1]
-    found = _NUMBER.fullmatch(text)
-    return float(found.group(1)) if found else None
-
-
 def _judge_answers(truths, questions, output):
     missing = [name for name in truths if name not in output]
     if missing:
@@ -850,7 +837,7 @@ def _judge_answers(truths, questions, output):
         if isinstance(truth, bool):
             right = given == str(truth)
         else:
-            right = _as_number(given) == float(truth)
+            right = number_from_answer(given) == float(truth)
         if not right:
             wrong.append(f"{questions[name]} (you answered {given})")
     return "not yet right: " + "; ".join(wrong) if wrong else None

@@ -12,7 +12,7 @@ from normref.checks.quant_probes import (
     TOKEN_SET_NAMES,
     experiment_token_sets,
 )
-from normref.checks.tolerances import mismatch
+from normref.checks.tolerances import mismatch, number_from_answer
 
 SMALL_EXAMPLE = np.array([[0.5, -1.0, 3.0, 7.0], [0.01, 0.02, -0.04, 0.0]], np.float32)
 TABLE_RTOL = 1e-3  # the table against the student's own measurement: same numbers
@@ -306,9 +306,8 @@ def _judge_table(case, output):
 
 def _judge_spike(case, output):
     answer = str(output.get("steps", "None")).strip()
-    try:
-        steps = float(answer)
-    except ValueError:
+    steps = number_from_answer(answer)
+    if steps is None:
         return f"give the number of calls as a number (you gave {answer!r})"
     if steps != quant.steps_scaled_by_spike(16):
         return (f"not yet right: you answered {answer}. Count the calls after the spike "

@@ -4,7 +4,7 @@ import numpy as np
 
 from normref import recipe
 from normref.checks._registry import Check
-from normref.checks.tolerances import matches, mismatch
+from normref.checks.tolerances import matches, mismatch, number_from_answer
 
 EXAMPLE_A = np.array([2.0, 4.0, 6.0, 8.0])
 EXAMPLE_B = np.array([2.0, 6.0, 4.0, 12.0])
@@ -212,13 +212,6 @@ def _true_answers():
     return {"spacing_near_1e8": spacing, "shortcut_breaks_at": nearest}
 
 
-def _as_number(text):
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
 def _judge_predictions(case, output):
     missing = [name for name in _QUESTIONS if name not in output]
     if missing:
@@ -230,7 +223,7 @@ def _judge_predictions(case, output):
                 "any of them earns the point, it is your guess")
     wrong = []
     for name, truth in _true_answers().items():
-        given = _as_number(answers[name])
+        given = number_from_answer(answers[name])
         if given is None or not np.isclose(given, truth, rtol=1e-6, atol=0):
             wrong.append(f"{_QUESTIONS[name]} (you answered {answers[name]})")
     if wrong:

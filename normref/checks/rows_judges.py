@@ -4,7 +4,7 @@ import numpy as np
 
 from normref import batchnorm
 from normref.checks._registry import Check
-from normref.checks.tolerances import matches, mismatch
+from normref.checks.tolerances import matches, mismatch, number_from_answer
 
 # nn.GroupNorm raises ValueError for indivisible channels, F.group_norm RuntimeError;
 # any subclass of either counts (NotImplementedError, a RuntimeError, is a blank answer)
@@ -322,15 +322,6 @@ def _judge_batch_norm_train(case, output):
 # ---------------------------------------------------------------- questions
 
 
-def _number(text):
-    """The student's answer as a finite float, or None."""
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return value if np.isfinite(value) else None
-
-
 def _outputs_moved(shape, num_groups):
     """How many outputs of the reference group norm move when x's first value moves."""
     x = np.random.default_rng(0).normal(size=shape)
@@ -342,7 +333,7 @@ def _outputs_moved(shape, num_groups):
 
 
 def _judge_nudge_answer(case, output):
-    given = _number(output.get("outputs_moved"))
+    given = number_from_answer(output.get("outputs_moved"))
     if given is None:
         return "give OUTPUTS_MOVED as a number (you gave " \
                f"{output.get('outputs_moved')})"
@@ -355,7 +346,8 @@ def _judge_nudge_answer(case, output):
 
 
 def _judge_prediction(case, output):
-    missing = [name for name in ("pytorch", "cs231n") if _number(output.get(name)) is None]
+    missing = [name for name in ("pytorch", "cs231n")
+               if number_from_answer(output.get(name)) is None]
     if missing:
         return ("write each prediction as a number before you run the experiment "
                 f"(missing or not a number: {', '.join(missing)})")
@@ -377,11 +369,11 @@ def _judge_running_var_answers(case, output):
     # settled at the biased average for the experiment's batches of 4
     std_truth = np.sqrt(_VARIANCE / (_biased_settles_at(_EXPERIMENT_VALUES) + 1e-5))
     wrong = []
-    var_given = _number(output.get("cs231n_var_for_8"))
+    var_given = number_from_answer(output.get("cs231n_var_for_8"))
     if var_given is None or abs(var_given - var_truth) > 0.1:
         wrong.append(f"CS231N_RUNNING_VAR_FOR_8 (you answered {output.get('cs231n_var_for_8')}"
                      "): what does the biased variance of 8 values average to?")
-    std_given = _number(output.get("cs231n_eval_std"))
+    std_given = number_from_answer(output.get("cs231n_eval_std"))
     if std_given is None or abs(std_given - std_truth) > 0.01:
         wrong.append(f"CS231N_EVAL_STD (you answered {output.get('cs231n_eval_std')}): in eval "
                      "mode the data's own spread is divided by sqrt(running_var + eps); where "

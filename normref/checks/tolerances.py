@@ -1,9 +1,14 @@
-"""The one tolerance table every check compares with, and the comparison.
+"""The one tolerance table every check compares with, the comparison, and the one
+reading of a numeric answer.
 
 Tolerances are keyed by the dtype of the *input*: a student's float32 code is
 held to float32 accuracy against a float64 reference computed from the same
 input.
 """
+
+import math
+import re
+from fractions import Fraction
 
 import numpy as np
 
@@ -57,3 +62,25 @@ def mismatch(actual, expected, *, dtype, what="your result"):
 
 def matches(actual, expected, *, dtype):
     return mismatch(actual, expected, dtype=dtype) is None
+
+
+# What str() prints for a number held in a numpy scalar, a tensor, a Decimal or a
+# Fraction: np.int64(16), tensor(3.5000), tensor(16, dtype=torch.int32), Decimal('3.5').
+_WRAPPED = re.compile(r"(?:np\.|numpy\.)?(?:tensor|u?int\d*|float\d*|Decimal|Fraction)"
+                      r"\(\s*'?([^',()]*?)'?\s*(?:,\s*dtype=[\w.]+)?\)")
+
+
+def number_from_answer(answer):
+    """A student's numeric answer, sent as its str(), as a finite float; None if it
+    is not one. Every exact numeric type an answer may have is read: 16, 16.0,
+    1e-3, 7/2 (a Fraction), Decimal, numpy scalars, 0-d tensors. True and
+    False are not numbers here."""
+    text = str(answer).strip()
+    wrapped = _WRAPPED.fullmatch(text)
+    if wrapped:
+        text = wrapped.group(1).strip()
+    try:
+        value = float(Fraction(text))
+    except (ValueError, ZeroDivisionError):
+        return None
+    return value if math.isfinite(value) else None

@@ -1281,17 +1281,6 @@ def test_reference_add_against_torch():
 # ----- the two questions -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, value", [
-    ("16", 16.0), ("16.0", 16.0), ("np.int64(16)", 16.0), ("np.float64(3072.0)", 3072.0),
-    ("np.int32(5)", 5.0), ("np.float32(4.0)", 4.0), ("tensor(6144)", 6144.0),
-    (" 5 ", 5.0), ("-2", -2.0), ("+3", 3.0), ("1e3", 1000.0), ("2.5E1", 25.0),
-    ("sixteen", None), ("16 images", None), ("None", None), ("", None),
-    ("np.int64(16", None), ("[16]", None),
-])
-def test_as_number_reads_what_students_write(text, value):
-    assert J._as_number(text) == value
-
-
 def test_the_image_truths_are_what_torch_computes():
     """16 means of 3 * 32 * 32 = 3072 values, 2 * 3072 parameters, and per-channel
     means of the output are not zero."""

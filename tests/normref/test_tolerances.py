@@ -122,3 +122,33 @@ def test_integers_compare_as_numbers_and_show_as_floats():
         "your result is [1., 3.]; expected [1., 2.] "
         "(largest difference 1, tolerance rtol=1e-06, atol=1e-08)")
     assert tolerances._show(np.arange(3)) == "[0., 1., 2.]"
+
+
+@pytest.mark.parametrize("answer, value", [
+    (16, 16.0), ("16.0", 16.0), ("1e-3", 0.001), ("1e3", 1000.0), ("2.5E1", 25.0),
+    ("-2", -2.0), ("+3", 3.0), (" 3.5 ", 3.5), (np.array("2"), 2.0), ("7/2", 3.5),
+    ("np.int64(16)", 16.0), ("np.int32(5)", 5.0), ("np.float32(4.0)", 4.0),
+    ("np.float64(0.1)", 0.1), ("tensor(3.5000)", 3.5), ("tensor(6144)", 6144.0),
+    ("tensor(16, dtype=torch.int32)", 16.0), ("Decimal('3.5')", 3.5),
+])
+def test_a_numeric_answer_of_any_exact_type_reads_as_its_value(answer, value):
+    assert tolerances.number_from_answer(answer) == value
+
+
+def test_numeric_answers_of_python_numpy_and_torch_types_read_as_their_values():
+    """What str() of each type the assignments' text allows gives, read back."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    import torch
+
+    for answer in (Fraction(7, 2), Decimal("3.5"), np.float32(3.5), np.float64(3.5),
+                   torch.tensor(3.5), 3.5):
+        assert tolerances.number_from_answer(str(answer)) == 3.5, answer
+
+
+@pytest.mark.parametrize("answer", ["True", "abc", "sixteen", "16 images", "nan", "inf",
+                                    "-inf", np.array("nan"), None, "1/0", "", "None", "[16]",
+                                    "np.int64(16", "tensor([3.])", "3 4"])
+def test_what_is_not_one_finite_number_reads_as_none(answer):
+    assert tolerances.number_from_answer(answer) is None
