@@ -7,7 +7,9 @@ site's build (tests/publishing/test_site.py); each source notebook by nbgrader
 validate (tests/authoring/test_release.py), each released one answered in the
 edition's environment."""
 
+import ast
 import json
+import sys
 
 import nbformat
 import pytest
@@ -47,3 +49,58 @@ def test_assignment_cells_follow_the_conventions(path):
             assert "assert" in visible, f"{meta['grade_id']} has a visible assert"
             hidden = source.split("### BEGIN HIDDEN TESTS")[1]
             assert "from normref.checks import" in hidden and "check_" in hidden
+
+
+class _TopLevelNames(ast.NodeVisitor):
+    """Names a cell binds at the notebook's top level (not inside its functions,
+    classes or comprehensions), except `import m` binding m to itself."""
+
+    def __init__(self):
+        self.names = set()
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Store):
+            self.names.add(node.id)
+
+    def visit_FunctionDef(self, node):
+        self.names.add(node.name)
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+    def visit_Import(self, node):
+        self.names.update(a.asname for a in node.names if a.asname)
+
+    def visit_ImportFrom(self, node):
+        self.names.update(a.asname or a.name for a in node.names)
+
+    def visit_ExceptHandler(self, node):
+        if node.name:
+            self.names.add(node.name)
+        self.generic_visit(node)
+
+    def _own_scope(self, node):
+        """A lambda or comprehension: its names are its own."""
+
+    visit_Lambda = visit_ListComp = visit_SetComp = visit_DictComp = _own_scope
+    visit_GeneratorExp = _own_scope
+
+
+def _module_level_names(source):
+    collector = _TopLevelNames()
+    collector.visit(ast.parse(source))
+    return collector.names
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(REPO)))
+def test_instructor_cells_never_rebind_a_module_name_a_student_may_import(path):
+    """A test cell that assigns `numbers = [...]` replaced a student's `import
+    numbers` (what nn.LayerNorm itself checks shapes with): every later cell of a
+    correct hand-in failed. The course's cells bind no name of a standard module."""
+    taken = set(sys.stdlib_module_names)
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type != "code" or cell.metadata.get("nbgrader", {}).get("solution"):
+            continue
+        clashes = _module_level_names(cell.source) & taken
+        assert not clashes, (f"{cell.metadata['nbgrader']['grade_id']} binds "
+                             f"{sorted(clashes)}, a module a student may import")
