@@ -30,7 +30,7 @@ from pathlib import Path
 from autograder.authoring.release import LeakError, ReleaseError, release
 from autograder.course import EXAMPLES_DIR, REPO_ROOT, Course
 from autograder.grading.engines import WorkerMismatch
-from autograder.grading.grade import grade_assignment
+from autograder.grading.grade import SandboxUnavailable, grade_assignment
 from autograder.grading.runner import RunSettings
 from autograder.grading.sandbox import Limits
 from autograder.results import report
@@ -288,7 +288,11 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except SandboxUnavailable as problem:  # grade, grade-examples, demo, bench
+        print(f"{args.command}: {problem}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -38,6 +38,12 @@ GRADER_VERSION = 2
 KEY_ENV = "AUTOGRADER_KEY_FILE"
 _UNVERIFIED_FLAG = ("the result file on disk did not carry the grader's signature: "
                     "it was regraded")
+UNSANDBOXED_FLAG = ("graded without the sandbox (--no-sandbox): the hand-in's code could "
+                    "reach the network and this machine's files")
+
+
+class SandboxUnavailable(RuntimeError):
+    """No sandbox can be made here, and the instructor did not say --no-sandbox."""
 
 
 def sha256(path):
@@ -566,6 +572,8 @@ def grade_task(task):
             release_nb=nbformat.reads(part.release, as_version=4), handin_nb=handin_nb)
     if task.unverified:
         result["flags"].append(_UNVERIFIED_FLAG)
+    if task.settings.use_bwrap is False:
+        result["flags"].append(UNSANDBOXED_FLAG)
     if result["status"] != "graded":
         result["cells"] = []
     result["score"] = sum(c["points"] for c in result["cells"])
@@ -766,6 +774,14 @@ def grade_assignment(*, course, assignment, settings=None, workers=None, force=F
     from autograder.grading import engines
 
     settings = settings or RunSettings()
+    if settings.use_bwrap is None:  # fail closed: no student code runs unsandboxed unasked
+        problem = sandbox.sandbox_problem(settings.limits)
+        if problem:
+            raise SandboxUnavailable(
+                f"{problem}: no student code was run. Install Debian's 'bubblewrap', or "
+                "grade without the sandbox, knowingly, with --no-sandbox (every result "
+                "is then flagged)")
+        settings = dataclasses.replace(settings, use_bwrap=True)
     workers = workers or os.cpu_count() or 1
     orphans = sandbox.end_orphaned_sandboxes()
     if orphans:

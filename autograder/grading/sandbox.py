@@ -209,6 +209,29 @@ def bwrap_available():
     return shutil.which("bwrap") is not None
 
 
+def sandbox_problem(limits=None):
+    """None when bubblewrap can make this grader's sandbox on this machine; else
+    why not, in a few words. Checked by starting `true` in a sandbox built as a
+    kernel's is: bwrap may be installed and still refused (user namespaces off)."""
+    if not bwrap_available():
+        return "bubblewrap (bwrap) is not installed"
+    with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as scratch:
+        link_dir, client_dir = Path(scratch, "link"), Path(scratch, "client")
+        link_dir.mkdir()
+        client_dir.mkdir()
+        args = _bwrap_prefix(link_dir=link_dir, client_dir=client_dir, hidden=(),
+                             limits=limits or Limits())
+        try:
+            done = subprocess.run([*args, "true"], capture_output=True, text=True,
+                                  timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return f"bubblewrap could not be started ({error})"
+    if done.returncode != 0:
+        said = done.stderr.strip()[-300:] or f"exit status {done.returncode}"
+        return f"bubblewrap cannot make a sandbox here ({said})"
+    return None
+
+
 def grader_is_root():
     return os.geteuid() == 0
 

@@ -1291,7 +1291,13 @@ class FakeEngine:
 def engine(monkeypatch):
     FakeEngine.made = []
     monkeypatch.setattr(engines, "engine_for", FakeEngine)
+    # The stand-in kernel runs no student code: take the sandbox as working, so that
+    # the settings reach it resolved (use_bwrap=True) on any machine.
+    monkeypatch.setattr(grade.sandbox, "sandbox_problem", lambda limits=None: None)
     return FakeEngine
+
+
+SANDBOXED = dataclasses.replace(SETTINGS, use_bwrap=True)
 
 
 def _reference(course, runner, progress=None, settings=SETTINGS):
@@ -1390,9 +1396,9 @@ def test_grade_assignment_grades_everyone_with_scaled_timeouts(course, fake, eng
     assert isinstance(runner.log, io.StringIO)  # the engine logs where the grader does
     assert runner.closed
     reference, ada, bob = fake.calls
-    assert reference["settings"] == SETTINGS
+    assert reference["settings"] == SANDBOXED
     assert ada["settings"] == dataclasses.replace(
-        SETTINGS, cell_timeouts={"checked": 20.0, "plain": 10.0})
+        SANDBOXED, cell_timeouts={"checked": 20.0, "plain": 10.0})
     lines = log.splitlines()
     assert lines[0].startswith("[1/2] ada: 5/6 graded (") and lines[0].endswith(" s)")
     assert lines[1].startswith("[2/2] bob: 0/6 graded (")
@@ -1412,7 +1418,7 @@ def test_the_ceiling_of_scaled_timeouts_is_the_cell_timeout(course, fake, engine
 def test_without_scaling_no_reference_runs(course, fake, engine):
     """scale_timeouts=False: no reference run and the settings as given."""
     results, _ = _grade_all(course, scale_timeouts=False)
-    assert len(fake.calls) == 2 and fake.calls[0]["settings"] == SETTINGS
+    assert len(fake.calls) == 2 and fake.calls[0]["settings"] == SANDBOXED
     assert [r["score"] for r in results] == [5.0, 0.0]
 
 
@@ -1530,7 +1536,7 @@ def test_the_default_settings_engine_and_key_are_made(course, fake, engine, key)
     runs."""
     grade.grade_assignment(course=course, assignment=ASSIGNMENT, progress=io.StringIO(),
                            scale_timeouts=False)
-    assert fake.calls[0]["settings"] == RunSettings()
+    assert fake.calls[0]["settings"] == RunSettings(use_bwrap=True)
     assert [made.name for made in engine.made] == ["dask"]
     assert key.exists()
 

@@ -6,6 +6,7 @@ on one of them. The grader's own limits (output budget, frames on the check
 socket) are tested beside it.
 """
 
+import csv
 import io
 import json
 import os
@@ -826,3 +827,67 @@ def test_the_module_names_its_constants():
     assert sandbox.SANDBOX_UID == sandbox.SANDBOX_GID == 65534
     assert sandbox.HOME_IN_SANDBOX == "/tmp"
     assert sys.modules["autograder.grading.sandbox"] is sandbox
+
+
+# --- failing closed where no sandbox can be made ----------------------------------------------
+
+# What bubblewrap prints when the kernel refuses it user namespaces (bubblewrap's
+# bubblewrap.c, the message of its failed clone()).
+REFUSED = ("bwrap: No permissions to creating new namespace, likely because the kernel does "
+           "not allow non-privileged user namespaces.")
+
+
+def _path_without_bwrap(tmp_path, fake_bwrap=None):
+    """A PATH with every program of today's PATH (this interpreter's bin/ first) but
+    bwrap, which is `fake_bwrap` (a script) or missing."""
+    tools = tmp_path / "tools"
+    tools.mkdir(parents=True)
+    for folder in [Path(sys.executable).parent, *map(Path, os.environ["PATH"].split(os.pathsep))]:
+        for program in (folder.iterdir() if folder.is_dir() else ()):
+            if program.name != "bwrap" and not (tools / program.name).exists():
+                (tools / program.name).symlink_to(program)
+    if fake_bwrap is not None:
+        (tools / "bwrap").write_text(fake_bwrap)
+        (tools / "bwrap").chmod(0o755)
+    return str(tools)
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap is not installed")
+def test_a_working_bubblewrap_is_a_sandbox_and_a_missing_or_refused_one_says_why(
+        tmp_path, monkeypatch):
+    assert sandbox.sandbox_problem() is None
+    monkeypatch.setenv("PATH", _path_without_bwrap(tmp_path / "none"))
+    assert sandbox.sandbox_problem() == "bubblewrap (bwrap) is not installed"
+    monkeypatch.setenv("PATH", _path_without_bwrap(
+        tmp_path / "refused", f"#!/bin/sh\necho '{REFUSED}' >&2\nexit 1\n"))
+    assert sandbox.sandbox_problem() == f"bubblewrap cannot make a sandbox here ({REFUSED})"
+
+
+def test_grade_runs_no_student_code_without_a_sandbox_unless_told(tmp_path, venv_env):
+    """No bwrap: `grade` stops before any hand-in runs, says how to go on, and writes
+    no result; with --no-sandbox it grades, and every result is flagged as unsandboxed."""
+    from autograder.course import EXAMPLES_DIR, Course
+    from autograder.grading.grade import UNSANDBOXED_FLAG
+
+    root = tmp_path / "course"
+    for part in ("source", "release"):
+        shutil.copytree(REPO / part / "01_the_recipe", root / part / "01_the_recipe")
+    course = Course(root)
+    (course.submitted / "ada" / "01_the_recipe").mkdir(parents=True)
+    shutil.copy(EXAMPLES_DIR / "01_the_recipe" / "ada_perfect.ipynb",
+                course.submitted / "ada" / "01_the_recipe" / "01_the_recipe.ipynb")
+    env = {**venv_env, "PATH": _path_without_bwrap(tmp_path)}
+    grade = [sys.executable, "-m", "autograder", "grade", "01_the_recipe", "--course",
+             str(root), "--workers", "1", "--engine", "pool", "--no-scaled-timeouts"]
+    refused = subprocess.run(grade, capture_output=True, text=True, env=env, timeout=300)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr.startswith("grade: bubblewrap (bwrap) is not installed: no student "
+                                     "code was run") and "--no-sandbox" in refused.stderr
+    assert not course.autograded.exists() or not any(course.autograded.rglob("*.json"))
+    done = subprocess.run(grade + ["--no-sandbox"], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = csv.DictReader(io.StringIO(
+        (course.reports / "01_the_recipe" / "grades.csv").read_text()))
+    assert row["student_id"] == "ada" and float(row["score"]) == float(row["max_score"])
+    assert UNSANDBOXED_FLAG in row["flags"]
