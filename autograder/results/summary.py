@@ -14,6 +14,8 @@ from collections import Counter
 
 import numpy as np
 
+from autograder.grading.grade import UNSANDBOXED_FLAG
+
 # Every page of the results (this summary, report's feedback pages): no script, no
 # network, nothing but inline styles and data: images.
 CONTENT_SECURITY_POLICY = (
@@ -34,8 +36,9 @@ def _failure_kind(reason):
 
 
 def class_summary(results):
-    """{"students", "graded", "scores", "max_score", "exercises": [{grade_id, max_points,
-    passed, attempted, mean}], "failures": [(message, count)]} for one assignment."""
+    """{"students", "graded", "unsandboxed" (graded with --no-sandbox), "scores",
+    "max_score", "exercises": [{grade_id, max_points, passed, attempted, mean}],
+    "failures": [(message, count)]} for one assignment."""
     graded = [r for r in results if r["status"] == "graded"]
     exercises = {}
     failures = Counter()
@@ -53,6 +56,7 @@ def class_summary(results):
              for row in exercises.values()]
     pending = [r for r in results if r.get("pending")]
     return {"students": len(results), "graded": len(graded),
+            "unsandboxed": sum(UNSANDBOXED_FLAG in r.get("flags", ()) for r in results),
             "pending": len(pending), "pending_cells": sum(len(r["pending"]) for r in pending),
             "scores": [r.get("final_score", r["score"]) for r in graded],
             "max_score": max((r["max_score"] for r in results), default=0.0),
@@ -62,6 +66,10 @@ def class_summary(results):
 def summary_text(assignment, summary):
     scores = summary["scores"]
     lines = [f"{assignment}: {summary['graded']} of {summary['students']} graded"]
+    if summary.get("unsandboxed"):
+        lines.append(f"NOT SANDBOXED: {summary['unsandboxed']} hand-ins were graded with "
+                     "--no-sandbox; their code could reach the network and this machine's "
+                     "files")
     if summary.get("pending"):
         lines.append(f"NOT FINAL: {summary['pending']} hand-ins still have "
                      f"{summary['pending_cells']} answers to grade by hand (formgrader); "

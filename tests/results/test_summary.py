@@ -69,7 +69,7 @@ def test_class_summary_counts_per_exercise_and_groups_failures():
     counted."""
     found = summary.class_summary(_results())
     assert found == {
-        "students": 4, "graded": 3, "pending": 2, "pending_cells": 3,
+        "students": 4, "graded": 3, "unsandboxed": 0, "pending": 2, "pending_cells": 3,
         "scores": [4.0, 2.0, 1.0], "max_score": 5.0,
         "exercises": [
             {"grade_id": "mean", "max_points": 1.0, "attempted": 3, "passed": 2,
@@ -99,8 +99,8 @@ def test_a_cell_given_full_points_by_hand_is_no_failure():
 def test_class_summary_of_nothing_and_of_many_kinds():
     """No hand-in: zeros, not a crash; many kinds of failure: the 8 most frequent."""
     assert summary.class_summary([]) == {
-        "students": 0, "graded": 0, "pending": 0, "pending_cells": 0, "scores": [],
-        "max_score": 0.0, "exercises": [], "failures": []}
+        "students": 0, "graded": 0, "unsandboxed": 0, "pending": 0, "pending_cells": 0,
+        "scores": [], "max_score": 0.0, "exercises": [], "failures": []}
     many = [_graded(f"s{i}", [_cell(f"ex{i}", 0.0, 1.0, "wrong")]) for i in range(10)]
     many.append(_graded("again", [_cell("ex9", 0.0, 1.0, "wrong")]))
     failures = summary.class_summary(many)["failures"]
@@ -345,3 +345,21 @@ def test_import_files_end_rows_in_crlf_on_windows_too(tmp_path, windows_line_end
     summary.write_moodle_import([{"student_id": "ada", "score": 2.0}], roster=roster,
                                 assignment="hw", path=moodle)
     assert moodle.read_bytes() == b"Full name,Email address,ID number,hw\r\nAda,a@u,1,2\r\n"
+
+
+def test_hand_ins_graded_without_the_sandbox_are_counted_at_the_top_of_the_summary():
+    """grade --no-sandbox flags each result; the summary, text and page, says how many
+    hand-ins ran unsandboxed, right under the count of graded ones."""
+    from autograder.grading.grade import UNSANDBOXED_FLAG
+
+    results = _results()
+    for result in results[:2]:
+        result["flags"] = [UNSANDBOXED_FLAG]
+    counted = summary.class_summary(results)
+    assert counted["unsandboxed"] == 2
+    text = summary.summary_text("hw", counted).splitlines()
+    assert text[1] == ("NOT SANDBOXED: 2 hand-ins were graded with --no-sandbox; their code "
+                       "could reach the network and this machine's files")
+    page = BeautifulSoup(summary.summary_html("hw", counted), "html.parser")
+    assert "NOT SANDBOXED: 2 hand-ins" in page.find("pre").get_text()
+    assert summary.class_summary(_results())["unsandboxed"] == 0
