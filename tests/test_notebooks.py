@@ -3,9 +3,9 @@
 That every notebook runs top to bottom without an error is tested where it is run
 for something more: each lesson in JupyterLab (tests/test_browser.py), in the student
 edition's own environment (tests/publishing/test_edition_environment.py) and in the
-site's build (tests/publishing/test_site.py); each source notebook by nbgrader
-validate (tests/authoring/test_release.py), each released one answered in the
-edition's environment."""
+site's build (tests/publishing/test_site.py); each source notebook by the grader,
+as the reference solution of its sample class (tests/grading/test_grade.py), each
+released one answered in the edition's environment."""
 
 import ast
 import json

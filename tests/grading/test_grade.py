@@ -30,13 +30,15 @@ DEMO_ASSIGNMENT = "01_the_recipe"
 @pytest.mark.parametrize("assignment",
                          [a for a in example_assignments() if a != DEMO_ASSIGNMENT])
 def test_sample_class_grades_to_expected_scores_through_the_cli(assignment, venv_env):
-    """Every sample student gets exactly the expected points in every cell."""
+    """Every sample student gets exactly the expected points in every cell, and the
+    source's own solutions, graded first as the reference, earn every point."""
     done = subprocess.run(
         [sys.executable, "-m", "autograder", "grade-examples", assignment,
          "--cell-timeout", "30"],
         cwd=REPO, capture_output=True, text=True, env=venv_env, timeout=1200)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "MISMATCH" not in done.stdout
+    assert "warning: the reference solution" not in done.stderr, done.stderr[-3000:]
 
 
 def _course_state():
@@ -56,14 +58,16 @@ def _course_state():
 
 def test_demo_grades_in_a_scratch_course_and_leaves_the_course_alone(tmp_path, venv_env):
     """`make demo`: release, collect and grade a sample class in a scratch course, every
-    student to the expected points of every cell (else exit 1); the course itself is
-    untouched, and a folder that is not a demo course is left alone."""
+    student to the expected points of every cell (else exit 1), the source's solutions
+    to every point; the course itself is untouched, and a folder that is not a demo
+    course is left alone."""
     before = _course_state()
     demo = tmp_path / "demo"
     done = subprocess.run([sys.executable, "-m", "autograder", "demo", DEMO_ASSIGNMENT,
                            "--demo-dir", str(demo), "--workers", "2"],
                           cwd=REPO, env=venv_env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "warning: the reference solution" not in done.stderr, done.stderr[-3000:]
     assert (demo / "reports" / DEMO_ASSIGNMENT / "grades.csv").exists()
     assert "yours is untouched" in done.stdout
     assert _course_state() == before
