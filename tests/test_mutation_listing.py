@@ -70,8 +70,8 @@ def test_a_kept_change_is_still_recognised_after_an_edit_renumbers_the_mutants(t
     assert "if (count) or True" in after[matches[0]]
 
 
-def _function_lines(tree, qualified):
-    """Stripped source lines of `Class.method` or `function` in a parsed module."""
+def _function_node(tree, qualified):
+    """The definition of `Class.method` or `function` in a parsed module, or None."""
     scope = tree.body
     *classes, name = qualified.split(".")
     for class_name in classes:
@@ -94,7 +94,7 @@ def test_every_line_a_kept_change_takes_out_is_still_in_its_function(listing):
     assert kept, f"{listing.name} lists no change"
     stale = []
     for function, taken_out, _ in sorted(kept):
-        node = _function_lines(tree, function)
+        node = _function_node(tree, function)
         body = ({line.strip() for line in lines[node.lineno - 1:node.end_lineno]}
                 if node else set())
         stale += [f"{function}: {line}" for line in taken_out if line not in body]
