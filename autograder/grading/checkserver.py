@@ -16,6 +16,7 @@ reference values, stays in the log for the feedback report.
 
 import socket
 import threading
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 
@@ -49,7 +50,8 @@ class CheckServer:
     these are served, each once per call in the cell. record_cells: grade ids
     whose probed calls must report what they executed (cells with a policy).
     `current_cell` is set by the runner before each cell executes; every
-    verdict is logged against it. `seed` varies the generated inputs.
+    verdict is logged against it. `seed` varies the generated inputs (each call
+    of a check gets inputs of its own).
     """
 
     def __init__(self, path, *, cell_checks, record_cells=(), seed=0):
@@ -102,10 +104,15 @@ class CheckServer:
                 except OSError:
                     pass
 
-    def _cases_for(self, name):
-        if name not in self._cases:
-            self._cases[name] = _registry.make_cases(name, seed=self.seed)
-        return self._cases[name]
+    def _cases_for(self, cell, name, call):
+        """The inputs of the `call`-th call of check `name` in `cell`: fresh for
+        every call, so that answers worked out between calls (outside any
+        recording) cannot be replayed."""
+        key = (cell, name, call)
+        if key not in self._cases:
+            self._cases[key] = _registry.make_cases(
+                name, seed=case_seed(self.seed, cell=cell, check=name, call=call))
+        return self._cases[key]
 
     def _refuse(self, cell, check, op, why):
         with self._lock:
@@ -136,8 +143,9 @@ class CheckServer:
             why = self._admit(cell, name, op)
         if why:
             return self._refuse(cell, name, op, why)
+        call = self._served[(cell, name, op)] - 1  # _admit counted this request
         if op == "cases":
-            labels, flat = _wire.flatten_cases(self._cases_for(name))
+            labels, flat = _wire.flatten_cases(self._cases_for(cell, name, call))
             return {"labels": labels, "record": cell in self.record_cells}, flat
         errors = {str(k): str(v)[:2000] for k, v in dict(header.get("errors", {})).items()}
         executed = tuple(sorted({str(n)[:200] for n in list(header.get("executed") or [])
@@ -145,12 +153,18 @@ class CheckServer:
         # A list at the cap may have been cut: what it left out cannot be judged.
         intact = (header.get("recorder_intact", True) is True
                   and len(executed) < MAX_EXECUTED_NAMES)
-        verdict = _registry.judge(name, self._cases_for(name), arrays, errors)
+        verdict = _registry.judge(name, self._cases_for(cell, name, call), arrays, errors)
         with self._lock:
             self.verdicts.append(Verdict(
                 cell, name, bool(verdict["passed"]), verdict["message"],
                 executed=executed[:MAX_EXECUTED_NAMES], recorder_intact=intact))
         return student_reply(name, verdict), {}
+
+
+def case_seed(seed, *, cell, check, call):
+    """The seed of the inputs of the `call`-th call (from 0) of `check` in `cell`,
+    in a run whose seed is `seed`."""
+    return zlib.crc32(f"{seed}/{cell}/{check}/{call}".encode())
 
 
 def student_reply(name, verdict):

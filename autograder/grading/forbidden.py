@@ -29,12 +29,21 @@ A pattern matches a name
 
 Scoring uses only executed names (executed_violations). static_flags reads the
 code for constructs that hide what runs (computed getattr, exec, importlib,
-frame walking, cell magics, ...) and only flags them for a person to look at.
+frame walking, cell magics, ...) and for anything outside the course's
+vocabulary (COURSE_LIBRARIES; private and interpreter-level names), and only
+flags them for a person to look at. The executed names are reported by the
+student's own process, so they can be forged; every known way to forge them
+starts outside that vocabulary, which is why reading it is the other half of the
+rule (README, "What the grader knows").
 """
 
 import ast
+import contextlib
 import fnmatch
+import importlib
 import json
+import types
+import warnings
 
 from IPython.core.inputtransformer2 import TransformerManager
 
@@ -101,6 +110,7 @@ _MAGIC_OPTIONS_WITH_VALUE = {"-n", "-r", "-p", "-l", "-s", "-T", "-D"}
 
 PRIVATE_TORCH = ("torch._C", "torch.library", "torch.overrides", "torch.utils._python_dispatch")
 OUTSIDE_THE_CALL = ("threading", "_thread", "multiprocessing", "concurrent", "subprocess",
+                    "logging.handlers", "logging.config", "asyncio", "sched", "signal",
                     "os.system", "os.popen", "os.fork", "os.execv", "os.execve", "os.execl",
                     "os.execvp", "os.spawnv", "os.posix_spawn", "pty")
 INTERPRETER_HOOKS = ("sys.settrace", "sys.setprofile", "sys.meta_path", "sys.path_hooks",
@@ -108,8 +118,50 @@ INTERPRETER_HOOKS = ("sys.settrace", "sys.setprofile", "sys.meta_path", "sys.pat
                      "inspect.stack", "inspect.trace", "inspect.getouterframes",
                      "traceback.walk_stack", "traceback.walk_tb")
 INTERNAL_ATTRIBUTES = {"__globals__", "__closure__", "cell_contents", "__code__",
-                       "__builtins__", "__subclasses__", "tb_frame", "f_back", "f_locals",
-                       "f_globals", "gi_frame", "cr_frame", "ag_frame", "__traceback__"}
+                       "__builtins__", "__subclasses__", "tb_frame", "tb_next", "f_back",
+                       "f_locals", "f_globals", "f_builtins", "f_code", "f_trace", "gi_frame",
+                       "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "ag_frame", "ag_code",
+                       "co_code", "co_consts", "__traceback__"}
+
+# The course's vocabulary: what an answer needs (arrays, torch, Triton, plots and
+# the standard library's maths, containers and clocks). An import from outside
+# it costs nothing; it is flagged so that a person sees what it is for, because
+# every known way to forge what the grader is told (a client of the check
+# socket, sys.modules edits, frames, threads, processes, memory) starts outside it.
+COURSE_LIBRARIES = {"numpy", "torch", "triton", "matplotlib", "ipywidgets", "math", "cmath",
+                    "fractions", "decimal", "numbers", "statistics", "random", "time",
+                    "functools", "itertools", "collections", "operator", "typing",
+                    "dataclasses", "enum", "abc", "copy", "warnings", "contextlib", "logging",
+                    "sys"}
+# sys is in the vocabulary for printing to stderr and the like; its other parts
+# reach the interpreter (sys.modules, hooks, frames, exceptions' tracebacks).
+SYS_HARMLESS = {"stdout", "stderr", "float_info", "int_info", "hash_info", "maxsize",
+                "version", "version_info", "byteorder", "platform", "getsizeof",
+                "getrecursionlimit", "setrecursionlimit", "float_repr_style"}
+# Parts of those libraries that load code, files or processes, or compile
+# Python where the scan cannot read it.
+LOADS_OR_COMPILES = ("torch.utils", "torch.jit", "torch.compile", "torch.hub", "torch.package",
+                     "torch.load", "torch.from_file", "torch.multiprocessing",
+                     "torch.distributed", "torch.profiler", "torch.fx", "torch.export",
+                     "torch.ops.load_library", "torch.classes", "torch.futures",
+                     "numpy.ctypeslib", "numpy.load", "numpy.memmap", "numpy.fromfile",
+                     "numpy.lib.format", "numpy.f2py", "numpy.distutils",
+                     "numpy.testing.extbuild", "typing.get_type_hints", "matplotlib.use",
+                     "matplotlib.pyplot.switch_backend")
+# Dunder attributes that only name, compare, convert or call (anything else,
+# __dict__, __mro__, __self__, __wrapped__, ..., reaches further).
+HARMLESS_DUNDERS = {"__init__", "__call__", "__name__", "__qualname__", "__doc__", "__class__",
+                    "__module__", "__version__", "__len__", "__getitem__", "__setitem__",
+                    "__contains__", "__iter__", "__next__", "__repr__", "__str__", "__format__",
+                    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__",
+                    "__bool__", "__float__", "__int__", "__index__", "__array__", "__add__",
+                    "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__matmul__",
+                    "__rmatmul__", "__truediv__", "__rtruediv__", "__floordiv__", "__mod__",
+                    "__pow__", "__neg__", "__pos__", "__abs__"}
+HARMLESS_DUNDER_NAMES = {"__name__", "__doc__", "__file__", "__class__"}
+# Builtins that look attributes up by a name given at run time when passed around.
+_ATTRIBUTE_BUILTINS = {"getattr", "setattr", "delattr"}
+_SYSTEM_PATHS = ("/proc", "/dev", "/sys")
 _SYS_MODULES_EDITS = {"pop", "popitem", "update", "setdefault", "clear", "__setitem__",
                       "__delitem__"}
 
@@ -176,13 +228,57 @@ def _magic_statement(line):
     return " ".join(words[i:])
 
 
-class _Scanner(ast.NodeVisitor):
-    """Collects one cell's flags (a set of sentences' endings)."""
+_MODULE_PATHS = {}
 
-    def __init__(self, aliases, found, depth):
+
+def _module_path(dotted):
+    """`dotted` with its module part named as the module names itself, following
+    the real modules of a course library: "torch.sys.modules" -> "sys.modules",
+    "np.random.seed" (np for numpy) -> "numpy.random.seed". Unchanged when its
+    head is not a course library or cannot be imported; a private or missing
+    part ends the walk."""
+    if dotted in _MODULE_PATHS:
+        return _MODULE_PATHS[dotted]
+    parts = dotted.split(".")
+    found = dotted
+    if parts[0] in COURSE_LIBRARIES:
+        with contextlib.suppress(Exception), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            value = importlib.import_module(parts[0])
+            for i, part in enumerate(parts[1:], start=1):
+                if part.startswith("_"):
+                    break
+                value = getattr(value, part)
+                if not isinstance(value, types.ModuleType):
+                    break
+                found = ".".join([value.__name__, *parts[i + 1:]])
+    _MODULE_PATHS[dotted] = found
+    return found
+
+
+def _is_dunder(name):
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _is_private(name):
+    return name.startswith("_") and not _is_dunder(name)
+
+
+class _Scanner(ast.NodeVisitor):
+    """Collects one cell's flags (a set of sentences' endings).
+
+    check_names: names the instructor's cells import from the grader's
+    package (check_token_mean, ...): calling them is fine, rebinding them or
+    reaching inside them is flagged.
+    """
+
+    def __init__(self, aliases, found, depth, check_names=frozenset()):
         self.aliases = aliases
         self.found = found
         self.depth = depth
+        self.check_names = check_names
+        self.own = []  # the first parameter of each enclosing function (self, cls)
+        self.callees = set()  # ids of Name nodes that are called directly
 
     def flag(self, what):
         self.found.append(what)
@@ -198,6 +294,31 @@ class _Scanner(ast.NodeVisitor):
     def is_module(self, node):
         dotted = _dotted(node)
         return bool(dotted) and dotted.split(".")[0] in self.aliases
+
+    def is_own(self, node):
+        """True for `self`/`cls` where it is the enclosing method's first parameter."""
+        return isinstance(node, ast.Name) and bool(self.own) and node.id == self.own[-1]
+
+    # functions: what `self` is
+    def visit_FunctionDef(self, node):
+        if node.name in self.check_names:
+            self.flag(f"defines {node.name}, the name of one of the grader's checks")
+        params = node.args.posonlyargs + node.args.args
+        self.own.append(params[0].arg if params else None)
+        self.generic_visit(node)
+        self.own.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node):
+        self.own.append(None)
+        self.generic_visit(node)
+        self.own.pop()
+
+    def visit_ClassDef(self, node):
+        if node.name in self.check_names:
+            self.flag(f"defines {node.name}, the name of one of the grader's checks")
+        self.generic_visit(node)
 
     # imports
     def imported(self, module):
@@ -215,6 +336,12 @@ class _Scanner(ast.NodeVisitor):
             self.flag(f"imports {module}, a private part of torch")
         elif _under(module, OUTSIDE_THE_CALL):
             self.flag(f"imports {module}, which runs code outside the graded call")
+        elif module.split(".")[0] not in COURSE_LIBRARIES:
+            self.flag(f"imports {module}, which is outside the course's libraries")
+        elif _under(module, LOADS_OR_COMPILES):
+            self.flag(f"imports {module}, which loads or compiles code the grader cannot read")
+        elif any(_is_private(part) for part in module.split(".")):
+            self.flag(f"imports {module}, a private part of {module.split('.')[0]}")
 
     def visit_Import(self, node):
         for alias in node.names:
@@ -232,6 +359,10 @@ class _Scanner(ast.NodeVisitor):
                     if not (_under(node.module, PRIVATE_TORCH)
                             or _under(node.module, OUTSIDE_THE_CALL)):
                         self.imported(full)
+                elif node.module.split(".")[0] in COURSE_LIBRARIES:
+                    self.used(full, node.module)
+        elif node.level:
+            self.flag("imports from a relative package, which is outside the course's libraries")
         self.generic_visit(node)
 
     # names, attributes, calls
@@ -244,6 +375,16 @@ class _Scanner(ast.NodeVisitor):
             self.flag(f"uses {node.id}(), which looks names up by string")
         elif node.id == "get_ipython":  # magics are read in visit_Call, not here
             self.flag("calls get_ipython(), which can run magics and shell commands")
+        elif node.id == "breakpoint":
+            self.flag("calls breakpoint(), which runs a debugger's commands")
+        elif node.id in _ATTRIBUTE_BUILTINS | {"open", "vars", "__import__"} \
+                and id(node) not in self.callees and isinstance(node.ctx, ast.Load):
+            self.flag(f"passes {node.id} around, so what it reaches is decided at run time")
+        elif _is_dunder(node.id) and isinstance(node.ctx, ast.Load) \
+                and node.id not in HARMLESS_DUNDER_NAMES | {"__import__"}:
+            self.flag(f"uses {node.id}, one of the interpreter's own names")
+        if node.id in self.check_names and isinstance(node.ctx, (ast.Store, ast.Del)):
+            self.flag(f"rebinds {node.id}, the name of one of the grader's checks")
         self.generic_visit(node)
 
     def used(self, resolved, parent_resolved):
@@ -252,7 +393,9 @@ class _Scanner(ast.NodeVisitor):
         if _under(resolved, PRIVATE_TORCH) and not (
                 parent_resolved and _under(parent_resolved, PRIVATE_TORCH)):
             self.flag(f"uses {resolved}, a private part of torch")
-        elif _under(resolved, INTERPRETER_HOOKS):
+        elif _under(resolved, INTERPRETER_HOOKS) or (
+                resolved.startswith("sys.") and resolved.split(".")[1] not in SYS_HARMLESS
+                and not (parent_resolved and parent_resolved.startswith("sys."))):
             self.flag(f"uses {resolved}, which reaches into the interpreter")
         elif _under(resolved, OUTSIDE_THE_CALL) and not (
                 parent_resolved and _under(parent_resolved, OUTSIDE_THE_CALL)):
@@ -260,16 +403,56 @@ class _Scanner(ast.NodeVisitor):
         elif _under(resolved, ["importlib"]) and not (
                 parent_resolved and _under(parent_resolved, ["importlib"])):
             self.flag(f"uses {resolved}, which can import modules by computed names")
+        elif _under(resolved, LOADS_OR_COMPILES) and not (
+                parent_resolved and _under(parent_resolved, LOADS_OR_COMPILES)):
+            self.flag(f"uses {resolved}, which loads or compiles code the grader cannot read")
+        elif _is_private(resolved.rsplit(".", 1)[-1]) and resolved.split(".")[0] in \
+                COURSE_LIBRARIES | {"sys", "os"} and not _under(resolved, PRIVATE_TORCH):
+            self.flag(f"uses {resolved}, a private part of {resolved.split('.')[0]}")
+        else:
+            self.reached(resolved, parent_resolved)
+
+    def reached(self, resolved, parent_resolved):
+        """Flag a course library's attribute that is another library's module
+        (torch.sys is sys): what it leads to is read as that module."""
+        head = resolved.split(".")[0]
+        if head not in COURSE_LIBRARIES:
+            return
+        real = _module_path(resolved)
+        if real == resolved or real.split(".")[0] in COURSE_LIBRARIES:
+            if real != resolved:
+                self.used(real, None)
+            return
+        parent_real = _module_path(parent_resolved) if parent_resolved else None
+        if parent_real is None or parent_real.split(".")[0] in COURSE_LIBRARIES:
+            self.flag(f"reaches {real.split('.')[0]} through {resolved}, which is outside "
+                      "the course's libraries")
+        self.used(real, parent_real)
+
+    def attribute_named(self, name, base, store=False):
+        """Flag reading (or with `store`, setting) attribute `name` of `base`."""
+        if name in INTERNAL_ATTRIBUTES:
+            self.flag(f"reads .{name}, which reaches into the interpreter's internals")
+        elif name == "__dict__" and self.is_module(base):
+            self.flag(f"reads {self.resolve(base)}.__dict__, a module's names by string")
+        elif _is_dunder(name) and store:
+            self.flag(f"sets .{name}, which changes how Python treats the object")
+        elif _is_dunder(name) and name not in HARMLESS_DUNDERS:
+            self.flag(f"reads .{name}, which reaches into the interpreter's internals")
+        elif _is_private(name) and not self.is_own(base) and not self.is_module(base) \
+                and not (isinstance(base, ast.Call) and isinstance(base.func, ast.Name)
+                         and base.func.id == "super"):
+            self.flag(f"reads .{name}, a private name of an object that is not its own")
+        if isinstance(base, ast.Name) and base.id in self.check_names:
+            self.flag(f"reaches inside {base.id}, one of the grader's checks")
 
     def visit_Attribute(self, node):
         resolved = self.resolve(node)
-        if node.attr in INTERNAL_ATTRIBUTES:
-            self.flag(f"reads .{node.attr}, which reaches into the interpreter's internals")
-        elif node.attr == "__dict__" and self.is_module(node.value):
-            self.flag(f"reads {self.resolve(node.value)}.__dict__, a module's names by string")
+        store = isinstance(node.ctx, (ast.Store, ast.Del))
+        self.attribute_named(node.attr, node.value, store=store)
         if resolved and isinstance(node.ctx, ast.Load):
             self.used(resolved, self.resolve(node.value))
-        if isinstance(node.ctx, (ast.Store, ast.Del)) and self.is_module(node.value):
+        if store and self.is_module(node.value):
             self.flag(f"replaces {resolved}, an attribute of an imported module")
         self.generic_visit(node)
 
@@ -287,22 +470,33 @@ class _Scanner(ast.NodeVisitor):
         resolved = self.resolve(func)
         if self.magic(node):
             return
+        if name is not None:
+            self.callees.add(id(func))
         if name in ("getattr", "setattr", "delattr", "hasattr") and len(node.args) >= 2:
             target = node.args[0]
-            if not _constant_string(node.args[1]) and not (
-                    isinstance(target, ast.Name) and target.id in ("self", "cls")):
-                self.flag(f"calls {name} with a computed attribute name")
-            elif name == "getattr" and self.resolve(node):
-                # getattr(torch, "_C") reaches what torch._C does
-                self.used(self.resolve(node), self.resolve(target))
+            if not _constant_string(node.args[1]):
+                if not self.is_own(target):
+                    self.flag(f"calls {name} with a computed attribute name")
+            else:
+                self.attribute_named(node.args[1].value, target,
+                                     store=name in ("setattr", "delattr"))
+                if name == "getattr" and self.resolve(node):
+                    # getattr(torch, "_C") reaches what torch._C does
+                    self.used(self.resolve(node), self.resolve(target))
         if isinstance(func, ast.Attribute) and func.attr in ("__getattribute__", "__getattr__") \
                 and node.args and not _constant_string(node.args[0]):
             self.flag(f"calls {func.attr} with a computed attribute name")
         # attrgetter's arguments are all attribute names; methodcaller's first one only
         names = node.args if resolved == "operator.attrgetter" else node.args[:1]
-        if resolved in ("operator.attrgetter", "operator.methodcaller") and node.args \
-                and not all(_constant_string(a) for a in names):
-            self.flag(f"calls {resolved} with a computed attribute name")
+        if resolved in ("operator.attrgetter", "operator.methodcaller") and node.args:
+            if not all(_constant_string(a) for a in names):
+                self.flag(f"calls {resolved} with a computed attribute name")
+            else:
+                for attribute in (p for a in names for p in a.value.split(".")):
+                    self.attribute_named(attribute, None)
+        if name == "open" and not (node.args and _constant_string(node.args[0])
+                                   and not node.args[0].value.startswith(_SYSTEM_PATHS)):
+            self.flag("opens a file named at run time or a system file")
         if name == "__import__" or resolved in ("importlib.import_module",):
             if node.args and _constant_string(node.args[0]):
                 self.imported(node.args[0].value)
@@ -362,7 +556,8 @@ class _Scanner(ast.NodeVisitor):
         if tree is None:
             self.flag(f"holds code in {where} that could not be read")
             return
-        scanner = _Scanner({**self.aliases, **_aliases(tree)}, inner, self.depth + 1)
+        scanner = _Scanner({**self.aliases, **_aliases(tree)}, inner, self.depth + 1,
+                           self.check_names)
         scanner.visit(tree)
         self.found.extend(f"{what} (inside {where})" for what in inner)
 
@@ -386,9 +581,17 @@ def static_flags(student_code, *, context_code=()):
     <n>", counted from 1 among them, with their first line) or (label, source)
     pairs (named "Cell <label>", e.g. a grade_id).
     context_code: the instructor's cells, whose imports the student's cells
-    may use. A flag never costs points; it asks a person to look.
+    may use, and whose names from the grader's package (the checks) the
+    student's cells may call but not rebind. A flag never costs points; it
+    asks a person to look.
     """
-    aliases = {}
+    aliases, check_names = {}, set()
+    for code in list(context_code):
+        tree = _parse(code)
+        if tree is not None:
+            found = _aliases(tree)
+            check_names.update(name for name, module in found.items()
+                               if _under(module, ["normref"]))
     for code in list(context_code) + [c for _, c in _sources(student_code)]:
         tree = _parse(code)
         if tree is not None:
@@ -399,7 +602,7 @@ def static_flags(student_code, *, context_code=()):
         if tree is None:
             continue
         found = []
-        _Scanner(aliases, found, 0).visit(tree)
+        _Scanner(aliases, found, 0, frozenset(check_names)).visit(tree)
         seen = set()
         for what in found:
             if what not in seen:

@@ -443,6 +443,13 @@ def _probe_all(subject, cases, probe, recording=None):
     return outputs, errors
 
 
+def _note_subject(recording, subject):
+    """Note the subject's torch classes while recording: looking at the subject
+    calls its own code (modules()), which counts like any other call."""
+    with recording.watching():
+        recording.note_subject(subject)
+
+
 def _ask_grader(header, arrays=None):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(os.environ[SOCKET_ENV])
@@ -462,7 +469,7 @@ def run_check(name, subject, probe):
         cases = _wire.unflatten_cases(reply["labels"], arrays)
         recording = _Recording() if reply.get("record") is True else None
         if recording is not None:
-            recording.note_subject(subject)
+            _note_subject(recording, subject)
         outputs, errors = _probe_all(subject, cases, probe, recording)
         header = {"op": "judge", "check": name, "errors": errors,
                   "executed": recording.executed()[:MAX_EXECUTED] if recording else [],
@@ -473,7 +480,7 @@ def run_check(name, subject, probe):
 
         cases = _registry.make_cases(name)
         recording = _Recording()
-        recording.note_subject(subject)
+        _note_subject(recording, subject)
         outputs, errors = _probe_all(subject, cases, probe, recording)
         last_executed = frozenset(recording.names)
         last_recorder_intact = recording.intact
@@ -485,6 +492,7 @@ def run_check(name, subject, probe):
 
 _ORIGINALS = {name: globals()[name] for name in (
     "run_check", "_probe_all", "_probe_one", "to_array", "_ask_grader", "_Recording",
+    "_note_subject",
     "_load_torch", "_function_name", "_torch_classes", "_TorchImportWatcher")}
 _ORIGINAL_CODE = {name: getattr(value, "__code__", None) for name, value in _ORIGINALS.items()}
 _ORIGINAL_METHODS = {name: getattr(_Recording, name) for name in (

@@ -12,16 +12,20 @@ def _call_on_x(fn, case):
 
 
 # Where numpy and the standard library compute a variance: np.var, np.std and
-# the ndarray methods all end in numpy's _methods._var; nanvar, nanstd, cov and
-# the statistics module have their own. token_var must compute it itself.
+# the ndarray methods all end in numpy's _methods._var; nanvar, nanstd, cov,
+# masked arrays (np.ma.var, np.ma.std) and the statistics module have their
+# own. token_var must compute it itself.
 _LIBRARY_VARIANCE = {"_methods": ("_var", "_std"),
                      "nanfunctions": ("nanvar", "nanstd"),
                      "function_base": ("cov", "corrcoef"),
                      "statistics": ("pvariance", "pstdev", "variance", "stdev")}
+_MASKED_ARRAYS = "numpy/ma/core.py"
 
 
 def _is_library_variance(code):
     module = code.co_filename.rsplit("/", 1)[-1]
+    if code.co_filename.endswith(_MASKED_ARRAYS) and code.co_name in ("var", "std"):
+        return True
     return any(part in module and code.co_name in names
                for part, names in _LIBRARY_VARIANCE.items())
 

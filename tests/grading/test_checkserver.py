@@ -71,15 +71,13 @@ def test_a_right_answer_passes_and_is_logged_against_the_running_cell(fake_check
         server.current_cell = "c1"
         reply, cases = _ask(server.path, {"op": "cases", "check": "double"})
         assert reply == {"labels": ["small", "large"], "record": False}
-        expected = _double_cases(np.random.default_rng(5))
         assert sorted(cases) == ["0/x", "1/x"]
-        np.testing.assert_array_equal(cases["0/x"], expected[0][1]["x"])
         reply, extra = _ask(server.path, {"op": "judge", "check": "double"}, _answers(cases))
     assert reply == {"passed": True, "message": "double: passed"} and extra == {}
     assert server.verdicts == [Verdict("c1", "double", True,
                                        "double: all 2 cases passed (small, large)")]
     assert server.refusals == []
-    assert CALLS["cases"] == 2  # once for the server (cached for the verdict), once here
+    assert CALLS["cases"] == 1  # made once, kept for the verdict
 
 
 def test_a_wrong_answer_fails_and_the_kernel_learns_only_the_case(fake_checks, sock_dir):
@@ -136,11 +134,10 @@ def test_nothing_is_served_between_cells(fake_checks, sock_dir):
 def test_each_call_of_a_check_is_served_once_and_no_more(fake_checks, sock_dir):
     with _serve(sock_dir, cell_checks={"c1": ("double", "double")}) as server:
         server.current_cell = "c1"
-        for _ in range(2):
-            _, cases = _ask(server.path, {"op": "cases", "check": "double"})
+        served = [_ask(server.path, {"op": "cases", "check": "double"})[1] for _ in range(2)]
         reply, _ = _ask(server.path, {"op": "cases", "check": "double"})
         assert reply["passed"] is False and reply["refused"] is True
-        for _ in range(2):
+        for cases in served:
             ok, _ = _ask(server.path, {"op": "judge", "check": "double"}, _answers(cases))
             assert ok["passed"] is True
         reply, _ = _ask(server.path, {"op": "judge", "check": "double"}, _answers(cases))
@@ -198,14 +195,35 @@ def test_a_client_that_hangs_up_does_not_stop_the_server(fake_checks, sock_dir):
     assert reply["labels"] == ["small", "large"]
 
 
+def _inputs(sock_dir, served, **kwargs):
+    """[(cell, first input)] of every (cell, check) request in `served`, in order."""
+    inputs = []
+    with _serve(sock_dir, **kwargs) as server:
+        for cell, check in served:
+            server.current_cell = cell
+            _, cases = _ask(server.path, {"op": "cases", "check": check})
+            inputs.append((cell, tuple(cases["0/x"])))
+    return inputs
+
+
+def test_every_call_of_a_check_gets_inputs_of_its_own(fake_checks, sock_dir):
+    # answers worked out from one call's inputs, outside any recording, are of no
+    # use for the next call: a replay must fail
+    served = [("c1", "double"), ("c1", "double"), ("c2", "double")]
+    cells = {"c1": ("double", "double"), "c2": ("double",)}
+    first = _inputs(sock_dir, served, cell_checks=cells, seed=5)
+    assert len({x for _, x in first}) == 3
+    assert _inputs(sock_dir, served, cell_checks=cells, seed=5) == first  # reproducible
+    other = _inputs(sock_dir, served, cell_checks=cells, seed=6)
+    assert not {x for _, x in other} & {x for _, x in first}
+
+
 def test_the_default_seed_is_zero_and_the_thread_never_holds_the_grader(fake_checks,
                                                                        sock_dir):
     with _serve(sock_dir) as server:
-        server.current_cell = "c1"
-        _, cases = _ask(server.path, {"op": "cases", "check": "double"})
         assert server._thread.daemon is True
-    np.testing.assert_array_equal(cases["0/x"],
-                                  _double_cases(np.random.default_rng(0))[0][1]["x"])
+    assert _inputs(sock_dir, [("c1", "double")]) == _inputs(sock_dir, [("c1", "double")],
+                                                            seed=0)
 
 
 def test_the_server_stops_serving_when_closed(fake_checks, sock_dir):
@@ -283,3 +301,18 @@ def test_a_verdict_and_a_refusal_hold_what_they_were_given():
     verdict = Verdict("c", "k", True, "m")
     assert verdict.executed == () and verdict.recorder_intact is True
     assert Refusal("c", "k", "cases", "w").why == "w"
+
+
+def test_a_cell_is_served_only_its_own_checks_not_another_cells(fake_checks, sock_dir):
+    with _serve(sock_dir, cell_checks={"c1": ("double",), "c2": ("other",)}) as server:
+        server.current_cell = "c1"
+        stolen, _ = _ask(server.path, {"op": "cases", "check": "other"})
+        own, _ = _ask(server.path, {"op": "cases", "check": "double"})
+        server.current_cell = "c2"
+        late, _ = _ask(server.path, {"op": "cases", "check": "double"})
+        mine, _ = _ask(server.path, {"op": "cases", "check": "other"})
+    assert stolen["refused"] is True and late["refused"] is True
+    assert own["labels"] == mine["labels"] == ["small", "large"]
+    assert [(r.cell, r.why) for r in server.refusals] == [
+        ("c1", "the running cell c1 does not call other"),
+        ("c2", "the running cell c2 does not call double")]

@@ -149,6 +149,25 @@ def test_a_subclass_of_layer_norm_is_recorded_even_before_it_runs():
         "torch.nn.modules.normalization.LayerNorm"]
 
 
+class NormThatLooksAround:
+    """A layer_norm object whose modules(), which the recorder calls to look at
+    the subject, runs torch's layer norm before the graded call starts."""
+
+    def modules(self):
+        torch.nn.functional.layer_norm(torch.ones(1, 4), (4,))
+        return []
+
+    def __call__(self, x, gamma, beta, eps=1e-5):
+        x = np.asarray(x, dtype=float)
+        mu = x.mean(axis=-1, keepdims=True)
+        return gamma * (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) + beta
+
+
+def test_what_the_subject_runs_while_it_is_looked_at_is_recorded_too():
+    assert _forbidden_run(LN_CELL, check_layer_norm_batches, NormThatLooksAround()) == [
+        "aten::native_layer_norm", "torch.nn.functional.layer_norm"]
+
+
 # --- unit 04: the autograd engine in a backward exercise -----------------------------------
 
 

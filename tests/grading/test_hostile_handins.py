@@ -206,9 +206,138 @@ def layer_norm(x, gamma, beta, eps=1e-5):
 '''
 
 
+# Forged reports. What the student's code executed is reported by the student's
+# own process, so each of these does the forbidden work and lies about it, by
+# another route. Every route starts outside the course's vocabulary: each must be
+# flagged for a person (FORGERY_FLAGS), or earn nothing for the forbidden work.
+_TORCH_LAYER_NORM = """
+    t = torch.as_tensor(np.asarray(x, dtype=float))
+    return torch.nn.functional.layer_norm(
+        t, t.shape[-1:], torch.as_tensor(gamma, dtype=t.dtype),
+        torch.as_tensor(beta, dtype=t.dtype), eps).numpy()
+"""
+
+_FORGED_CLIENT = """
+import os, socket, sys
+import torch
+_wire = sys.modules["normref.checks._wire"]
+_probes = sys.modules["normref.checks.recipe_probes"]
+
+def _ask(header, arrays=None):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(os.environ["NORMREF_GRADER_SOCKET"])
+        _wire.send(s, header, arrays)
+        return _wire.receive(s)
+
+def _forged_run_check(name, subject, probe):
+    reply, arrays = _ask({"op": "cases", "check": name})
+    outputs = {}
+    for i, (_, case) in enumerate(_wire.unflatten_cases(reply["labels"], arrays)):
+        for key, value in probe(subject, case).items():
+            outputs[f"{i}/{key}"] = np.asarray(value)
+    verdict, _ = _ask({"op": "judge", "check": name, "errors": {}, "executed": [],
+                       "recorder_intact": True}, outputs)
+    print(verdict["message"])
+
+_probes.run_check = _forged_run_check
+
+def layer_norm(x, gamma, beta, eps=1e-5):
+""" + _TORCH_LAYER_NORM
+
+_SCRUBBED_RECORDING = """
+import gc
+import torch
+
+def layer_norm(x, gamma, beta, eps=1e-5):
+    y = _torch_layer_norm(x, gamma, beta, eps)
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "_Recording":
+            obj.names.clear()
+    return y
+
+def _torch_layer_norm(x, gamma, beta, eps):
+""" + _TORCH_LAYER_NORM
+
+_MODES_SWITCHED_OFF = """
+import torch
+
+def layer_norm(x, gamma, beta, eps=1e-5):
+    with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+        return _torch_layer_norm(x, gamma, beta, eps)
+
+def _torch_layer_norm(x, gamma, beta, eps):
+""" + _TORCH_LAYER_NORM
+
+_PROFILE_SET_ASIDE = """
+import sys
+
+def token_var(x):
+    hook = sys.getprofile()
+    sys.setprofile(None)
+    try:
+        return np.var(np.asarray(x, dtype=float), axis=-1)
+    finally:
+        sys.setprofile(hook)
+"""
+
+_THREAD_WITHOUT_PROFILE = """
+import threading
+import torch
+
+def layer_norm(x, gamma, beta, eps=1e-5):
+    threading.setprofile(None)
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault(
+        "y", _torch_layer_norm(x, gamma, beta, eps)))
+    worker.start()
+    worker.join()
+    return out["y"]
+
+def _torch_layer_norm(x, gamma, beta, eps):
+""" + _TORCH_LAYER_NORM
+
+_MASKED_VARIANCE = """
+def token_var(x):
+    return np.asarray(np.ma.var(np.asarray(x, dtype=float), axis=-1))
+"""
+
+_RMS_NORM_OF_CENTRED = """
+import torch
+
+def layer_norm(x, gamma, beta, eps=1e-5):
+    t = torch.as_tensor(np.asarray(x, dtype=float))
+    centred = t - t.mean(dim=-1, keepdim=True)
+    y = torch.nn.functional.rms_norm(centred, t.shape[-1:], eps=eps)
+    return (y * torch.as_tensor(gamma, dtype=t.dtype)
+            + torch.as_tensor(beta, dtype=t.dtype)).numpy()
+"""
+
+# What a person is shown for each forged report: a part of one of its flags.
+FORGERY_FLAGS = {
+    "forged_client": ["imports socket", "uses sys.modules"],
+    "scrubbed_recording": ["imports gc"],
+    "modes_switched_off": ["uses torch._C"],
+    "profile_set_aside": ["uses sys.setprofile"],
+    "thread_without_profile": ["imports threading"],
+}
+
+
 def hostile_handins(course):
     """{student: (hand-in spec, {grade_id: points expected})}."""
     return {
+        "forged_client": (dict(cells={"layer_norm_answer": _FORGED_CLIENT}), points()),
+        "scrubbed_recording": (dict(cells={"layer_norm_answer": _SCRUBBED_RECORDING}),
+                               points()),
+        "modes_switched_off": (dict(cells={"layer_norm_answer": _MODES_SWITCHED_OFF}),
+                               points()),
+        "profile_set_aside": (dict(cells={"token_var_answer": _PROFILE_SET_ASIDE}), points()),
+        "thread_without_profile": (dict(cells={"layer_norm_answer": _THREAD_WITHOUT_PROFILE}),
+                                   points()),
+        # Library routes the rules name: refused, so they earn nothing.
+        "masked_variance": (dict(cells={"token_var_answer": _MASKED_VARIANCE}),
+                            points(token_var_correct=0)),
+        "rms_norm_of_centred": (dict(cells={"layer_norm_answer": _RMS_NORM_OF_CENTRED}),
+                                points(ln_single_token=0, ln_handles_batches=0)),
         "oracle_asker": (dict(cells={"scratch_answer": _ORACLE}), points()),
         # Its visible test calls layer_norm first, which spends the cell's one
         # request for layer_norm_token on a made-up answer: only it loses.
@@ -453,9 +582,11 @@ def _run_text(course, student):
     nb = nbformat.read(course.autograded / student / ASSIGNMENT / NOTEBOOK, as_version=4)
     texts = []
     for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            texts.append(out.get("text", "") or "")
-            texts.append(f"{out.get('ename', '')}: {out.get('evalue', '')}")
+        outputs = cell.get("outputs", [])
+        # one print may arrive in several stream messages: a cell's streams read whole
+        texts.append("".join(out.get("text", "") or "" for out in outputs))
+        texts += [f"{out['ename']}: {out.get('evalue', '')}" for out in outputs
+                  if out.get("ename")]
     return "\n".join(texts)
 
 
@@ -494,6 +625,14 @@ def test_each_hostile_cell_gets_exactly_its_points(graded, student):
     assert results[student]["status"] == "graded"
     assert results[student]["score"] == sum(expected.values())
     assert results[student]["max_score"] == sum(GRADE_CELLS.values())
+
+
+@pytest.mark.parametrize("student", sorted(FORGERY_FLAGS))
+def test_a_forged_report_is_shown_to_a_person(graded, student):
+    _, results, _ = graded
+    flags = " ".join(results[student]["flags"])
+    for part in FORGERY_FLAGS[student]:
+        assert part in flags, _explain(results[student])
 
 
 def test_patched_comparisons_do_not_pass_wrong_answers(graded):

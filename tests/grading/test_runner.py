@@ -29,7 +29,7 @@ import pytest
 import zmq
 from nbclient.exceptions import CellExecutionError, DeadKernelError
 
-from autograder.grading import runner, sandbox
+from autograder.grading import checkserver, runner, sandbox
 from autograder.grading.runner import RunSettings, _GradingClient, _short_error, _shortened
 from normref.checks import _registry, _wire
 
@@ -860,7 +860,8 @@ def test_a_notebook_runs_in_the_sandbox_with_checks_budget_and_phases(tmp_path):
     held = json.loads(held.split(" ", 1)[1])
     assert len(held) > 3 and not any(fd in held for fd in theirs), (held, theirs)
     assert not any("execution" in c.metadata for c in cells)  # no timing metadata
-    expected_labels, expected_arrays = _wire.flatten_cases(_registry.make_cases(CHECK, seed=7))
+    expected_labels, expected_arrays = _wire.flatten_cases(_registry.make_cases(
+        CHECK, seed=checkserver.case_seed(7, cell="test_f", check=CHECK, call=0)))
     _, seed0_arrays = _wire.flatten_cases(_registry.make_cases(CHECK, seed=0))
     assert _digest(expected_arrays) != _digest(seed0_arrays)
     lines = _texts(cells[3]).splitlines()

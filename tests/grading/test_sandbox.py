@@ -212,10 +212,13 @@ def run(tmp_path_factory):
         del os.environ[GRADER_SECRET]
     found = {}
     for cell in result.notebook.cells:
-        for out in cell.get("outputs", []):
-            for line in out.get("text", "").splitlines():
-                if line.startswith("PROBE "):
-                    found.update(json.loads(line[len("PROBE "):]))
+        # one print may arrive in several stream messages ("PROBE", " {...}\n") when
+        # the kernel flushes between its writes: read the cell's stdout whole
+        stdout = "".join(out.get("text", "") for out in cell.get("outputs", [])
+                         if out.get("name") == "stdout")
+        for line in stdout.splitlines():
+            if line.startswith("PROBE "):
+                found.update(json.loads(line[len("PROBE "):]))
     yield {"result": result, "found": found, "course": course, "work": work}
     if sandbox.grader_is_root():
         shutil.rmtree(course)

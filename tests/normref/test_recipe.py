@@ -223,6 +223,8 @@ def test_batch_check_catches_a_shortcut_variance():
                        ).reshape(x.shape[:-1]),
     lambda x: np.array([statistics.pvariance(row) for row in np.reshape(x, (-1, x.shape[-1]))]
                        ).reshape(x.shape[:-1]),
+    lambda x: np.asarray(np.ma.var(x, axis=-1)),
+    lambda x: np.asarray(np.ma.masked_invalid(x).std(axis=-1)) ** 2,
 ])
 def test_variance_check_refuses_a_library_variance(library):
     with pytest.raises(CheckFailed, match="library variance"):
