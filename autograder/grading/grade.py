@@ -29,7 +29,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.grading import forbidden, sandbox
+from autograder.grading import forbidden, inert, sandbox
 from autograder.grading.merge import merge_handin
 from autograder.grading.runner import RunSettings, run_notebook
 
@@ -675,7 +675,7 @@ def _grade_notebook(result, *, task, notebook, source_nb, release_nb, handin_nb)
         result["phases"][phase] = round(result["phases"].get(phase, 0.0) + seconds, 3)
     result["phases"]["score"] = round(result["phases"].get("score", 0.0)
                                       + time.monotonic() - scoring, 3)
-    return nbformat.writes(run.notebook)
+    return nbformat.writes(inert.inert_graded_notebook(run.notebook))
 
 
 def result_state(result_path, handin_sha, against=None):

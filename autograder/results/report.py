@@ -15,13 +15,11 @@ import json
 import re
 from pathlib import Path
 
-import bleach  # nbconvert's own HTML sanitizer; it and bs4 are installed with nbconvert
 import nbformat
-from bleach.css_sanitizer import CSSSanitizer
-from bs4 import BeautifulSoup
 from nbconvert import HTMLExporter
 
 from autograder.grading.grade import IN_KERNEL
+from autograder.grading.inert import SHOWN_MIMETYPES, sanitize_html
 from autograder.results import summary
 from autograder.results.gradebook import (
     record_lateness,
@@ -77,44 +75,6 @@ def gradescope_results(result):
 # forms or <base>; styles only from the page itself, images and fonts only as data: URLs.
 CONTENT_SECURITY_POLICY = summary.CONTENT_SECURITY_POLICY  # one policy for every page
 
-# Output mimetypes the page shows (HTML, markdown and SVG sanitized or inert); every other
-# one (application/javascript, widget views, mermaid, ...) is dropped before rendering.
-SHOWN_MIMETYPES = {"text/plain", "text/html", "text/markdown", "text/latex", "image/png",
-                   "image/jpeg", "image/svg+xml"}
-
-# What survives of the rendered notebook (student markdown and outputs, and nbconvert's
-# own markup around them). No script, style, frame, object, form, meta, link or svg.
-SAFE_TAGS = {
-    "a", "abbr", "b", "blockquote", "br", "caption", "cite", "code", "col", "colgroup", "dd",
-    "del", "details", "dfn", "div", "dl", "dt", "em", "figcaption", "figure", "h1", "h2", "h3",
-    "h4", "h5", "h6", "hr", "i", "img", "ins", "kbd", "li", "main", "mark", "ol", "p", "pre",
-    "q", "s", "samp", "small", "span", "strike", "strong", "sub", "summary", "sup", "table",
-    "tbody", "td", "tfoot", "th", "thead", "tr", "u", "ul", "var", "wbr",
-} | {  # MathML, as latex2mathml writes the lessons' maths (no scripts, no links)
-    "math", "mi", "mn", "mo", "ms", "mtext", "mspace", "mrow", "mfrac", "msqrt", "mroot",
-    "mstyle", "merror", "mpadded", "mphantom", "menclose", "msub", "msup", "msubsup",
-    "munder", "mover", "munderover", "mtable", "mtr", "mtd", "semantics", "annotation",
-}
-MATHML_ATTRIBUTES = {"display", "mathvariant", "stretchy", "fence", "separator", "accent",
-                     "accentunder", "lspace", "rspace", "displaystyle", "scriptlevel",
-                     "columnalign", "rowspacing", "columnspacing", "linethickness",
-                     "minsize", "maxsize", "movablelimits", "symmetric", "notation",
-                     "largeop", "form", "width", "depth", "height", "xmlns", "encoding"}
-MATH_TAGS = {"math", "mi", "mn", "mo", "ms", "mtext", "mspace", "mrow", "mfrac", "msqrt",
-             "mroot", "mstyle", "merror", "mpadded", "mphantom", "menclose", "msub", "msup",
-             "msubsup", "munder", "mover", "munderover", "mtable", "mtr", "mtd", "semantics",
-             "annotation"}
-# Contents dropped along with the tag (stripping the tag alone would print them as text).
-DROPPED_WITH_CONTENT = ["script", "style", "template", "noscript", "noembed", "noframes",
-                        "iframe", "object", "textarea", "title", "xmp", "head"]
-# Colours and emphasis only (ANSI colours in tracebacks come as inline styles): nothing
-# that places, sizes or layers an element.
-SAFE_CSS_PROPERTIES = ["color", "background-color", "font-weight", "font-style",
-                       "text-decoration", "text-align"]
-_DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp|svg\+xml);base64,[A-Za-z0-9+/=\s]*",
-                         re.IGNORECASE)
-_NUMBER = re.compile(r"\d{1,5}(\.\d{1,3})?(px|%)?")
-_MATH_VALUE = re.compile(r"[A-Za-z0-9 .%#:/_-]{0,80}")
 # $$display$$ and $inline$ maths in markdown, as Jupyter reads it (\$ is a dollar sign).
 _DISPLAY_MATH = re.compile(r"(?<!\\)\$\$(.+?)(?<!\\)\$\$", re.DOTALL)
 _INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\$)(.+?)(?<![\\$])\$")
@@ -123,45 +83,6 @@ MAX_MATHS = 200  # formulas drawn per page; the rest stay as their source (MathM
 MAX_MATHS_CELL_CHARS = 50_000  # a longer markdown cell keeps its maths as source
 _HIDDEN_TESTS = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[ \t]*$",
                            re.DOTALL | re.MULTILINE)
-
-
-def _safe_attribute(tag, name, value):
-    """bleach's attribute filter: a short allow-list, links and images checked by value."""
-    value = value.strip()
-    if tag in MATH_TAGS and name in MATHML_ATTRIBUTES:
-        return _MATH_VALUE.fullmatch(value) is not None
-    if name in ("class", "id", "title", "style"):  # style: bleach's CSS sanitizer filters it
-        return True
-    if tag == "a" and name == "href":
-        squashed = re.sub(r"[`\x00-\x20\x7f-\xa0\s]+", "", value).lower()
-        return squashed.startswith(("http://", "https://", "mailto:", "#"))
-    if tag == "img" and name == "src":
-        return _DATA_IMAGE.fullmatch(value) is not None
-    if tag == "img" and name == "alt":
-        return True
-    if tag in ("img", "col") and name in ("width", "height"):
-        return _NUMBER.fullmatch(value) is not None
-    if tag in ("td", "th") and name in ("colspan", "rowspan"):
-        return value.isdigit()
-    if tag == "ol" and name == "start":
-        return value.isdigit()
-    if tag in ("td", "th", "tr", "col") and name == "align":
-        return value.lower() in ("left", "right", "center")
-    if tag == "details" and name == "open":
-        return True
-    return False
-
-
-def _sanitize_html(fragment):
-    """Student-controlled HTML made inert with bleach (what nbconvert sanitizes with too)."""
-    soup = BeautifulSoup(fragment, "html.parser")
-    for element in soup.find_all(DROPPED_WITH_CONTENT):
-        element.decompose()
-    cleaner = bleach.Cleaner(
-        tags=SAFE_TAGS, attributes=_safe_attribute,
-        protocols={"http", "https", "mailto", "data"}, strip=True, strip_comments=True,
-        css_sanitizer=CSSSanitizer(allowed_css_properties=SAFE_CSS_PROPERTIES))
-    return cleaner.clean(str(soup))
 
 
 def _mathml(latex, *, display):
@@ -275,7 +196,7 @@ def _render_notebook(nb, *, show_hidden_tests=False):
     start, end = body.find("<main>"), body.rfind("</main>")
     if start >= 0 and end > start:
         body = body[start + len("<main>"):end]
-    return styles, _sanitize_html(body)
+    return styles, sanitize_html(body)
 
 
 def _summary_html(result):

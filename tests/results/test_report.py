@@ -19,6 +19,7 @@ from latex2mathml.converter import convert
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from autograder.course import Course
+from autograder.grading import inert
 from autograder.grading.grade import IN_KERNEL
 from autograder.results import report
 from autograder.results.report import _inert_notebook
@@ -215,8 +216,8 @@ def test_safe_attribute_keeps_what_pages_need_and_drops_the_rest():
     """The page keeps links to the web, data: images, table spans and MathML's
     attributes, and drops event handlers, javascript: links and remote images (a
     filter that lets one through runs a student's script in the TA's browser)."""
-    assert [c for c in KEPT if not report._safe_attribute(*c)] == []
-    assert [c for c in DROPPED if report._safe_attribute(*c)] == []
+    assert [c for c in KEPT if not inert.safe_attribute(*c)] == []
+    assert [c for c in DROPPED if inert.safe_attribute(*c)] == []
 
 
 # -- the sanitizer -----------------------------------------------------------------------------
@@ -227,7 +228,7 @@ def test_safe_attribute_keeps_what_pages_need_and_drops_the_rest():
 def test_sanitizer_drops_dangerous_tags_with_their_contents(tag):
     """A script or style sheet is dropped whole: stripping only the tag would print
     its code as text on the page."""
-    cleaned = report._sanitize_html(f"<p>before</p><{tag}>SECRET code</{tag}><p>after</p>")
+    cleaned = inert.sanitize_html(f"<p>before</p><{tag}>SECRET code</{tag}><p>after</p>")
     assert "SECRET" not in cleaned
     assert "before" in cleaned and "after" in cleaned
 
@@ -245,7 +246,7 @@ def test_sanitizer_keeps_tables_links_images_and_colours_and_strips_the_rest():
         "<span style='color: red; display: none; position: fixed; font-weight: bold'>"
         "Error</span><blink>blinking</blink><!-- a secret comment -->"
         "<math><mi mathvariant='bold'>x</mi></math>")
-    cleaned = report._sanitize_html(fragment)
+    cleaned = inert.sanitize_html(fragment)
     soup = BeautifulSoup(cleaned, "html.parser")
     assert soup.find("th")["colspan"] == "2" and soup.find("td").text == "0.5"
     assert [a["href"] for a in soup.find_all("a")] == [
@@ -276,7 +277,7 @@ def test_sanitizer_parses_with_html_parser_whatever_else_is_installed(monkeypatc
     monkeypatch.setattr(builder_registry, "builders_for_feature", defaultdict(
         list, {k: list(v) for k, v in builder_registry.builders_for_feature.items()}))
     builder_registry.register(_PreferredParser)
-    assert report._sanitize_html("<p>kept</p><script>SECRET</script>") == "<p>kept</p>"
+    assert inert.sanitize_html("<p>kept</p><script>SECRET</script>") == "<p>kept</p>"
 
 
 # -- maths -------------------------------------------------------------------------------------
