@@ -166,8 +166,19 @@ class _GradingClient(NotebookClient):
                               "other_cells": 0.0}
 
     def _over_budget(self, msg):
-        """Count `msg` against the budget; True once the budget is spent."""
-        self.output_chars += len(json.dumps(msg.get("content", {}), default=str))
+        """Count `msg` against the budget; True once the budget is spent.
+
+        A display with a display_id already shown rewrites every output shown
+        under that id (nbclient copies it into each), so it counts once per copy:
+        the budget is what the page will show, not what was sent."""
+        content = msg.get("content", {})
+        copies = 1
+        display_id = (content.get("transient") or {}).get("display_id") \
+            if isinstance(content, dict) else None
+        if display_id in self._display_id_map:
+            copies = sum(len(outputs) for outputs in self._display_id_map[display_id].values())
+            copies = max(copies, 1) + (msg.get("msg_type") == "display_data")
+        self.output_chars += copies * len(json.dumps(content, default=str))
         return self.output_chars > self.settings.max_output_chars
 
     def _note_cap(self, outs):

@@ -346,6 +346,26 @@ def test_the_budget_counts_every_message_s_content():
     assert client.output_capped
 
 
+def test_an_update_of_a_display_shown_many_times_counts_once_per_copy():
+    """200 outputs under one display_id, then one update: nbclient writes the update
+    into all 200, so the page grows by 200 copies and the budget counts them (each
+    repeated display rewrites the copies before it, and counts them too)."""
+    cell = _cell("display")
+    client = _client(_notebook(cell), max_output_chars=3_000_000)
+    shown = _msg("display_data", {"data": {"text/plain": "s"}, "metadata": {},
+                                  "transient": {"display_id": "d"}})
+    for _ in range(200):
+        client.process_message(shown, cell, 0)
+    assert len(cell.outputs) == 200
+    before = client.output_chars
+    update = _msg("update_display_data", {"data": {"text/plain": "x" * 10_000},
+                                          "metadata": {}, "transient": {"display_id": "d"}})
+    assert client.process_message(update, cell, 0) is None
+    assert client.output_chars - before == 200 * _size(update)
+    assert client.output_capped  # the 2 MB it would show is past what was left
+    assert all(out.data["text/plain"] == "s" for out in cell.outputs[:200])
+
+
 # --- a cell past its time -----------------------------------------------------------------
 
 
