@@ -29,7 +29,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.grading import forbidden, inert, sandbox
+from autograder.grading import forbidden, inert, merge, sandbox
 from autograder.grading.merge import merge_handin
 from autograder.grading.runner import RunSettings, run_notebook
 
@@ -648,6 +648,7 @@ def _grade_notebook(result, *, task, notebook, source_nb, release_nb, handin_nb)
     merged, notes = merge_handin(source_nb=source_nb, release_nb=release_nb,
                                  handin_nb=handin_nb)
     result["notes"].extend(notes)
+    result["flags"].extend(n for n in notes if n.startswith(merge.ADDED_CELLS_DROPPED))
     student_code, context_code = _student_code(merged)
     policy = task.policy
     cells = grade_cells(source_nb)

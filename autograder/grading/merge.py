@@ -2,11 +2,18 @@
 
 The student's answer cells are kept; every cell the instructor wrote (text,
 visible tests, hidden tests) comes from source/, whatever the hand-in did to
-it; cells the student added stay where they were. The hand-in file itself is
-never modified.
+it; cells the student added stay where they were, up to MAX_ADDED_CELLS cells
+and MAX_ADDED_CHARS characters of source in all (what grading and the feedback
+page cost grows with them; the answer cells are always kept). The hand-in file
+itself is never modified.
 """
 
 import nbformat
+
+MAX_ADDED_CELLS = 300
+MAX_ADDED_CHARS = 1_000_000
+# How the note on added cells past the limits begins (grade flags it too).
+ADDED_CELLS_DROPPED = "the hand-in added"
 
 
 def _nbgrader(cell):
@@ -40,6 +47,26 @@ def _clean(cell, *, nbgrader=None):
     return cell
 
 
+def _source_chars(cell):
+    source = cell.get("source", "")
+    return len(source) if isinstance(source, str) else sum(len(str(s)) for s in source)
+
+
+def _within_limits(extras_after):
+    """({place: added cells kept}, [added cells dropped]): in notebook order, the
+    added cells that fit MAX_ADDED_CELLS and MAX_ADDED_CHARS."""
+    kept, dropped, count, chars = {}, [], 0, 0
+    for place, cells in extras_after.items():
+        kept[place] = []
+        for cell in cells:
+            count, chars = count + 1, chars + _source_chars(cell)
+            if count > MAX_ADDED_CELLS or chars > MAX_ADDED_CHARS:
+                dropped.append(cell)
+            else:
+                kept[place].append(cell)
+    return kept, dropped
+
+
 def merge_handin(*, source_nb, release_nb, handin_nb):
     """Return (notebook to run, notes for the student's feedback).
 
@@ -62,6 +89,13 @@ def merge_handin(*, source_nb, release_nb, handin_nb):
         else:
             extras_after.setdefault(previous_known, []).append(cell)
 
+    extras_after, dropped = _within_limits(extras_after)
+    if dropped:
+        added = sum(len(cells) for cells in extras_after.values()) + len(dropped)
+        notes.append(f"{ADDED_CELLS_DROPPED} {added} cells of its own; the grader kept the "
+                     f"first {added - len(dropped)} (at most {MAX_ADDED_CELLS} cells and "
+                     f"{MAX_ADDED_CHARS} characters) and did not run or show the other "
+                     f"{len(dropped)}")
     merged = [_clean(c) for c in extras_after[None]]
     for cell in source_nb.cells:
         gid = _grade_id(cell)

@@ -77,11 +77,12 @@ def token_var(x):
 '''
 
 
-def make_handin(release_nb, *, cells=None, delete=(), append=(), metadata=None):
+def make_handin(release_nb, *, cells=None, delete=(), append=(), metadata=None,
+                notes=0):
     """A hand-in: `release_nb` with HONEST answers, then `cells` ({grade_id: source})
     replacing any cell, `delete`d cells removed, `metadata` ({grade_id: dict})
-    merged into cells' nbgrader metadata and `append`ed code cells added, each a
-    source or (source, nbgrader metadata)."""
+    merged into cells' nbgrader metadata, `append`ed code cells added, each a
+    source or (source, nbgrader metadata), and `notes` markdown cells at the end."""
     replaced = {**HONEST, **(cells or {})}
     nb = nbformat.from_dict(json.loads(json.dumps(release_nb)))
     kept = []
@@ -98,6 +99,7 @@ def make_handin(release_nb, *, cells=None, delete=(), append=(), metadata=None):
         kept.append(nbformat.v4.new_code_cell(source.strip("\n")))
         if meta is not None:
             kept[-1].metadata["nbgrader"] = meta
+    kept += [nbformat.v4.new_markdown_cell(f"note {i}: " + "x" * 120) for i in range(notes)]
     nb.cells = kept
     return nb
 
@@ -338,6 +340,8 @@ def hostile_handins(course):
                             points(token_var_correct=0)),
         "rms_norm_of_centred": (dict(cells={"layer_norm_answer": _RMS_NORM_OF_CENTRED}),
                                 points(ln_single_token=0, ln_handles_batches=0)),
+        # 100 000 cells of its own (23 MB): graded like the others, the flood unread.
+        "cell_flooder": (dict(notes=100_000), points()),
         "oracle_asker": (dict(cells={"scratch_answer": _ORACLE}), points()),
         # Its visible test calls layer_norm first, which spends the cell's one
         # request for layer_norm_token on a made-up answer: only it loses.
@@ -633,6 +637,12 @@ def test_a_forged_report_is_shown_to_a_person(graded, student):
     flags = " ".join(results[student]["flags"])
     for part in FORGERY_FLAGS[student]:
         assert part in flags, _explain(results[student])
+
+
+def test_a_flood_of_added_cells_is_cut_and_flagged(graded):
+    _, results, _ = graded
+    [flag] = [f for f in results["cell_flooder"]["flags"] if "cells of its own" in f]
+    assert flag.startswith("the hand-in added 100000 cells of its own; the grader kept")
 
 
 def test_patched_comparisons_do_not_pass_wrong_answers(graded):

@@ -12,6 +12,7 @@ import copy
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from autograder.grading import merge
 from autograder.grading.merge import merge_handin
 
 
@@ -285,3 +286,31 @@ def test_a_solution_flag_a_student_set_does_not_make_a_test_cell_an_answer():
     merged, notes = _merge(handin)
     assert merged.cells[2].source == _source().cells[2].source
     assert notes == ["cell test was edited; the original was restored"]
+
+
+def test_added_cells_past_the_limits_are_neither_run_nor_shown_and_the_answers_stay():
+    """A flood of added markdown cells (100 000 of them, 13 MB, once kept a grader busy
+    for minutes): the first MAX_ADDED_CELLS are kept, in order, the rest dropped with
+    a note."""
+    handin = _handin()
+    flood = [new_markdown_cell(f"note {i} " + "x" * 120) for i in range(5_000)]
+    handin.cells[2:2] = flood
+    merged, notes = _merge(handin)
+    kept = [s for s in _sources(merged) if s.startswith("note ")]
+    assert kept == [f"note {i} " + "x" * 120 for i in range(merge.MAX_ADDED_CELLS)]
+    assert "def double(x):\n    return x + x" in _sources(merged)
+    assert "def half(x):\n    return x * 0.5" in _sources(merged)
+    assert notes == [f"the hand-in added 5000 cells of its own; the grader kept the first "
+                     f"{merge.MAX_ADDED_CELLS} (at most {merge.MAX_ADDED_CELLS} cells and "
+                     f"{merge.MAX_ADDED_CHARS} characters) and did not run or show the other "
+                     f"{5_000 - merge.MAX_ADDED_CELLS}"]
+
+
+def test_added_cells_are_also_bounded_by_their_characters():
+    handin = _handin()
+    handin.cells.append(new_code_cell("x = 1"))
+    handin.cells.append(new_markdown_cell("y" * merge.MAX_ADDED_CHARS))
+    merged, notes = _merge(handin)
+    assert _sources(merged)[-1] == "x = 1"
+    assert notes and notes[0].startswith("the hand-in added 2 cells of its own; the grader "
+                                         "kept the first 1 ")
