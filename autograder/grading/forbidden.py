@@ -89,6 +89,19 @@ def pattern_matches(pattern, name):
             or name.startswith(pattern + "::"))
 
 
+# Operator namespaces torch itself defines. An op of any other namespace was
+# registered by someone (torch.library, a compiled extension): the recorder sees
+# the call but not what runs inside it.
+TORCH_OP_NAMESPACES = {"aten", "prims", "rngprims", "quantized", "_quantized", "profiler",
+                       "debugprims", "c10d", "_c10d_functional", "inductor"}
+
+
+def unrecordable_ops(executed):
+    """Sorted distinct ops in `executed` of a namespace torch does not define."""
+    return sorted({name for name in executed if "::" in name
+                   and name.split("::", 1)[0] not in TORCH_OP_NAMESPACES})
+
+
 def executed_violations(patterns, executed):
     """Sorted distinct names in `executed` that any of `patterns` matches."""
     patterns = list(patterns)
@@ -174,6 +187,26 @@ def _parse(code):
 
 
 def _aliases(tree):
+    """{name: the module path it stands for}: from imports, then from plain
+    assignments of such a name or of an attribute chain on one (T = torch,
+    nn2 = T.nn), however many steps."""
+    found = _imported_names(tree)
+    assignments = [(node.targets[0].id, _dotted(node.value)) for node in ast.walk(tree)
+                   if isinstance(node, ast.Assign) and len(node.targets) == 1
+                   and isinstance(node.targets[0], ast.Name) and _dotted(node.value)]
+    for _ in range(len(assignments)):
+        grew = False
+        for target, dotted in assignments:
+            head, _, rest = dotted.partition(".")
+            if head in found and target not in found:
+                found[target] = f"{found[head]}.{rest}" if rest else found[head]
+                grew = True
+        if not grew:
+            break
+    return found
+
+
+def _imported_names(tree):
     found = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -419,11 +452,11 @@ class _Scanner(ast.NodeVisitor):
         if head not in COURSE_LIBRARIES:
             return
         real = _module_path(resolved)
+        parent_real = _module_path(parent_resolved) if parent_resolved else None
         if real == resolved or real.split(".")[0] in COURSE_LIBRARIES:
             if real != resolved:
-                self.used(real, None)
+                self.used(real, parent_real)
             return
-        parent_real = _module_path(parent_resolved) if parent_resolved else None
         if parent_real is None or parent_real.split(".")[0] in COURSE_LIBRARIES:
             self.flag(f"reaches {real.split('.')[0]} through {resolved}, which is outside "
                       "the course's libraries")

@@ -256,10 +256,17 @@ def score_run(*, source_nb, run_nb, verdicts, policy=None, refusals=()):
         executed = sorted({name for v in logged for name in v.executed})
         used = forbidden.executed_violations(policy.get(gid, []), executed)
         tampered = any(not v.recorder_intact for v in logged)
+        unseen = forbidden.unrecordable_ops(executed) if policy.get(gid) else []
         reason = None
         if used:
             reason = ("while the grader called your code, it used " + ", ".join(used)
                       + ", which this exercise forbids")
+        elif unseen:
+            reason = ("while the grader called your code, it ran " + ", ".join(unseen)
+                      + ": an operator registered outside torch, inside which the grader "
+                      "cannot see whether this exercise's rule was kept")
+            flags.append(f"{gid}: the hand-in ran operators registered outside torch "
+                         f"({', '.join(unseen)})")
         elif tampered:
             reason = "your code disturbed the grader's record of what it executed"
             flags.append(f"{gid}: the hand-in tampered with the grader's call recorder")

@@ -139,6 +139,8 @@ def _short_error(content, *, with_traceback=True):
         evalue=_shortened(content.get("evalue", ""), 2000), traceback=kept)
 
 
+HIDDEN_TESTS_MARK = "### BEGIN HIDDEN TESTS"
+
 class _GradingClient(NotebookClient):
     """nbclient, telling the check server which cell runs, keeping a deadline
     and an output budget that every message of the hand-in counts against."""
@@ -159,6 +161,13 @@ class _GradingClient(NotebookClient):
         instructor = [i for i in code if self._grade_id(nb.cells[i])
                       and not nb.cells[i].get("metadata", {}).get("nbgrader", {}).get("solution")]
         self.first_code_index = (instructor or code or [None])[0]
+        # From the first hidden test on, the hand-in's code can read the hidden tests
+        # (IPython keeps every cell's source) and the checks' inputs: what it shows
+        # then must stay in those cells, which the student's page leaves out.
+        self.first_hidden_index = next(
+            (i for i, c in enumerate(nb.cells)
+             if c.cell_type == "code" and HIDDEN_TESTS_MARK in c.source), None)
+        self.running_index = None
         self.timed_out = {}  # cell index -> its limit, for the cells stopped at it
         self.started_cells = None  # when the first cell started (the kernel is up)
         self.cell_seconds = {}  # {grade_id or "cell N": seconds}
@@ -206,6 +215,22 @@ class _GradingClient(NotebookClient):
             self._note_cap(cell.outputs)
             return None
         return super().process_message(msg, cell, cell_index)
+
+    def _update_display_id(self, display_id, msg):
+        """Update the outputs shown under `display_id`; once a hidden test has run,
+        only those in cells from the first hidden test on (an update of a display
+        shown earlier would carry what the hidden tests hold to the student's page)."""
+        locations = self._display_id_map.get(display_id)
+        first = self.first_hidden_index
+        if (locations is None or first is None or self.running_index is None
+                or self.running_index < first):
+            return super()._update_display_id(display_id, msg)
+        before = {i: outs for i, outs in locations.items() if i < first}
+        self._display_id_map[display_id] = {i: o for i, o in locations.items() if i >= first}
+        try:
+            return super()._update_display_id(display_id, msg)
+        finally:
+            self._display_id_map[display_id] = {**before, **self._display_id_map[display_id]}
 
     async def _async_handle_timeout(self, timeout, cell=None):
         """Interrupt the cell, then find out within a grace period why it is late.
@@ -305,6 +330,7 @@ class _GradingClient(NotebookClient):
             self.on_first_cell()
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         self.server.current_cell = gid or f"cell {cell_index}"
+        self.running_index = cell_index
         if cell.cell_type == "code" and time.monotonic() >= self.deadline:
             cell.outputs = [_error_output(
                 "HandinTimeout",

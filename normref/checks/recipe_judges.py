@@ -73,8 +73,8 @@ def _judge_var(case, output):
     x, y = case["x"], output["y"]
     if bool(output.get("library_variance", False)):
         return ("your token_var called a library variance (np.var, np.std, np.nanvar, "
-                "np.nanstd, np.cov, np.corrcoef, np.ma's var/std, a statistics function "
-                "or an array's .var/.std method): compute it yourself")
+                "np.nanstd, np.cov, np.corrcoef, np.ma's or torch.masked's var/std, a "
+                "statistics function or an array's .var/.std method): compute it yourself")
     expected = recipe.token_var(x)
     problem = mismatch(y, expected, dtype=x.dtype)
     if problem is None or _close_enough_in_float32(x, y, expected):

@@ -4,7 +4,7 @@ import sys
 
 import numpy as np
 
-from normref.checks._runner import run_check
+from normref.checks._runner import run_check, to_array
 
 
 def _call_on_x(fn, case):
@@ -18,13 +18,17 @@ def _call_on_x(fn, case):
 _LIBRARY_VARIANCE = {"_methods": ("_var", "_std"),
                      "nanfunctions": ("nanvar", "nanstd"),
                      "function_base": ("cov", "corrcoef"),
-                     "statistics": ("pvariance", "pstdev", "variance", "stdev")}
-_MASKED_ARRAYS = "numpy/ma/core.py"
+                     "statistics": ("pvariance", "pstdev", "variance", "stdev",
+                                    "covariance", "correlation")}
+# Masked arrays and torch.masked, whose files' names say less: by their path.
+_MASKED_VARIANCE = {"numpy/ma/core.py": ("var", "std"),
+                    "torch/masked/_ops.py": ("var", "std", "_std_var")}
 
 
 def _is_library_variance(code):
     module = code.co_filename.rsplit("/", 1)[-1]
-    if code.co_filename.endswith(_MASKED_ARRAYS) and code.co_name in ("var", "std"):
+    if any(code.co_filename.endswith(path) and code.co_name in names
+           for path, names in _MASKED_VARIANCE.items()):
         return True
     return any(part in module and code.co_name in names
                for part, names in _LIBRARY_VARIANCE.items())
@@ -41,7 +45,9 @@ def _call_var_watched(token_var, case):
     before = sys.getprofile()
     sys.setprofile(watch)
     try:
-        y = token_var(case["x"].copy())
+        # converted while watched: a lazy result (an object whose __array__ does the
+        # work) runs its code here, not after the watch
+        y = to_array(token_var(case["x"].copy()))
     finally:
         replaced = sys.getprofile() is not watch
         sys.setprofile(before)

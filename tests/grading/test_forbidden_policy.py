@@ -535,6 +535,13 @@ def test_aliases_and_nested_magics(code, flag):
      ["imports os, which is outside the course's libraries.",
       "uses os.system, which runs code outside the graded call."]),
     ("import torch\nx = getattr(torch, 'float32')", []),
+    # a name bound to a module by plain assignment is that module, however many steps
+    ("import torch\nT = torch\nlib = T.library.Library('x', 'DEF')",
+     ["uses torch.library, a private part of torch."]),
+    ("import torch.nn.functional as F\nT = F.torch\nU = T\nU.library.custom_op",
+     ["uses torch.library, a private part of torch."]),
+    ("import numpy as np\nn = np\nm = n.ctypeslib",
+     ["uses numpy.ctypeslib, which loads or compiles code the grader cannot read."]),
     # a private name of anything but the method's own object is read as reaching in
     ("x = getattr(f(), '_C')", ["reads ._C, a private name of an object that is not its own."]),
     ("import torch\nx = hasattr(torch, '_C')", []),  # asks, reaches nothing

@@ -270,6 +270,19 @@ def test_a_tampered_recorder_costs_the_cell_and_flags_the_hand_in():
     assert any("tampered" in f for f in flags)
 
 
+def test_an_operator_registered_outside_torch_costs_a_cell_with_a_rule_and_flags_it():
+    """torch.library can register an op whose kernel runs aten's layer norm: the
+    recorder sees the op, never what runs inside it, so the rule cannot be checked."""
+    verdicts = [Verdict("both", "token_mean", True, "ok", executed=("studc1::c",)),
+                Verdict("both", "token_var", True, "ok"),
+                Verdict("ln", "layer_norm_token", True, "ok",
+                        executed=("aten::lift_fresh", "studc1::c", "prims::add"))]
+    points, cells, flags = _points(verdicts, policy={"ln": ["aten::*layer_norm*"]})
+    assert points == {"both": 2, "ln": 0}  # "both" has no rule to keep
+    assert "studc1::c" in cells["ln"]["reason"] and "prims" not in cells["ln"]["reason"]
+    assert flags == ["ln: the hand-in ran operators registered outside torch (studc1::c)"]
+
+
 def test_refused_requests_flag_the_hand_in_but_cost_no_honest_points():
     refusal = Refusal("cell 3", "layer_norm_token", "cases", "no graded test cell is running")
     points, _, flags = _points(PASS_ALL, refusals=[refusal])

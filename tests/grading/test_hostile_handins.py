@@ -314,6 +314,23 @@ def layer_norm(x, gamma, beta, eps=1e-5):
             + torch.as_tensor(beta, dtype=t.dtype)).numpy()
 """
 
+# A display shown before the hidden tests, updated after them with every cell's
+# source and every input the checks sent.
+_LEAK_DISPLAY = """
+from IPython.display import display
+LEAK = display("waiting", display_id="leak01")
+SEEN = []
+
+def token_mean(x):
+    SEEN.append(repr(np.asarray(x))[:300])
+    x = np.asarray(x, dtype=float)
+    return x.sum(axis=-1) / x.shape[-1]
+"""
+_LEAK_UPDATE = """
+LEAK.update(("\\n#" + "=" * 7 + "\\n").join(In) + "\\n".join(SEEN))
+display("again", display_id="leak01")
+"""
+
 # What a person is shown for each forged report: a part of one of its flags.
 FORGERY_FLAGS = {
     "forged_client": ["imports socket", "uses sys.modules"],
@@ -342,6 +359,8 @@ def hostile_handins(course):
                                 points(ln_single_token=0, ln_handles_batches=0)),
         # 100 000 cells of its own (23 MB): graded like the others, the flood unread.
         "cell_flooder": (dict(notes=100_000), points()),
+        "display_leaker": (dict(cells={"token_mean_answer": _LEAK_DISPLAY,
+                                       "scratch_answer": _LEAK_UPDATE}), points()),
         "oracle_asker": (dict(cells={"scratch_answer": _ORACLE}), points()),
         # Its visible test calls layer_norm first, which spends the cell's one
         # request for layer_norm_token on a made-up answer: only it loses.
@@ -637,6 +656,17 @@ def test_a_forged_report_is_shown_to_a_person(graded, student):
     flags = " ".join(results[student]["flags"])
     for part in FORGERY_FLAGS[student]:
         assert part in flags, _explain(results[student])
+
+
+def test_a_display_updated_after_the_hidden_tests_shows_nothing_of_them(graded):
+    course, _, _ = graded
+    source = nbformat.read(course.source / ASSIGNMENT / NOTEBOOK, as_version=4)
+    hidden = report.hidden_test_lines(source)
+    assert len(hidden) > 5
+    page = (course.reports / ASSIGNMENT / "feedback" / "display_leaker.html").read_text()
+    assert "BEGIN HIDDEN" not in page and not [h for h in hidden if h in page]
+    # the separator is built at run time, so only the update could write it out
+    assert "#=======" not in page and "waiting" in page
 
 
 def test_a_flood_of_added_cells_is_cut_and_flagged(graded):

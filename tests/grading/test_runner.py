@@ -366,6 +366,34 @@ def test_an_update_of_a_display_shown_many_times_counts_once_per_copy():
     assert all(out.data["text/plain"] == "s" for out in cell.outputs[:200])
 
 
+def test_after_a_hidden_test_a_display_is_updated_only_from_the_hidden_tests_on():
+    """A display shown in an answer cell, updated after the hidden tests ran (with
+    what they hold), would carry them to the student's page: only the copies from
+    the first hidden test on take the update."""
+    answer, hidden, scratch = (_cell("show()"), _cell("### BEGIN HIDDEN TESTS\nx\n"
+                                                      "### END HIDDEN TESTS"), _cell("leak()"))
+    client = _client(_notebook(answer, hidden, scratch))
+    shown = _msg("display_data", {"data": {"text/plain": "waiting"}, "metadata": {},
+                                  "transient": {"display_id": "d"}})
+    update = _msg("update_display_data", {"data": {"text/plain": "the hidden tests"},
+                                          "metadata": {}, "transient": {"display_id": "d"}})
+    client.running_index = 0
+    client.process_message(shown, answer, 0)
+    client.process_message(update, answer, 0)
+    assert answer.outputs[0].data["text/plain"] == "the hidden tests"  # before: as usual
+    client.running_index = 2
+    client.process_message(shown, scratch, 2)
+    client.process_message(update, scratch, 2)
+    assert answer.outputs[0].data["text/plain"] == "the hidden tests"
+    assert scratch.outputs[0].data["text/plain"] == "the hidden tests"
+    leak = _msg("update_display_data", {"data": {"text/plain": "LEAK"}, "metadata": {},
+                                        "transient": {"display_id": "d"}})
+    client.process_message(leak, scratch, 2)
+    assert answer.outputs[0].data["text/plain"] == "the hidden tests"
+    assert scratch.outputs[0].data["text/plain"] == "LEAK"
+    assert set(client._display_id_map["d"]) == {0, 2}  # both copies still known
+
+
 # --- a cell past its time -----------------------------------------------------------------
 
 

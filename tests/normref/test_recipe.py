@@ -213,6 +213,14 @@ def test_batch_check_catches_a_shortcut_variance():
         check_layer_norm_batches(lambda x, g, b, eps=1e-5: _ln(x, g, b, eps, var=_shortcut_64))
 
 
+class LazyVariance:
+    def __init__(self, x):
+        self.x = np.asarray(x, dtype=np.float64)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(np.var(self.x, axis=-1), dtype=dtype)
+
+
 @pytest.mark.parametrize("library", [
     lambda x: np.var(x, axis=-1),
     lambda x: np.asarray(x).var(axis=-1),
@@ -225,6 +233,12 @@ def test_batch_check_catches_a_shortcut_variance():
                        ).reshape(x.shape[:-1]),
     lambda x: np.asarray(np.ma.var(x, axis=-1)),
     lambda x: np.asarray(np.ma.masked_invalid(x).std(axis=-1)) ** 2,
+    lambda x: torch.masked.var(torch.as_tensor(x, dtype=torch.float64), -1,
+                               unbiased=False).numpy(),
+    lambda x: np.array([statistics.covariance(row, row) * (len(row) - 1) / len(row)
+                        for row in np.reshape(x, (-1, x.shape[-1])).tolist()]
+                       ).reshape(x.shape[:-1]),
+    lambda x: LazyVariance(x),  # its __array__ runs np.var after token_var returned
 ])
 def test_variance_check_refuses_a_library_variance(library):
     with pytest.raises(CheckFailed, match="library variance"):

@@ -818,8 +818,8 @@ def test_the_library_variance_message_names_every_library_way():
     case = _cases(_var_cases)["x = [2, 4, 6, 8]"]
     assert _judge_var(case, {"y": np.array(5.0), "library_variance": np.array(True)}) == (
         "your token_var called a library variance (np.var, np.std, np.nanvar, np.nanstd, "
-        "np.cov, np.corrcoef, np.ma's var/std, a statistics function or an array's .var/.std "
-        "method): compute it yourself")
+        "np.cov, np.corrcoef, np.ma's or torch.masked's var/std, a statistics function or an "
+        "array's .var/.std method): compute it yourself")
 
 
 def test_a_single_token_with_a_wrongly_shaped_variance_gets_no_axis_hint():
