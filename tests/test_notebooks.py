@@ -36,10 +36,14 @@ def test_notebook_is_committed_clean(path):
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(REPO)))
 def test_assignment_cells_follow_the_conventions(path):
     nb = nbformat.read(path, as_version=4)
-    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
-    assert all(ids), "every cell of an assignment carries nbgrader metadata"
-    assert len(ids) == len(set(ids))
-    for cell in nb.cells:
+    students = [c for c in nb.cells if "nbgrader" not in c.metadata]
+    assert all(c.cell_type == "code" and "scratch" in c.source.splitlines()[0]
+               for c in students), \
+        "every cell of an assignment carries nbgrader metadata but the student's scratch cells"
+    graded = [c for c in nb.cells if "nbgrader" in c.metadata]
+    ids = [c.metadata["nbgrader"].get("grade_id") for c in graded]
+    assert all(ids) and len(ids) == len(set(ids))
+    for cell in graded:
         meta = cell.metadata["nbgrader"]
         if meta.get("grade") and cell.cell_type == "code":
             assert meta["points"] > 0

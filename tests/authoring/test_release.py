@@ -81,6 +81,21 @@ def test_an_untouched_release_fails_validate(path, venv_env):
     assert "Success!" not in done.stdout
 
 
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.parent.name)
+def test_every_cell_a_student_may_edit_is_graded_as_the_student_wrote_it(path):
+    """Grading puts back the instructor's version of every cell with an nbgrader id that
+    is not an answer, so such a cell must be locked (a scratch cell for the student
+    carries no nbgrader id): a helper a student writes where the notebook invites it
+    is never thrown away."""
+    released = nbformat.read(REPO / "release" / path.parent.name / path.name, as_version=4)
+    editable_but_restored = [
+        cell.metadata["nbgrader"].get("grade_id") for cell in released.cells
+        if "nbgrader" in cell.metadata and not cell.metadata["nbgrader"].get("solution")
+        and not cell.metadata["nbgrader"].get("locked")
+        and not cell.metadata["nbgrader"].get("grade")]
+    assert editable_but_restored == []
+
+
 def test_failed_release_leaves_the_committed_release_untouched(tmp_path):
     """A source nbgrader refuses (two cells with one grade id) fails in one line and
     deletes or changes nothing in release/."""
