@@ -133,13 +133,17 @@ def test_nbgrader_metadata_shows_stubs_and_visible_tests_only(edition):
         assert all("nbgrader" not in cell.metadata for cell in lesson.cells)
         released = nbformat.read(edition / unit.assignment_path, as_version=4)
         source = nbformat.read(course.source_notebook(unit.slug), as_version=4)
-        source_cells = {c.metadata["nbgrader"]["grade_id"]: c for c in source.cells}
+        source_cells = {c.metadata["nbgrader"]["grade_id"]: c for c in source.cells
+                        if "nbgrader" in c.metadata}
         solutions = solution_stubs = 0
         for cell in [*lesson.cells, *released.cells]:
             if cell.cell_type == "code":
                 assert cell.outputs == [] and cell.execution_count is None
         for cell in released.cells:
-            meta = cell.metadata["nbgrader"]  # every cell of an assignment carries it
+            if "nbgrader" not in cell.metadata:  # a scratch cell: the student's own
+                assert cell.cell_type == "code" and "scratch" in cell.source.splitlines()[0]
+                continue
+            meta = cell.metadata["nbgrader"]
             original = source_cells[meta["grade_id"]]
             if meta.get("solution") and "### BEGIN SOLUTION" in original.source:
                 solutions += 1
