@@ -109,9 +109,10 @@ def _load_torch():
     """Build the two mode classes the first time torch is there (never imports it)."""
     if _TORCH:
         return _TORCH
-    import torch  # only called once torch is in sys.modules
-    # torch imports _dynamo on the first call made under a mode; imported later, inside
-    # a check's watched call, it runs under the profile hook (6 s instead of 1 s).
+    # only called once torch is in sys.modules. torch imports _dynamo on the first call
+    # made under a mode; imported then, inside a check's watched call, it would run under
+    # the profile hook (6 s instead of 1 s)
+    import torch
     import torch._dynamo  # noqa: F401
     from torch.overrides import TorchFunctionMode, resolve_name
     from torch.utils import _python_dispatch
