@@ -485,7 +485,7 @@ while True:
         "flooder": (dict(cells={
             "token_mean_answer": '''
 import sys
-for _ in range(20_000):
+for _ in range(5_000):  # 10 MB, five times the output budget
     print("spam " * 200)
     print("eggs " * 200, file=sys.stderr)
 ''' + HONEST["token_mean_answer"],

@@ -511,7 +511,10 @@ def _build_edition_env(edition, scratch):
             f"pip would install torch {torch}, not PyTorch's CPU build: not downloading a "
             "GPU build of several GB")
         return
-    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "-r", str(pins)],
+    # --no-compile: the lessons compile what they import; the rest (most of torch) never
+    # needs bytecode here
+    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-compile",
+                           "-r", str(pins)],
                           capture_output=True, text=True, env=env, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
 
