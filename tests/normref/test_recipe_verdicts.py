@@ -40,6 +40,7 @@ from normref.checks.recipe_judges import (
     _judge_var,
     _likely_layer_norm_mistake,
     _mean_cases,
+    _offset_tokens,
     _token_cases,
     _var_cases,
 )
@@ -369,14 +370,14 @@ def welford_float32(x):
 
 
 def test_a_stable_float32_method_is_accepted_far_from_zero():
-    """Welford's method in float32 at 10 000 misses by parts in 10 000: accepted
-    there (rtol 1e-3), and only there."""
+    """Welford's method in float32 at 10 000 misses by parts in a thousand: accepted
+    there (rtol 1e-2), and only there."""
     case = _cases(_var_cases)["float32 tokens around 10 000 with spread 1, (4, 64)"]
     truth = np.array([statistics.pvariance(row.tolist()) for row in case["x"]])
     y = welford_float32(case["x"])
     assert _judge_var(case, {"y": y, "library_variance": np.array(False)}) is None
-    assert _close_enough_in_float32(case["x"], truth * (1 + 9e-4), truth)
-    assert not _close_enough_in_float32(case["x"], truth * (1 + 2e-3), truth)
+    assert _close_enough_in_float32(case["x"], truth * (1 + 9e-3), truth)
+    assert not _close_enough_in_float32(case["x"], truth * (1 + 2e-2), truth)
     assert not _close_enough_in_float32(case["x"], truth + 0.5, truth)
     assert not _close_enough_in_float32(case["x"], truth[:3], truth)
     assert not _close_enough_in_float32(case["x"], np.array(["1"] * 4), truth)
@@ -385,6 +386,19 @@ def test_a_stable_float32_method_is_accepted_far_from_zero():
     near = _cases(_var_cases)["a batch of 5 tokens, d = 8"]["x"].astype(np.float32)
     near_truth = torch_var(near)
     assert not _close_enough_in_float32(near, near_truth * (1 + 9e-4), near_truth)
+
+
+def test_welford_in_float32_earns_the_point_whatever_the_students_cases():
+    """Each student's cases are drawn from their own seed: a correct float32 Welford
+    missed one student's draw by 1.02e-3 and lost 3 points that another student's
+    identical code kept. Dividing by d - 1 is still refused on every draw."""
+    for seed in range(300):
+        x = _offset_tokens(np.random.default_rng(seed), 1e4, (4, 64), np.float32)
+        case = {"x": x}
+        assert _judge_var(case, {"y": welford_float32(x),
+                                 "library_variance": np.array(False)}) is None, seed
+        unbiased = welford_float32(x) * np.float32(64 / 63)
+        assert _judge_var(case, {"y": unbiased, "library_variance": np.array(False)}), seed
 
 
 def test_a_float32_variance_far_from_zero_that_is_text_is_refused_not_crashed():
@@ -722,8 +736,8 @@ def test_a_variance_given_as_text_never_passes():
 def test_the_float32_allowance_takes_float32_answers_and_has_no_absolute_slack():
     case = _cases(_var_cases)["float32 tokens around 10 000 with spread 1, (4, 64)"]
     truth = np.array([statistics.pvariance(row.tolist()) for row in case["x"]])
-    assert _close_enough_in_float32(case["x"], (truth * (1 + 9e-4)).astype(np.float32), truth)
-    just_over = truth * (1 + 1e-3) + 5e-9
+    assert _close_enough_in_float32(case["x"], (truth * (1 + 9e-3)).astype(np.float32), truth)
+    just_over = truth * (1 + 1e-2) + 5e-9
     assert not _close_enough_in_float32(case["x"], just_over, truth)
 
 
@@ -810,8 +824,8 @@ def test_float32_inputs_are_judged_at_float32_accuracy():
 def test_a_float32_variance_far_from_zero_within_the_allowance_passes_the_judge():
     case = _cases(_var_cases)["float32 tokens around 10 000 with spread 1, (4, 64)"]
     truth = np.array([statistics.pvariance(row.tolist()) for row in case["x"]])
-    assert _judge_var(case, {"y": (truth * (1 + 9e-4)).astype(np.float32)}) is None
-    assert _judge_var(case, {"y": (truth * (1 + 2e-3)).astype(np.float32)}) is not None
+    assert _judge_var(case, {"y": (truth * (1 + 9e-3)).astype(np.float32)}) is None
+    assert _judge_var(case, {"y": (truth * (1 + 2e-2)).astype(np.float32)}) is not None
 
 
 def test_the_library_variance_message_names_every_library_way():
