@@ -34,6 +34,7 @@ import shutil
 import stat
 import tempfile
 import time
+import unicodedata
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -50,7 +51,12 @@ MAX_DEPTH_IN_HANDIN = 4
 _CHUNK = 1024 * 1024
 _SHOWN = 120
 
-_CANVAS = re.compile(r"^(?P<name>[a-z0-9]+)(?P<late>_late)?_(?P<uid>\d+)_\d+(?:_(?P<orig>.*))?$",
+# Canvas names a download `<name>[_LATE]_<user id>_<attachment id>_<file name>`, where
+# <name> is the student's sortable name ("Müller, Jürgen") lower-cased with every
+# non-word character removed, Unicode letters and marks kept ("müllerjürgen"):
+# get_filename and sanitize_file_name in canvas-lms's lib/content_zipper.rb.
+_WORD = r"(?:[^\W_]|[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f])"
+_CANVAS = re.compile(rf"^(?P<name>{_WORD}+)(?P<late>_late)?_(?P<uid>\d+)_\d+(?:_(?P<orig>.*))?$",
                      re.IGNORECASE)
 _MOODLE = re.compile(r"^(?P<name>.+?)_(?P<uid>\d+)_assignsubmission_file_(?P<orig>.*)$")
 _NOFOLLOW = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -97,7 +103,11 @@ def _shown(text):
 
 
 def _sanitize(text):
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text.strip()).strip("._")
+    """A folder-safe id: accents dropped ("müller" -> "muller"), then anything but
+    ASCII letters, digits, `_`, `.` and `-` replaced."""
+    plain = "".join(c for c in unicodedata.normalize("NFKD", text)
+                    if not unicodedata.combining(c))
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", plain.strip()).strip("._")
 
 
 @dataclass
@@ -114,6 +124,8 @@ class _Ident:
 
 def _identify_full(name):
     """An _Ident for a file or folder name; student is None, with a reason, when refused."""
+    # one name whether the zip or the disk spelled its accents composed (NFC) or not
+    name = unicodedata.normalize("NFC", name)
     stem = name[:-6] if name.endswith(".ipynb") else name
     ident = _Ident(key=stem, name=stem)
     for lms, pattern in (("canvas", _CANVAS), ("moodle", _MOODLE)):

@@ -61,18 +61,22 @@ def safe_id(text):
 
 
 def name_tokens(name):
-    """Lower-case letter/digit runs of a name, accents dropped: "Zoë O'Brien" -> zoe o brien."""
+    """Lower-case letter/digit runs of a name, in any script, accents dropped:
+    "Zoë O'Brien" -> zoe o brien, "王 小明" -> 王 小明."""
     plain = unicodedata.normalize("NFKD", str(name))
     plain = "".join(c for c in plain if not unicodedata.combining(c)).casefold()
-    return re.findall(r"[a-z0-9]+", plain)
+    return re.findall(r"[^\W_]+", plain)
 
 
 def name_keys(name):
-    """The forms a name can take in LMS file names: joined in order, reversed and sorted."""
+    """The forms a name can take in LMS file names: its words joined in order, in
+    every rotation (a family name of several words first: "Seán O'Brien" -> obriensean,
+    as Canvas writes "O'Brien, Seán"), reversed, and sorted."""
     tokens = name_tokens(name)
     if not tokens:
         return set()
-    return {"".join(tokens), "".join(reversed(tokens)), " ".join(sorted(tokens))}
+    rotations = {"".join(tokens[i:] + tokens[:i]) for i in range(len(tokens))}
+    return rotations | {"".join(reversed(tokens)), " ".join(sorted(tokens))}
 
 
 # Reading the CSV.

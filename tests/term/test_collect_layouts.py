@@ -11,7 +11,9 @@ import errno
 import hashlib
 import json
 import os
+import re
 import stat
+import unicodedata
 import zipfile
 from datetime import UTC, datetime
 
@@ -147,7 +149,15 @@ def test_shown_escapes_unprintable_characters_and_cuts_long_names():
     ("Full Name_4711_assignsubmission_file_x.ipynb",
      ("Full Name_4711", "Full_Name_4711", "moodle", "4711", "Full Name", False, "x.ipynb")),
     ("ada.ipynb", ("ada", "ada", None, None, "ada", False, None)),
-    ("Zoë O'Brien.ipynb", ("Zoë O'Brien", "Zo_O_Brien", None, None, "Zoë O'Brien", False, None)),
+    ("Zoë O'Brien.ipynb", ("Zoë O'Brien", "Zoe_O_Brien", None, None, "Zoë O'Brien", False, None)),
+    ("müllerjürgen_4713_99001_01_hw.ipynb",
+     ("müllerjürgen_4713", "mullerjurgen_4713", "canvas", "4713", "müllerjürgen", False,
+      "01_hw.ipynb")),
+    ("mu\u0308llerju\u0308rgen_LATE_4713_99001_01_hw.ipynb",
+     ("müllerjürgen_4713", "mullerjurgen_4713", "canvas", "4713", "müllerjürgen", True,
+      "01_hw.ipynb")),
+    ("王小明_4716_99004_01_hw.ipynb",
+     ("王小明_4716", "4716", "canvas", "4716", "王小明", False, "01_hw.ipynb")),
     ("ada", ("ada", "ada", None, None, "ada", False, None)),
     ("ada.ipynb.ipynb", ("ada.ipynb", "ada.ipynb", None, None, "ada.ipynb", False, None)),
 ])
@@ -1167,6 +1177,63 @@ def test_a_roster_files_hand_ins_under_its_ids(course, tmp_path):
     assert _got(course, "222") == tiny_notebook("john 2")
     assert _sidecar(course, "222")["roster_match"] == "canvas id 222"
     assert _sidecar(course, "kim")["roster_match"] == "name"
+
+
+def canvas_download_name(sortable_name, user_id, attachment_id, display_name, *, late=False):
+    """The name Canvas gives a file in "Download Submissions", by its own rules
+    (canvas-lms, lib/content_zipper.rb): sanitize_user_name joins digits between
+    underscores and lower-cases the sortable name; get_filename joins it, "LATE" for a
+    late submission and the user id with "_", then sanitize_file_name drops every
+    non-word character (Ruby's [[:word:]]: letters, marks, digits, connectors);
+    add_upload_submission appends the attachment id and the file's display name."""
+    name = re.sub(r"^(\d+)$", r"\1", re.sub(r"_(\d+)_", r"\1", sortable_name)).lower()
+    joined = "_".join(part for part in (name, "LATE" if late else None, str(user_id)) if part)
+    word = "".join(c for c in joined if unicodedata.category(c)[0] in "LMN"
+                   or unicodedata.category(c) == "Pc")
+    shown = re.sub(r'[\x00/\\:*?"<>|]+', "_", display_name)
+    return f"{word}_{attachment_id}_{shown}"
+
+
+CANVAS_CLASS = [  # (sortable name, Canvas user id, late)
+    ("Müller, Jürgen", 4713, False),
+    ("Nguyễn, Thị Hoa", 4714, True),
+    ("O'Brien, Seán", 4715, False),
+    ("王, 小明", 4716, False),
+    ("Smith-Jones, Ann", 4717, False),
+]
+
+
+def test_canvas_names_in_any_script_are_collected_to_their_roster_ids(course, tmp_path):
+    """Canvas keeps accented and CJK letters in its file names: each hand-in is filed
+    by its Canvas user id, the late one marked late, whether the zip spells the
+    accents composed or (as macOS unzips them) decomposed."""
+    _roster(course, "canvas", [(f"s{uid}", name, str(uid)) for name, uid, _ in CANVAS_CLASS])
+    members = {canvas_download_name(name, uid, 99000 + uid, NB, late=late):
+               tiny_notebook(name) for name, uid, late in CANVAS_CLASS}
+    assert "müllerjürgen_4713_103713_01_hw.ipynb" in members
+    assert "nguyễnthịhoa_LATE_4714_103714_01_hw.ipynb" in members
+    assert "obrienseán_4715_103715_01_hw.ipynb" in members
+    decomposed = {unicodedata.normalize("NFD", name): data for name, data in members.items()}
+    for source, label in ((members, "nfc"), (decomposed, "nfd")):
+        report = _run(course, _zip(tmp_path / f"{label}.zip", source))
+        assert sorted(report.collected + report.unchanged) == [
+            f"s{uid}" for _, uid, _ in CANVAS_CLASS], (label, report.unmatched)
+        assert report.unmatched == [] and report.unknown == []
+        for name, uid, late in CANVAS_CLASS:
+            assert _got(course, f"s{uid}") == tiny_notebook(name)
+            assert _sidecar(course, f"s{uid}")["lms_late"] is late
+
+
+def test_canvas_names_match_a_roster_without_canvas_ids_by_name(course, tmp_path):
+    """A plain class list (no Canvas ids): the name Canvas wrote still finds its
+    student, accents, apostrophes, hyphens and family names first included."""
+    _roster(course, "plain", [("jm", "Jürgen Müller", None), ("hoa", "Nguyễn Thị Hoa", None),
+                              ("sean", "Seán O'Brien", None), ("xm", "王 小明", None),
+                              ("ann", "Ann Smith-Jones", None)])
+    report = _run(course, _zip(tmp_path / "plain.zip", {
+        canvas_download_name(name, uid, 1, NB, late=late): tiny_notebook(name)
+        for name, uid, late in CANVAS_CLASS}))
+    assert sorted(report.collected) == ["ann", "hoa", "jm", "sean", "xm"], report.unmatched
 
 
 def test_a_roster_names_hand_ins_under_ids_it_does_not_know(course, tmp_path):

@@ -74,6 +74,8 @@ def test_name_tokens_and_keys():
     assert name_keys("Smith, John") == {"smithjohn", "johnsmith", "john smith"}
     assert name_keys("Ada") == {"ada"}
     assert name_keys("--") == set()
+    assert "obriensean" in name_keys("Seán O'Brien")  # Canvas: "O'Brien, Seán"
+    assert name_tokens("王 小明") == ["王", "小明"] and "王小明" in name_keys("小明 王")
 
 
 # --- reading the file -----------------------------------------------------------------
