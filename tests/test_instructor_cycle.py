@@ -170,7 +170,8 @@ def test_class_summary_lateness_and_lms_exports(course, graded, tmp_path):
                           "Wren Ong,wrong,wren@uni.example\n")
     import_roster(course=course, csv_path=roster_csv)
     (course.root / "deadlines.json").write_text(json.dumps({
-        "policy": {"percent_per_day": 10, "max_percent": 50},
+        # the hand-ins came from a folder: their files' times are the only evidence
+        "policy": {"percent_per_day": 10, "max_percent": 50, "trust_zip_and_file_dates": True},
         "assignments": {ASSIGNMENT: {"due": "2001-01-01 00:00"}}}))
     try:
         folder, results = write_reports(course=course, assignment=ASSIGNMENT,

@@ -14,9 +14,12 @@ deadlines.json, at the course root (every key optional):
       "partial_days": "round_up",         # "round_up": a started day counts as a day;
                                           # "exact": pro rata (default round_up)
       "zero_after_days": 7,               # later than this scores 0 (default: never)
-      "lms_late_marker": "minimum"        # an LMS "late" marker (Canvas's _late/_LATE_)
-                                          # with no later timestamp costs one day
-                                          # ("minimum", default) or is only noted ("note")
+      "lms_late_marker": "minimum",       # an LMS "late" marker (Canvas's _late/_LATE_)
+                                          # on a hand-in whose time is unknown costs one
+                                          # day ("minimum", default) or is only noted ("note")
+      "trust_zip_and_file_dates": false   # take a zip member's date or a file's
+                                          # modification time as the submission time
+                                          # (default false: they are not, see below)
     },
     "assignments": {
       "01_the_recipe": {"due": "2026-10-01 23:59",
@@ -34,6 +37,14 @@ When a hand-in was submitted: collect records it in submitted/<student>/<assignm
 timestamp.txt (nbgrader's format, `%Y-%m-%d %H:%M:%S.%f %Z`), taken from nbgrader's own
 timestamp.txt, else the zip member's date, else the file's modification time (the last
 resort), and says which in the sidecar `.handin.json` beside it, with any LMS late marker.
+
+Only nbgrader's timestamp is a submission time. A zip member's date is when the zip
+was built (Canvas writes the download's time: instructure/canvas-lms#2219), and a
+file's modification time is whatever the student's or the instructor's machine left;
+neither is used unless the policy says trust_zip_and_file_dates. A hand-in without a
+submission time is "on time, time unknown", or, with an LMS late marker, late by the
+lms_late_marker rule. With a time, the time decides, grace period included, and an
+LMS marker is only noted.
 """
 
 import json
@@ -49,7 +60,9 @@ TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"
 
 DEFAULT_POLICY = {"percent_per_day": 0.0, "max_percent": 100.0, "grace_minutes": 0.0,
                   "partial_days": "round_up", "zero_after_days": None,
-                  "lms_late_marker": "minimum"}
+                  "lms_late_marker": "minimum", "trust_zip_and_file_dates": False}
+# Where a recorded time came from, when it is not a submission time (see above).
+UNTRUSTED_SOURCES = ("zip member date", "file modification time")
 _DAY = 86400.0
 
 
@@ -95,6 +108,9 @@ def _policy(raw, where):
         raise DeadlinesError(f"{DEADLINES_FILE}: {where}.partial_days is round_up or exact")
     if policy["lms_late_marker"] not in ("minimum", "note"):
         raise DeadlinesError(f"{DEADLINES_FILE}: {where}.lms_late_marker is minimum or note")
+    if not isinstance(policy["trust_zip_and_file_dates"], bool):
+        raise DeadlinesError(f"{DEADLINES_FILE}: {where}.trust_zip_and_file_dates is true "
+                             "or false")
     zero = policy["zero_after_days"]
     if zero is not None and (isinstance(zero, bool) or not isinstance(zero, int | float)
                              or zero < 0):
@@ -271,6 +287,11 @@ def lateness(*, course, assignment, student):
     source = sidecar.get("timestamp_source") or (TIMESTAMP_FILE if submitted_at else None)
     if submitted_at is None:
         source = None
+    distrusted = None
+    if (submitted_at is not None and str(source).startswith(UNTRUSTED_SOURCES)
+            and not policy["trust_zip_and_file_dates"]):
+        distrusted = f"{source} {submitted_at.strftime('%Y-%m-%d %H:%M UTC')}"
+        submitted_at = source = None
     lms = {"canvas": "Canvas", "moodle": "Moodle"}.get(sidecar.get("lms"), "the LMS")
     lms_late = bool(sidecar.get("lms_late"))
     late_seconds = max(0.0, (submitted_at - due).total_seconds()) \
@@ -279,7 +300,10 @@ def lateness(*, course, assignment, student):
     days, penalty, notes = 0, 0.0, []
     if due is None:
         notes.append(f"no due date for {assignment} in {DEADLINES_FILE}")
-    if submitted_at is None:
+    if distrusted:
+        notes.append(f"submission time unknown (the {distrusted} is not a submission time; "
+                     "trust_zip_and_file_dates would use it)")
+    elif submitted_at is None:
         notes.append("no submission time recorded")
     else:
         notes.append(f"submitted {submitted_at.strftime('%Y-%m-%d %H:%M UTC')} ({source})")
@@ -294,18 +318,22 @@ def lateness(*, course, assignment, student):
             notes.append(f"{_duration(late_seconds)} late")
     elif due and submitted_at:
         notes.append("on time")
+    elif due and not lms_late:
+        notes.append("on time, time unknown")
     if lms_late:
         if late_seconds > grace:
             notes.append(f"{lms} marked it late too")
         elif extension and submitted_at:
             notes.append(f"{lms} marked it late; on time with the extension")
+        elif submitted_at and due:
+            notes.append(f"{lms} marked it late; the submission time decides")
         elif policy["lms_late_marker"] == "minimum":
             days = 1
             penalty = max(penalty, _penalty(1, policy))
-            notes.append(f"{lms} marked it late; no later timestamp, so one day counts")
+            notes.append(f"{lms} marked it late; no submission time, so one day counts")
         else:
             notes.append(f"{lms} marked it late (not penalised: lms_late_marker is note)")
-    late = penalty > 0 or late_seconds > grace or lms_late
+    late = penalty > 0 or late_seconds > grace or (lms_late and not (submitted_at and due))
     if penalty > 0:
         notes.append(f"late penalty {penalty * 100:g}%")
     elif late and float(policy["percent_per_day"]) == 0:

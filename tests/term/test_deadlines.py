@@ -79,7 +79,7 @@ def test_a_canvas_late_marker_is_kept_and_marks_the_handin_late(course, tmp_path
 
 
 def test_zip_dates_become_nbgrader_timestamps_in_the_course_zone(course, tmp_path):
-    _deadlines(course, {"timezone": "Europe/Berlin"})
+    _deadlines(course, {"timezone": "Europe/Berlin", "policy": {"trust_zip_and_file_dates": True}})
     collect(course=course, assignment=ASSIGNMENT, source_path=_canvas_zip(tmp_path))
     stamp = (course.submitted / "hopperg_34567" / ASSIGNMENT / "timestamp.txt").read_text()
     assert stamp == "2026-09-30 07:00:00.000000 UTC"  # 09:00 in Berlin (CEST)
@@ -92,7 +92,8 @@ def test_zip_dates_become_nbgrader_timestamps_in_the_course_zone(course, tmp_pat
 def test_due_date_extension_and_policy_give_the_right_penalty(course, tmp_path):
     _deadlines(course, {
         "timezone": "UTC",
-        "policy": {"percent_per_day": 10, "max_percent": 50, "grace_minutes": 30},
+        "policy": {"percent_per_day": 10, "max_percent": 50, "grace_minutes": 30,
+                   "trust_zip_and_file_dates": True},
         "assignments": {ASSIGNMENT: {"due": "2026-10-01 10:00"}},
         "extensions": {ASSIGNMENT: {"turingalan_23456": {"days": 1}}},
     })
@@ -119,7 +120,8 @@ def test_grace_cap_zero_after_and_the_lms_marker_alone(course, tmp_path):
                for n, (day, hour) in enumerate([(1, 10), (1, 13), (8, 11), (20, 11)])}
     members[f"early_LATE_1009_1_{NOTEBOOK}"] = (tiny_notebook("early"), (2026, 9, 1, 0, 0, 0))
     _deadlines(course, {"policy": {"percent_per_day": 25, "max_percent": 60, "grace_minutes": 5,
-                                   "partial_days": "exact", "zero_after_days": 14},
+                                   "partial_days": "exact", "zero_after_days": 14,
+                                   "trust_zip_and_file_dates": True},
                         "assignments": {ASSIGNMENT: {"due": "2026-10-01T12:00:00+02:00"}}})
     collect(course=course, assignment=ASSIGNMENT, source_path=_zip(tmp_path / "z.zip", members))
 
@@ -131,10 +133,36 @@ def test_grace_cap_zero_after_and_the_lms_marker_alone(course, tmp_path):
     assert penalty("s1_1001") == pytest.approx(0.25 * 3 / 24)  # 3 h, pro rata
     assert penalty("s2_1002") == pytest.approx(0.6)    # 7 days: capped at 60 %
     assert penalty("s3_1003") == 1.0                   # over 14 days: zero
-    assert penalty("early_1009") == pytest.approx(0.25)  # Canvas says late: one day
+    assert penalty("early_1009") == 0  # its time says on time: Canvas's marker is noted
+    _deadlines(course, {"policy": {"percent_per_day": 25},
+                        "assignments": {ASSIGNMENT: {"due": "2026-10-01T12:00:00+02:00"}}})
+    assert penalty("early_1009") == pytest.approx(0.25)  # no trusted time: one day
+    assert penalty("s3_1003") == 0  # its zip date is not a submission time
     _deadlines(course, {"policy": {"percent_per_day": 25, "lms_late_marker": "note"},
                         "assignments": {ASSIGNMENT: {"due": "2026-10-01T12:00:00+02:00"}}})
     assert penalty("early_1009") == 0
+
+
+def test_a_canvas_zip_built_after_the_deadline_makes_nobody_late(course, tmp_path):
+    """Canvas dates every member of "Download Submissions" with the time the zip was
+    built, not the submission time (instructure/canvas-lms#2219): a zip downloaded three
+    days after the deadline is evidence of nothing. Only the _LATE_ marker counts."""
+    _deadlines(course, {"policy": {"percent_per_day": 10, "grace_minutes": 15},
+                        "assignments": {ASSIGNMENT: {"due": "2026-10-01 12:00"}}})
+    built = (2026, 10, 4, 21, 0, 0)
+    collect(course=course, assignment=ASSIGNMENT, source_path=_zip(tmp_path / "canvas.zip", {
+        f"lovelaceada_12345_67890_{NOTEBOOK}": (tiny_notebook("ada"), built),
+        f"turingalan_LATE_23456_78901_{NOTEBOOK}": (tiny_notebook("alan"), built)}))
+    ada = lateness(course=course, assignment=ASSIGNMENT, student="lovelaceada_12345")
+    assert ada["late"] is False and ada["penalty_fraction"] == 0.0
+    assert ada["submitted_at"] is None and ada["source"] is None
+    assert ada["note"] == ("submission time unknown (the zip member date 2026-10-04 21:00 UTC "
+                           "is not a submission time; trust_zip_and_file_dates would use it); "
+                           "on time, time unknown")
+    alan = lateness(course=course, assignment=ASSIGNMENT, student="turingalan_23456")
+    assert alan["late"] is True and alan["penalty_fraction"] == pytest.approx(0.1)
+    assert alan["note"].endswith("Canvas marked it late; no submission time, so one day "
+                                 "counts; late penalty 10%")
 
 
 def test_a_folder_handin_uses_the_file_time_and_says_so(course, tmp_path):
@@ -143,7 +171,7 @@ def test_a_folder_handin_uses_the_file_time_and_says_so(course, tmp_path):
     (inbox / "ada.ipynb").write_bytes(tiny_notebook("ada"))
     when = datetime(2026, 10, 2, 12, 0, tzinfo=UTC).timestamp()
     os.utime(inbox / "ada.ipynb", (when, when))
-    _deadlines(course, {"policy": {"percent_per_day": 10},
+    _deadlines(course, {"policy": {"percent_per_day": 10, "trust_zip_and_file_dates": True},
                         "assignments": {ASSIGNMENT: {"due": "2026-10-01 12:00"}}})
     collect(course=course, assignment=ASSIGNMENT, source_path=inbox)
     info = lateness(course=course, assignment=ASSIGNMENT, student="ada")
@@ -257,7 +285,8 @@ def test_the_default_policy_and_overrides():
                              "partial_days": "exact", "lms_late_marker": "note",
                              "zero_after_days": 0}, "policy")
     assert got == {"percent_per_day": 0, "max_percent": 0, "grace_minutes": 0,
-                   "partial_days": "exact", "zero_after_days": 0, "lms_late_marker": "note"}
+                   "partial_days": "exact", "zero_after_days": 0, "lms_late_marker": "note",
+                   "trust_zip_and_file_dates": False}
     assert deadlines._policy({"percent_per_day": 12.5}, "policy")["percent_per_day"] == 12.5
     assert deadlines.DEFAULT_POLICY["percent_per_day"] == 0.0  # the default is not mutated
 
@@ -632,7 +661,8 @@ def test_a_sidecar_without_a_time_gives_no_source(course):
 
 def test_late_within_grace_costs_nothing_and_says_so(course):
     """A hand-in within the grace minutes is on time for the penalty."""
-    _deadlines(course, {"policy": {"percent_per_day": 10, "grace_minutes": 15},
+    _deadlines(course, {"policy": {"percent_per_day": 10, "grace_minutes": 15,
+                                   "trust_zip_and_file_dates": True},
                         "assignments": {ASSIGNMENT: {"due": "2026-10-01 12:00"}}})
     _handin(course, "ada", "2026-10-01 12:15:00 UTC", {"timestamp_source": "zip member date"})
     info = _lateness(course)
@@ -664,16 +694,16 @@ def test_late_with_an_extension_and_no_penalty_policy(course):
 @pytest.mark.parametrize("lms,name", [("canvas", "Canvas"), ("moodle", "Moodle"),
                                       (None, "the LMS")])
 def test_the_lms_marker_alone_costs_one_day(course, lms, name):
-    """An LMS late marker with no later time counts one day (lms_late_marker minimum)."""
+    """An LMS late marker on a hand-in without a submission time counts one day
+    (lms_late_marker minimum)."""
     _deadlines(course, {"policy": {"percent_per_day": 25},
                         "assignments": {ASSIGNMENT: {"due": "2026-10-01 12:00"}}})
-    _handin(course, "ada", "2026-09-30 12:00:00 UTC", {"lms": lms, "lms_late": True})
+    _handin(course, "ada", None, {"lms": lms, "lms_late": True})
     info = _lateness(course)
     assert info["late"] is True and info["lms_late"] is True
     assert info["penalty_fraction"] == pytest.approx(0.25) and info["days_late"] == 1
-    assert info["note"] == (f"submitted 2026-09-30 12:00 UTC (timestamp.txt); on time; "
-                            f"{name} marked it late; no later timestamp, so one day counts; "
-                            "late penalty 25%")
+    assert info["note"] == (f"no submission time recorded; {name} marked it late; no "
+                            "submission time, so one day counts; late penalty 25%")
 
 
 def test_the_lms_marker_without_any_time_or_due_date_still_counts(course):
@@ -695,14 +725,18 @@ def test_the_lms_marker_keeps_a_larger_penalty(course):
     assert info["note"].endswith("; 2 d 23 h late; Canvas marked it late too; late penalty 30%")
 
 
-def test_the_lms_marker_within_grace_costs_one_day(course):
-    """Within the grace period the LMS marker is all there is: one day."""
-    _deadlines(course, {"policy": {"percent_per_day": 10, "grace_minutes": 60},
+def test_the_grace_period_wins_over_the_lms_marker(course):
+    """11 minutes late with 15 minutes' grace: on time, though Canvas marked it late
+    (Canvas knows no grace period); the submission time decides."""
+    _deadlines(course, {"policy": {"percent_per_day": 10, "grace_minutes": 15},
                         "assignments": {ASSIGNMENT: {"due": "2026-10-01 12:00"}}})
-    _handin(course, "ada", "2026-10-01 12:30:00 UTC", {"lms": "canvas", "lms_late": True})
+    _handin(course, "ada", "2026-10-01 12:11:00 UTC", {"lms": "canvas", "lms_late": True})
     info = _lateness(course)
-    assert info["penalty_fraction"] == pytest.approx(0.1) and info["days_late"] == 1
-    assert "30 min late, within the grace period; Canvas marked it late; no later" in info["note"]
+    assert info["penalty_fraction"] == 0.0 and info["days_late"] == 0
+    assert info["late"] is False
+    assert info["note"] == ("submitted 2026-10-01 12:11 UTC (timestamp.txt); 11 min late, "
+                            "within the grace period; Canvas marked it late; the submission "
+                            "time decides")
 
 
 def test_the_lms_marker_is_forgiven_by_an_extension(course):
@@ -713,7 +747,7 @@ def test_the_lms_marker_is_forgiven_by_an_extension(course):
     _handin(course, "ada", "2026-10-02 12:00:00 UTC", {"lms": "moodle", "lms_late": True})
     info = _lateness(course)
     assert info["penalty_fraction"] == 0.0 and info["days_late"] == 0
-    assert info["late"] is True  # the LMS said so: still shown
+    assert info["late"] is False  # the time and the extension decide
     assert info["note"] == ("submitted 2026-10-02 12:00 UTC (timestamp.txt); extension to "
                             "2026-10-03 12:00+00:00; on time; Moodle marked it late; on time "
                             "with the extension")
@@ -729,11 +763,11 @@ def test_the_lms_marker_as_a_note_only(course):
     """lms_late_marker note: reported, not penalised, and the note says why."""
     _deadlines(course, {"policy": {"percent_per_day": 10, "lms_late_marker": "note"},
                         "assignments": {ASSIGNMENT: {"due": "2026-10-01 12:00"}}})
-    _handin(course, "ada", "2026-09-30 12:00:00 UTC", {"lms": "canvas", "lms_late": True})
+    _handin(course, "ada", None, {"lms": "canvas", "lms_late": True})
     info = _lateness(course)
     assert info["penalty_fraction"] == 0.0 and info["days_late"] == 0 and info["late"] is True
     assert info["note"].endswith(
-        "; on time; Canvas marked it late (not penalised: lms_late_marker is note)")
+        "; Canvas marked it late (not penalised: lms_late_marker is note)")
 
 
 def test_the_assignments_own_policy_is_applied(course):
@@ -768,7 +802,7 @@ def test_show_lines(course):
     assert show_lines(course, ASSIGNMENT) == [
         "01_hw: due 2026-10-01 12:00+00:00",
         "policy: percent_per_day 10, max_percent 100.0, grace_minutes 0.0, "
-        "partial_days round_up, lms_late_marker minimum",
+        "partial_days round_up, lms_late_marker minimum, trust_zip_and_file_dates False",
         "extension: ada -> {'days': 1}",
         "extension: ben -> 2026-10-05 12:00",
         "  LATE ada: submitted 2026-10-03 12:00 UTC (timestamp.txt); extension to "
@@ -782,5 +816,5 @@ def test_show_lines_without_anything(course):
     assert show_lines(course, ASSIGNMENT) == [
         "01_hw: due (not set)",
         "policy: percent_per_day 0.0, max_percent 100.0, grace_minutes 0.0, "
-        "partial_days round_up, lms_late_marker minimum",
+        "partial_days round_up, lms_late_marker minimum, trust_zip_and_file_dates False",
         "no hand-ins in submitted/ yet"]
