@@ -745,13 +745,19 @@ def _course_tree(candidates, report):
     return inside
 
 
+# Names editors give a notebook, never a student's: JupyterLab's Untitled3 and
+# 01_hw-Copy1, Colab's "Copy of 01_hw".
+_EDITOR_NAME = re.compile(r"untitled\d*|copy of .*|.*-copy\d*", re.IGNORECASE)
+
+
 def _default_name(candidate, expected):
-    """A reason when a loose notebook's name is no student's (Untitled.ipynb, 01_hw.ipynb)."""
+    """A reason when a loose notebook's name is no student's (Untitled.ipynb, 01_hw.ipynb,
+    Colab's "Copy of 01_hw.ipynb")."""
     if len(candidate.parts) != 1 or candidate.rel is not None or candidate.reason \
             or not candidate.ident or candidate.ident.lms:
         return None
     stem = candidate.ident.key
-    if re.fullmatch(r"untitled\d*", stem, re.IGNORECASE) or f"{stem}.ipynb" in expected:
+    if _EDITOR_NAME.fullmatch(stem) or f"{stem}.ipynb" in expected:
         return (f"{candidate.parts[0]} names no student; rename it after the student, or put "
                 "it in a folder named after them")
     return None

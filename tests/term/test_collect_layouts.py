@@ -658,12 +658,26 @@ def test_default_notebook_names_name_no_student(course, tmp_path):
     inbox = _folder(tmp_path, {"Untitled.ipynb": b"{}", "untitled12.ipynb": b"{}",
                                NB: b"{}", "ada.ipynb": tiny_notebook("ada"),
                                "Untitledx.ipynb": tiny_notebook("x"),
+                               f"Copy of {NB}": b"{}", f"{A}-Copy1.ipynb": b"{}",
                                f"x_1_2_{NB}": tiny_notebook("canvas")})
     report = _run(course, inbox)
     assert report.collected == ["Untitledx", "ada", "x_1"]
     why = "names no student; rename it after the student, or put it in a folder named after them"
-    assert report.unmatched == [f"{NB} ({NB} {why})", f"Untitled.ipynb (Untitled.ipynb {why})",
+    assert report.unmatched == [f"{A}-Copy1.ipynb ({A}-Copy1.ipynb {why})",
+                                f"{NB} ({NB} {why})", f"Copy of {NB} (Copy of {NB} {why})",
+                                f"Untitled.ipynb (Untitled.ipynb {why})",
                                 f"untitled12.ipynb (untitled12.ipynb {why})"]
+
+
+def test_a_colab_copy_in_a_students_folder_or_canvas_name_is_their_hand_in(course, tmp_path):
+    """Colab saves a student's work as "Copy of 01_hw.ipynb": inside their folder or
+    under their Canvas name it is their hand-in, saved under the assignment's name."""
+    inbox = _folder(tmp_path, {f"ada/Copy of {NB}": tiny_notebook("ada"),
+                               f"lovelaceada_12345_67890_Copy of {NB}": tiny_notebook("lov")})
+    report = _run(course, inbox)
+    assert report.collected == ["ada", "lovelaceada_12345"]
+    assert _got(course, "ada") == tiny_notebook("ada")
+    assert _got(course, "lovelaceada_12345") == tiny_notebook("lov")
 
 
 def test_default_name_is_only_for_loose_plain_notebooks():
