@@ -2,9 +2,12 @@
 
 The gradebook is gradebook.db at the course root, the one `nbgrader
 generate_assignment` (our release step) fills with the assignment and its
-grade cells. Every student with a result gets a submission whose grade cells
-carry the auto scores the trusted checks gave; a flagged hand-in's notebook is
-flagged for review. Manual scores and comments an instructor entered are kept.
+grade, solution and task cells. Every student with a result gets a submission
+whose grade cells carry the auto scores the trusted checks gave, and a comment
+row for every answer and task cell, as nbgrader's autograde leaves them (the
+formgrader saves an instructor's comments there, and `nbgrader generate_feedback`
+reads them); a flagged hand-in's notebook is flagged for review. Manual scores
+and comments an instructor entered are kept.
 The executed notebooks are already where the formgrader looks for them,
 autograded/<student>/<assignment>/.
 """
@@ -44,6 +47,26 @@ def _ensure_assignment(gradebook, *, assignment, notebook, source_nb):
         except MissingEntry:
             add = gradebook.add_task_cell if gid in tasks else gradebook.add_grade_cell
             add(gid, notebook, assignment, max_score=points, cell_type=kinds.get(gid, "code"))
+    for cell in source_nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and meta.get("grade_id"):
+            try:
+                gradebook.find_solution_cell(meta["grade_id"], notebook, assignment)
+            except MissingEntry:
+                gradebook.add_solution_cell(meta["grade_id"], notebook, assignment)
+
+
+def _comment_rows(gradebook, *, submitted, notebook, assignment):
+    """A comment row for every answer and task cell of a submitted notebook, made for
+    cells newer than the submission (nbgrader makes them with the submission)."""
+    from nbgrader.api import Comment
+
+    have = {comment.cell_id for comment in submitted.comments}
+    recorded = gradebook.find_notebook(notebook, assignment)
+    for cell in list(recorded.solution_cells) + list(recorded.task_cells):
+        if cell.id not in have:
+            gradebook.db.add(Comment(cell_id=cell.id, notebook=submitted))
+            have.add(cell.id)
 
 
 def _grade_row(gradebook, *, gid, notebook, assignment, student):
@@ -79,6 +102,7 @@ def _record(gradebook, *, result, assignment, notebook, grade_ids, manual_ids):
                            student=student)
         grade.needs_manual_grade = grade.manual_score is None
     submitted = gradebook.find_submission_notebook(notebook, assignment, student)
+    _comment_rows(gradebook, submitted=submitted, notebook=notebook, assignment=assignment)
     submitted.flagged = bool(result.get("flags"))
     gradebook.db.commit()
 

@@ -1,7 +1,10 @@
 """Results reach nbgrader's gradebook, where the formgrader reads them."""
 
 import shutil
+import subprocess
+import sys
 
+import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
@@ -68,3 +71,37 @@ def test_regrading_updates_auto_scores_and_keeps_manual_ones(course):
         grade = gradebook.find_grade("predictions_correct", NOTEBOOK, ASSIGNMENT, "cy")
         assert grade.manual_score == 1.5
         assert len(gradebook.find_assignment(ASSIGNMENT).submissions) == 1
+
+
+def test_comments_typed_in_the_formgrader_survive_a_regrade_and_reach_nbgraders_feedback(
+        course, venv_env):
+    """Every answer cell of a graded hand-in has a comment row, as nbgrader's autograde
+    leaves it: the formgrader's comment box saves into it, a regrade keeps it, and
+    `nbgrader generate_feedback` (the formgrader's Generate Feedback) finds it."""
+    from autograder.course import EXAMPLES_DIR
+
+    graded = course.autograded / "ada" / ASSIGNMENT / f"{NOTEBOOK}.ipynb"
+    graded.parent.mkdir(parents=True)
+    shutil.copyfile(EXAMPLES_DIR / ASSIGNMENT / "ada_perfect.ipynb", graded)
+    write_gradebook(course=course, assignment=ASSIGNMENT,
+                    results=[_result("ada", earned=MAX_POINTS)])
+    answers = [c.metadata["nbgrader"]["grade_id"]
+               for c in nbformat.read(graded, as_version=4).cells
+               if c.metadata.get("nbgrader", {}).get("solution")]
+    assert "token_var_answer" in answers
+    with Gradebook(gradebook_url(course)) as gradebook:
+        for gid in answers:
+            assert gradebook.find_comment(gid, NOTEBOOK, ASSIGNMENT, "ada").comment is None
+        # what the formgrader's comment box does (its api/comment handler)
+        comment = gradebook.find_comment("token_var_answer", NOTEBOOK, ASSIGNMENT, "ada")
+        comment.manual_comment = "Neat: the centred two-pass sum, as in the lesson."
+        gradebook.db.commit()
+    write_gradebook(course=course, assignment=ASSIGNMENT,
+                    results=[_result("ada", earned=MAX_POINTS)])
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "generate_feedback", ASSIGNMENT, "--student", "ada",
+         f"--CourseDirectory.root={course.root}"],
+        cwd=course.root, env=venv_env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    page = (course.root / "feedback" / "ada" / ASSIGNMENT / f"{NOTEBOOK}.html").read_text()
+    assert "Neat: the centred two-pass sum, as in the lesson." in page
