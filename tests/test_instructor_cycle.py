@@ -96,8 +96,10 @@ def test_feedback_page_hides_hidden_tests_and_renders_maths(
 def test_free_text_answer_is_pending_until_graded_by_hand(graded):
     ada = graded["results"]["ada"]
     assert ada["max_score"] == 3.0 and ada["score"] == 2.0
-    assert ada["manual"] == [{"grade_id": "why_answer", "notebook": ASSIGNMENT,
-                              "max_points": 1.0, "points": None, "status": "pending"}]
+    assert [{k: v for k, v in m.items() if k != "answer_sha256"} for m in ada["manual"]] == [
+        {"grade_id": "why_answer", "notebook": ASSIGNMENT, "max_points": 1.0, "points": None,
+         "status": "pending"}]
+    assert len(ada["manual"][0]["answer_sha256"]) == 64
 
 
 def test_a_wrong_notebook_gets_a_status_and_a_reason(graded):

@@ -478,6 +478,23 @@ def handin_digest(files):
                     for name, path in files])
 
 
+def answer_digests(handin):
+    """{grade_id: sha256 of that cell's source} for a hand-in's bytes; {} when they
+    are not a notebook. A person's score belongs to the answer it was given for."""
+    try:
+        cells = json.loads(handin)["cells"]
+        found = {}
+        for cell in cells:
+            gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            source = cell.get("source", "")
+            text = "".join(source) if isinstance(source, list) else str(source)
+            if isinstance(gid, str):
+                found.setdefault(gid, hashlib.sha256(text.encode("utf-8", "replace")).hexdigest())
+        return found
+    except (TypeError, ValueError, AttributeError, KeyError):
+        return {}
+
+
 def _digest(contents):
     """The hand-in's hash from [(notebook name, bytes or None)]: its one notebook's
     sha256, or, for several notebooks, the sha256 of each name and content in turn;
@@ -532,8 +549,10 @@ def grade_task(task):
     a kernel of its own, as `nbgrader autograde` runs them."""
     started = time.monotonic()
     sources = {p.name: nbformat.reads(p.source, as_version=4) for p in task.notebooks}
+    answers = {p.name: answer_digests(p.handin) for p in task.notebooks}
     manual = [{"grade_id": gid, "notebook": Path(name).stem, "max_points": points,
-               "points": None, "status": "pending"}
+               "points": None, "status": "pending",
+               "answer_sha256": answers[name].get(gid)}
               for name, nb in sources.items() for gid, points in manual_cells(nb)]
     max_score = (sum(points for nb in sources.values() for _, points, _ in grade_cells(nb))
                  + sum(m["max_points"] for m in manual))

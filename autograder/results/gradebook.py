@@ -7,11 +7,16 @@ whose grade cells carry the auto scores the trusted checks gave, and a comment
 row for every answer and task cell, as nbgrader's autograde leaves them (the
 formgrader saves an instructor's comments there, and `nbgrader generate_feedback`
 reads them); a flagged hand-in's notebook is flagged for review. Manual scores
-and comments an instructor entered are kept.
+and comments an instructor entered are kept while the answer they were given for
+stays the same: a resubmission that changed a hand-graded answer (or, for a
+score overridden on an autograded cell, the hand-in) puts that cell back to
+pending. .grading/<assignment>/hand_graded.json remembers which version of each
+answer the formgrader shows.
 The executed notebooks are already where the formgrader looks for them,
 autograded/<student>/<assignment>/.
 """
 
+import json
 import os
 import warnings
 from pathlib import Path
@@ -86,8 +91,32 @@ def _grade_row(gradebook, *, gid, notebook, assignment, student):
         return grade
 
 
-def _record(gradebook, *, result, assignment, notebook, grade_ids, manual_ids):
+def _versions(result, notebook):
+    """{grade_id: the version of what a person grades in that cell}: the answer's digest
+    for manual cells, the hand-in's for autograded ones (an override judges it whole)."""
+    versions = {m["grade_id"]: m.get("answer_sha256") for m in result.get("manual", [])
+                if m.get("notebook", notebook) == notebook}
+    for cell in result.get("cells", []):
+        if cell.get("notebook", notebook) == notebook:
+            versions[cell["grade_id"]] = result.get("handin_sha256")
+    return versions
+
+
+def _reopen_changed(grade, *, shown, now):
+    """Clear a score given by hand for a version of the answer this one replaces."""
+    if grade.manual_score is None or not shown or not now or shown == now:
+        return False
+    grade.manual_score = None
+    return True
+
+
+def _record(gradebook, *, result, assignment, notebook, grade_ids, manual_ids, shown):
+    """Record one result; returns the grade_ids whose hand score was cleared. `shown`:
+    {grade_id: version} of this student's notebook as the formgrader showed it until
+    now; updated to this result's versions."""
     student = result["student_id"]
+    versions = _versions(result, notebook)
+    reopened = []
     gradebook.update_or_create_student(student)
     gradebook.update_or_create_submission(assignment, student)
     earned = {c["grade_id"]: c["points"] for c in result.get("cells", [])
@@ -96,20 +125,40 @@ def _record(gradebook, *, result, assignment, notebook, grade_ids, manual_ids):
         grade = _grade_row(gradebook, gid=gid, notebook=notebook, assignment=assignment,
                            student=student)
         grade.auto_score = float(earned.get(gid, 0.0))
+        if _reopen_changed(grade, shown=shown.get(gid), now=versions.get(gid)):
+            reopened.append(gid)
         grade.needs_manual_grade = False
     for gid in manual_ids:  # a person grades these; only say they are waiting
         grade = _grade_row(gradebook, gid=gid, notebook=notebook, assignment=assignment,
                            student=student)
+        if _reopen_changed(grade, shown=shown.get(gid), now=versions.get(gid)):
+            reopened.append(gid)
         grade.needs_manual_grade = grade.manual_score is None
+    shown.update({gid: v for gid, v in versions.items() if v})
     submitted = gradebook.find_submission_notebook(notebook, assignment, student)
     _comment_rows(gradebook, submitted=submitted, notebook=notebook, assignment=assignment)
     submitted.flagged = bool(result.get("flags"))
     gradebook.db.commit()
+    return reopened
+
+
+def _shown_path(course, assignment):
+    return course.root / ".grading" / assignment / "hand_graded.json"
+
+
+def _load_shown(path):
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def write_gradebook(*, course, assignment, results):
     """Record `results` (from grade_assignment) in the course's gradebook.db, each
-    notebook of the assignment as nbgrader records it."""
+    notebook of the assignment as nbgrader records it. Returns {student: [(notebook,
+    grade_id)]}: the cells whose score given by hand was cleared because the answer
+    changed since (they wait for a person again)."""
     from nbgrader.api import Gradebook
 
     # A new gradebook is stamped by running `alembic`, which lives beside this
@@ -127,10 +176,22 @@ def write_gradebook(*, course, assignment, results):
                                source_nb=source_nb)
             notebooks.append((notebook, [gid for gid, _, _ in grade_cells(source_nb)],
                               [gid for gid, _ in manual_cells(source_nb)]))
+        shown_path = _shown_path(course, assignment)
+        shown = _load_shown(shown_path)
+        reopened = {}
         for notebook, grade_ids, manual_ids in notebooks:
             for result in results:
-                _record(gradebook, result=result, assignment=assignment, notebook=notebook,
-                        grade_ids=grade_ids, manual_ids=manual_ids)
+                student = result["student_id"]
+                mine = shown.setdefault(student, {}).setdefault(notebook, {})
+                cleared = _record(gradebook, result=result, assignment=assignment,
+                                  notebook=notebook, grade_ids=grade_ids,
+                                  manual_ids=manual_ids, shown=mine)
+                reopened.setdefault(student, []).extend((notebook, gid) for gid in cleared)
+        shown_path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = shown_path.with_name(shown_path.name + ".new")
+        temporary.write_text(json.dumps(shown, indent=1, sort_keys=True))
+        os.replace(temporary, shown_path)
+    return {student: cells for student, cells in reopened.items() if cells}
 
 
 def scores_by_hand(*, course, assignment):

@@ -298,7 +298,11 @@ def write_reports(*, course, assignment, results, show_hidden_tests=False):
     """Write every export for `results`, with the scores given by hand in the
     formgrader, so every export shows one total; returns (the report folder, the
     results with those scores)."""
-    write_gradebook(course=course, assignment=assignment, results=results)
+    reopened = write_gradebook(course=course, assignment=assignment, results=results)
+    results = [{**r, "notes": list(r.get("notes", [])) + [
+        f"{gid}: the answer changed since it was graded by hand; it waits for a person again"
+        for _, gid in reopened[r["student_id"]]]} if r["student_id"] in reopened else r
+        for r in results]
     names = course.notebook_names(assignment)
     results = with_scores_by_hand(results, scores_by_hand(course=course, assignment=assignment),
                                   default_notebook=Path(names[0]).stem)

@@ -923,8 +923,10 @@ def test_a_right_hand_in_earns_every_autograded_point(course, fake):
     assert result["flags"] == [] and result["notes"] == []
     assert [(c["grade_id"], c["points"], c["notebook"], c["checked"]) for c in result["cells"]] \
         == [("checked", 3.0, "ps", "by the grader"), ("plain", 2.0, "ps", grade.IN_KERNEL)]
+    handed_in = (course.submitted / "ada" / ASSIGNMENT / NOTEBOOK).read_bytes()
     assert result["manual"] == [{"grade_id": "why", "notebook": "ps", "max_points": 1.0,
-                                 "points": None, "status": "pending"}]
+                                 "points": None, "status": "pending",
+                                 "answer_sha256": grade.answer_digests(handed_in)["why"]}]
     assert result["student_id"] == "ada" and result["assignment"] == ASSIGNMENT
     assert result["handin_sha256"] == grade.sha256(course.submitted / "ada" / ASSIGNMENT
                                                    / NOTEBOOK)
@@ -1953,3 +1955,23 @@ def test_a_cell_calling_a_known_and_an_unknown_check_takes_its_verdicts():
     cells, flags = grade.score_run(source_nb=source, run_nb=run, verdicts=verdicts)
     assert [(c["grade_id"], c["points"], c["reason"]) for c in cells] == [("mixed", 2.0, None)]
     assert flags == []
+
+
+def test_each_answer_is_known_by_the_digest_of_its_source():
+    """What a person graded is pinned to the answer's text: the same text gives the
+    same digest however the notebook stores it, a changed one another; a hand-in that
+    is not a notebook gives none (never a crash)."""
+    def handin(*sources):
+        nb = new_notebook(cells=[new_markdown_cell(text) for text in sources])
+        for cell, gid in zip(nb.cells, ("explain", "other"), strict=False):
+            cell.metadata["nbgrader"] = {"grade_id": gid}
+        return nbformat.writes(nb).encode()
+
+    first = grade.answer_digests(handin("It cancels.", "x"))
+    assert first["explain"] == hashlib.sha256(b"It cancels.").hexdigest()
+    as_lines = json.loads(handin("It cancels.", "x"))
+    as_lines["cells"][0]["source"] = ["It ", "cancels."]
+    assert grade.answer_digests(json.dumps(as_lines).encode()) == first
+    assert grade.answer_digests(handin("It cancels badly.", "x"))["explain"] != first["explain"]
+    for broken in (b"not json", b"[1, 2]", b'{"cells": [3]}', None):
+        assert grade.answer_digests(broken) == {}

@@ -105,3 +105,51 @@ def test_comments_typed_in_the_formgrader_survive_a_regrade_and_reach_nbgraders_
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     page = (course.root / "feedback" / "ada" / ASSIGNMENT / f"{NOTEBOOK}.html").read_text()
     assert "Neat: the centred two-pass sum, as in the lesson." in page
+
+
+def _with_manual_cell(course):
+    """Unit 01's source with an answer a person grades: a markdown cell worth 2."""
+    path = course.source / ASSIGNMENT / f"{NOTEBOOK}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    cell = nbformat.v4.new_markdown_cell("Explain the shortcut's failure.")
+    cell.metadata["nbgrader"] = {"grade": True, "solution": True, "grade_id": "explain",
+                                 "points": 2, "schema_version": 3, "locked": False}
+    nb.cells.append(cell)
+    nbformat.write(nb, path)
+
+
+def _versioned(student, *, answer, handin):
+    result = _result(student, earned=MAX_POINTS)
+    result["handin_sha256"] = handin
+    result["manual"] = [{"grade_id": "explain", "notebook": NOTEBOOK, "max_points": 2.0,
+                         "points": None, "status": "pending", "answer_sha256": answer}]
+    return result
+
+
+def test_a_changed_answer_reopens_its_hand_grading_and_an_unchanged_one_keeps_it(course):
+    """A resubmission that rewrote a hand-graded answer is graded by hand again (its
+    score was for the old answer), and so is a score overridden on an autograded cell
+    when the hand-in changed; a regrade of the same answers keeps every hand score."""
+    _with_manual_cell(course)
+    first = [_versioned("ada", answer="a1", handin="h1"),
+             _versioned("bo", answer="b1", handin="g1")]
+    assert write_gradebook(course=course, assignment=ASSIGNMENT, results=first) == {}
+    with Gradebook(gradebook_url(course)) as gradebook:
+        for student in ("ada", "bo"):
+            gradebook.find_grade("explain", NOTEBOOK, ASSIGNMENT, student).manual_score = 2.0
+            gradebook.find_grade("token_var_correct", NOTEBOOK, ASSIGNMENT,
+                                 student).manual_score = 0.5
+        gradebook.db.commit()
+    assert write_gradebook(course=course, assignment=ASSIGNMENT, results=first) == {}
+    again = [_versioned("ada", answer="a2", handin="h2"),
+             _versioned("bo", answer="b1", handin="g1")]
+    assert write_gradebook(course=course, assignment=ASSIGNMENT, results=again) == {
+        "ada": [(NOTEBOOK, "token_var_correct"), (NOTEBOOK, "explain")]}
+    with Gradebook(gradebook_url(course)) as gradebook:
+        explain = gradebook.find_grade("explain", NOTEBOOK, ASSIGNMENT, "ada")
+        assert explain.manual_score is None and explain.needs_manual_grade
+        assert gradebook.find_grade("token_var_correct", NOTEBOOK, ASSIGNMENT,
+                                    "ada").manual_score is None
+        assert gradebook.find_grade("explain", NOTEBOOK, ASSIGNMENT, "bo").manual_score == 2.0
+        assert gradebook.find_grade("token_var_correct", NOTEBOOK, ASSIGNMENT,
+                                    "bo").manual_score == 0.5
