@@ -199,6 +199,14 @@ def _render_notebook(nb, *, show_hidden_tests=False):
     return styles, sanitize_html(body)
 
 
+def _headline_score(result):
+    """The score the student is given: after the late policy, saying so when it differs."""
+    final = result.get("final_score", result["score"])
+    if final is None or final == result["score"]:
+        return f"{result['score']:g}"
+    return f"{final:g} (earned {result['score']:g}, less the late penalty)"
+
+
 def _summary_html(result):
     td = "<td style='vertical-align:top;overflow-wrap:anywhere;padding:4px'>"
     rows = []
@@ -235,7 +243,7 @@ def _summary_html(result):
         "font-family:sans-serif;margin:0;padding:1em;border-bottom:2px solid #888'>"
         f"<h1 style='margin:0 0 .5em 0;font-size:1.5em'>{html.escape(result['assignment'])}: "
         f"{html.escape(result['student_id'])}</h1>"
-        f"<p><b>Score: {result['score']:g} / {result['max_score']:g}</b> "
+        f"<p><b>Score: {_headline_score(result)} / {result['max_score']:g}</b> "
         f"({html.escape(result['status'])}) {reason}</p>"
         + (f"<ul>{notes}</ul>" if notes else "")
         + "<table border='1' style='border-collapse:collapse;table-layout:fixed;width:100%'>"

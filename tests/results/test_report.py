@@ -515,7 +515,8 @@ def test_summary_html_shows_every_cell_its_messages_and_the_late_score():
     assert style["opacity"] == "1" and style["visibility"] == "visible"
     assert style["display"] == "block" and style["background"] == "#fff"
     assert section.find("h1").get_text() == "01_the_recipe: <b>eve</b>"
-    assert section.find("p").get_text() == "Score: 5 / 8 (graded) <i>partly</i> graded"
+    assert section.find("p").get_text() == (
+        "Score: 4.5 (earned 5, less the late penalty) / 8 (graded) <i>partly</i> graded")
     assert [li.get_text() for li in section.find_all("li")] == [
         "1 d late; late penalty 10%; score after the late policy: 4.5", "a <note>"]
     table = section.find("table")
@@ -847,3 +848,17 @@ def test_grade_table_with_late_scores_and_expected_totals():
         "bob                         8/8     graded              8  7.5 MISMATCH",
         "cy                          3/8     graded              3  (none)",
     ]
+
+
+def test_the_feedback_headline_is_the_score_after_the_late_penalty():
+    """A student reads the headline first: it is the score that counts, and says what
+    was earned before the penalty; on time, it is the plain score."""
+    late = _result(lateness={"late": True, "note": "1 d late; late penalty 10%"})
+    late.update(score=5.0, final_score=4.5)
+    soup = BeautifulSoup(report._summary_html(late), "html.parser")
+    assert soup.find("p").get_text().startswith(
+        "Score: 4.5 (earned 5, less the late penalty) / 8")
+    on_time = _result(lateness={"late": False, "note": "on time"})
+    on_time.update(score=5.0, final_score=5.0)
+    assert BeautifulSoup(report._summary_html(on_time), "html.parser").find(
+        "p").get_text().startswith("Score: 5 / 8")
