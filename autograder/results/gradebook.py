@@ -110,14 +110,30 @@ def _reopen_changed(grade, *, shown, now):
     return True
 
 
-def _record(gradebook, *, result, assignment, notebook, grade_ids, manual_ids, shown):
+def student_fields(entry):
+    """nbgrader's student fields from a roster entry: "Lovelace, Ada" and "Ada Lovelace"
+    both give first name Ada, last name Lovelace."""
+    if not entry:
+        return {}
+    name = " ".join(str(entry.get("name") or "").split())
+    if "," in name:
+        last, _, first = (part.strip() for part in name.partition(","))
+    else:
+        first, _, last = name.rpartition(" ")
+    fields = {"first_name": first or None, "last_name": last or None,
+              "email": entry.get("email") or None, "lms_user_id": entry.get("lms_id") or None}
+    return {key: value for key, value in fields.items() if value}
+
+
+def _record(gradebook, *, result, assignment, notebook, grade_ids, manual_ids, shown,
+            person=None):
     """Record one result; returns the grade_ids whose hand score was cleared. `shown`:
     {grade_id: version} of this student's notebook as the formgrader showed it until
-    now; updated to this result's versions."""
+    now; updated to this result's versions. person: the student's roster entry."""
     student = result["student_id"]
     versions = _versions(result, notebook)
     reopened = []
-    gradebook.update_or_create_student(student)
+    gradebook.update_or_create_student(student, **student_fields(person))
     gradebook.update_or_create_submission(assignment, student)
     earned = {c["grade_id"]: c["points"] for c in result.get("cells", [])
               if c.get("notebook", notebook) == notebook}
@@ -140,6 +156,17 @@ def _record(gradebook, *, result, assignment, notebook, grade_ids, manual_ids, s
     submitted.flagged = bool(result.get("flags"))
     gradebook.db.commit()
     return reopened
+
+
+def _roster_or_none(course):
+    """The course's roster, for the names the formgrader shows; None without a usable one
+    (grading never fails for want of names)."""
+    from autograder.term.roster import RosterError, load_roster
+
+    try:
+        return load_roster(course)
+    except RosterError:
+        return None
 
 
 def _shown_path(course, assignment):
@@ -178,6 +205,7 @@ def write_gradebook(*, course, assignment, results):
                               [gid for gid, _ in manual_cells(source_nb)]))
         shown_path = _shown_path(course, assignment)
         shown = _load_shown(shown_path)
+        roster = _roster_or_none(course)
         reopened = {}
         for notebook, grade_ids, manual_ids in notebooks:
             for result in results:
@@ -185,7 +213,8 @@ def write_gradebook(*, course, assignment, results):
                 mine = shown.setdefault(student, {}).setdefault(notebook, {})
                 cleared = _record(gradebook, result=result, assignment=assignment,
                                   notebook=notebook, grade_ids=grade_ids,
-                                  manual_ids=manual_ids, shown=mine)
+                                  manual_ids=manual_ids, shown=mine,
+                                  person=roster.get(student) if roster else None)
                 reopened.setdefault(student, []).extend((notebook, gid) for gid in cleared)
         shown_path.parent.mkdir(parents=True, exist_ok=True)
         temporary = shown_path.with_name(shown_path.name + ".new")

@@ -153,3 +153,22 @@ def test_a_changed_answer_reopens_its_hand_grading_and_an_unchanged_one_keeps_it
         assert gradebook.find_grade("explain", NOTEBOOK, ASSIGNMENT, "bo").manual_score == 2.0
         assert gradebook.find_grade("token_var_correct", NOTEBOOK, ASSIGNMENT,
                                     "bo").manual_score == 0.5
+
+
+def test_the_formgrader_shows_the_rosters_names_not_none(course):
+    """With a roster, each student in the gradebook has the roster's first and last
+    name, e-mail and LMS id (the formgrader listed "None, None")."""
+    import json
+
+    (course.root / "roster.json").write_text(json.dumps({"source": "canvas", "students": [
+        {"id": "4713", "name": "Müller, Jürgen", "lms_id": "4713", "email": "jm@uni.example"},
+        {"id": "ada", "name": "Ada King Lovelace", "lms_id": None, "email": ""}]}))
+    write_gradebook(course=course, assignment=ASSIGNMENT,
+                    results=[_result("4713"), _result("ada"), _result("nobody")])
+    with Gradebook(gradebook_url(course)) as gradebook:
+        jm = gradebook.find_student("4713")
+        assert (jm.first_name, jm.last_name, jm.email, jm.lms_user_id) == (
+            "Jürgen", "Müller", "jm@uni.example", "4713")
+        ada = gradebook.find_student("ada")
+        assert (ada.first_name, ada.last_name, ada.email) == ("Ada King", "Lovelace", None)
+        assert gradebook.find_student("nobody").first_name is None
