@@ -287,7 +287,15 @@ def build_parser():
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # argparse fills an optional positional before the options that follow it
+    # (`roster import --course DIR FILE`): give those to the slots the command names.
+    for slot in getattr(args, "late_positionals", ()):
+        if extra and getattr(args, slot) is None and not extra[0].startswith("-"):
+            setattr(args, slot, extra.pop(0))
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args)
     except SandboxUnavailable as problem:  # grade, grade-examples, demo, bench

@@ -57,6 +57,7 @@ def register(sub, add):
     p = add("roster", cmd_roster, "import or show the class list (roster.json)")
     p.add_argument("action", choices=["import", "show"])
     p.add_argument("file", nargs="?", help="for import: the LMS's CSV export")
+    p.set_defaults(late_positionals=("file",))
     p = add("deadlines", cmd_deadlines,
             "show an assignment's due date, late policy and each hand-in's lateness")
     p.add_argument("action", choices=["show"])

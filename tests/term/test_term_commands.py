@@ -39,6 +39,12 @@ def test_roster_import_reads_the_file_and_prints_the_summary(tmp_path, monkeypat
     assert cli.main(["roster", "import", "class.csv", "--course", str(tmp_path)]) == 0
     assert calls == [(Course(tmp_path.resolve()), "class.csv")]
     assert capsys.readouterr().out == "roster: 2 students\n  more\n"
+    # the options first, as the README's other commands write them
+    assert cli.main(["roster", "import", "--course", str(tmp_path), "later.csv"]) == 0
+    assert calls[-1] == (Course(tmp_path.resolve()), "later.csv")
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["roster", "import", "--course", str(tmp_path), "a.csv", "b.csv"])
+    assert refused.value.code == 2 and "unrecognized arguments: b.csv" in capsys.readouterr().err
 
 
 def test_roster_import_without_a_file_or_with_a_bad_one(tmp_path, monkeypatch, capsys):
