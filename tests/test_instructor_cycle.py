@@ -98,7 +98,7 @@ def test_free_text_answer_is_pending_until_graded_by_hand(graded):
     assert ada["max_score"] == 3.0 and ada["score"] == 2.0
     assert [{k: v for k, v in m.items() if k != "answer_sha256"} for m in ada["manual"]] == [
         {"grade_id": "why_answer", "notebook": ASSIGNMENT, "max_points": 1.0, "points": None,
-         "status": "pending"}]
+         "status": "pending", "blank": False}]
     assert len(ada["manual"][0]["answer_sha256"]) == 64
 
 

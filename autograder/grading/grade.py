@@ -478,6 +478,15 @@ def handin_digest(files):
                     for name, path in files])
 
 
+def _left_blank(source_nb, gid, answers, released):
+    """True when the student left an answer a person grades as the release gave it (or
+    deleted it): it scores 0 with nothing to grade, as stock nbgrader scores an answer
+    whose checksum is unchanged. Tasks are never blank: a person reads the notebook."""
+    is_task = any(_nbgrader(c).get("grade_id") == gid and _nbgrader(c).get("task")
+                  for c in source_nb.cells)
+    return not is_task and answers.get(gid) in (None, released.get(gid))
+
+
 def answer_digests(handin):
     """{grade_id: sha256 of that cell's source} for a hand-in's bytes; {} when they
     are not a notebook. A person's score belongs to the answer it was given for."""
@@ -550,9 +559,11 @@ def grade_task(task):
     started = time.monotonic()
     sources = {p.name: nbformat.reads(p.source, as_version=4) for p in task.notebooks}
     answers = {p.name: answer_digests(p.handin) for p in task.notebooks}
+    released = {p.name: answer_digests(p.release.encode("utf-8")) for p in task.notebooks}
     manual = [{"grade_id": gid, "notebook": Path(name).stem, "max_points": points,
                "points": None, "status": "pending",
-               "answer_sha256": answers[name].get(gid)}
+               "answer_sha256": answers[name].get(gid),
+               "blank": _left_blank(nb, gid, answers[name], released[name])}
               for name, nb in sources.items() for gid, points in manual_cells(nb)]
     max_score = (sum(points for nb in sources.values() for _, points, _ in grade_cells(nb))
                  + sum(m["max_points"] for m in manual))
@@ -596,6 +607,8 @@ def grade_task(task):
         runs[part.name] = _grade_notebook(
             result, task=task, notebook=stem, source_nb=source_nb,
             release_nb=nbformat.reads(part.release, as_version=4), handin_nb=handin_nb)
+    if result["status"] != "graded":  # nothing of this assignment to grade by hand
+        result["manual"] = [{**m, "blank": True} for m in result["manual"]]
     if task.unverified:
         result["flags"].append(_UNVERIFIED_FLAG)
     if task.settings.use_bwrap is False:

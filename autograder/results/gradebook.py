@@ -66,12 +66,13 @@ def _comment_rows(gradebook, *, submitted, notebook, assignment):
     cells newer than the submission (nbgrader makes them with the submission)."""
     from nbgrader.api import Comment
 
-    have = {comment.cell_id for comment in submitted.comments}
+    have = {comment.cell_id: comment for comment in submitted.comments}
     recorded = gradebook.find_notebook(notebook, assignment)
     for cell in list(recorded.solution_cells) + list(recorded.task_cells):
         if cell.id not in have:
-            gradebook.db.add(Comment(cell_id=cell.id, notebook=submitted))
-            have.add(cell.id)
+            have[cell.id] = Comment(cell_id=cell.id, notebook=submitted)
+            gradebook.db.add(have[cell.id])
+    return {comment.cell.name: comment for comment in have.values()}
 
 
 def _grade_row(gradebook, *, gid, notebook, assignment, student):
@@ -144,15 +145,23 @@ def _record(gradebook, *, result, assignment, notebook, grade_ids, manual_ids, s
         if _reopen_changed(grade, shown=shown.get(gid), now=versions.get(gid)):
             reopened.append(gid)
         grade.needs_manual_grade = False
+    blank = {m["grade_id"] for m in result.get("manual", [])
+             if m.get("blank") and m.get("notebook", notebook) == notebook}
     for gid in manual_ids:  # a person grades these; only say they are waiting
         grade = _grade_row(gradebook, gid=gid, notebook=notebook, assignment=assignment,
                            student=student)
         if _reopen_changed(grade, shown=shown.get(gid), now=versions.get(gid)):
             reopened.append(gid)
-        grade.needs_manual_grade = grade.manual_score is None
+        # an answer left as released scores 0 with nothing to grade, as in nbgrader
+        grade.auto_score = 0.0 if gid in blank else None
+        grade.needs_manual_grade = grade.manual_score is None and gid not in blank
     shown.update({gid: v for gid, v in versions.items() if v})
     submitted = gradebook.find_submission_notebook(notebook, assignment, student)
-    _comment_rows(gradebook, submitted=submitted, notebook=notebook, assignment=assignment)
+    comments = _comment_rows(gradebook, submitted=submitted, notebook=notebook,
+                             assignment=assignment)
+    for gid in blank:  # nbgrader's own words for an unchanged answer
+        if gid in comments:
+            comments[gid].auto_comment = "No response."
     submitted.flagged = bool(result.get("flags"))
     gradebook.db.commit()
     return reopened
@@ -260,8 +269,9 @@ def with_scores_by_hand(results, by_hand, *, default_notebook=None):
 
         cells = [{**c, "points": given[key(c)], "by_hand": True}
                  if key(c) in given else c for c in result.get("cells", [])]
-        manual = [{**m, "points": given.get(key(m)),
-                   "status": "graded" if key(m) in given else "pending"}
+        manual = [{**m, "points": given[key(m)], "status": "graded"} if key(m) in given
+                  else {**m, "points": 0.0, "status": "blank"} if m.get("blank")
+                  else {**m, "points": None, "status": "pending"}
                   for m in result.get("manual", [])]
         score = (sum(c["points"] for c in cells)
                  + sum(m["points"] for m in manual if m["points"] is not None))

@@ -26,7 +26,7 @@ ASSIGNMENT = "ps1"
 
 
 def _stock_autograde(root):
-    """{student: {grade_id: auto score}} from stock `nbgrader autograde`."""
+    """{student: {grade_id: (auto score, needs a person)}} from stock `nbgrader autograde`."""
     shutil.copytree(USER_GUIDE / "source" / ASSIGNMENT, root / "source" / ASSIGNMENT)
     shutil.copytree(USER_GUIDE / "submitted", root / "submitted")
     (root / "nbgrader_config.py").write_text(
@@ -43,9 +43,8 @@ def _stock_autograde(root):
         for submission in gradebook.find_assignment(ASSIGNMENT).submissions:
             for notebook in submission.notebooks:
                 for grade in notebook.grades:
-                    if grade.cell.cell_type == "code" and not grade.needs_manual_grade:
-                        scores.setdefault(submission.student.id, {})[grade.name] = \
-                            float(grade.auto_score)
+                    scores.setdefault(submission.student.id, {})[grade.name] = (
+                        grade.auto_score, grade.needs_manual_grade)
     return scores
 
 
@@ -87,7 +86,8 @@ def test_autograded_cells_score_as_stock_nbgrader_scores_them(graded):
     ours = {r["student_id"]: {c["grade_id"]: c["points"] for c in r["cells"]}
             for r in graded["results"]}
     # stock also scores unanswered manual cells 0 ("no response"); compare the tests
-    stock = {student: {gid: points for gid, points in cells.items() if gid in AUTOGRADED_TESTS}
+    stock = {student: {gid: float(points) for gid, (points, _) in cells.items()
+                       if gid in AUTOGRADED_TESTS}
              for student, cells in graded["stock"].items()}
     assert {student: set(cells) for student, cells in ours.items()} == \
         {"bitdiddle": AUTOGRADED_TESTS, "hacker": AUTOGRADED_TESTS}
@@ -101,13 +101,22 @@ def test_autograded_cells_score_as_stock_nbgrader_scores_them(graded):
         assert {c["notebook"] for c in result["cells"]} == {"problem1"}
 
 
-def test_manual_cells_are_pending_in_every_report(graded):
+def test_hand_graded_cells_wait_or_score_0_as_stock_nbgrader_has_them(graded):
+    """An answer left as released scores 0 with nothing to grade (stock's "no
+    response"); every other waits for a person, in every report."""
     course = graded["course"]
     folder, results = write_reports(course=course, assignment=ASSIGNMENT,
                                     results=graded["results"])
+    manual = {"cell-938593c4a215c6cc", "part-a", "part-b", "sum_of_squares_application",
+              "sum_of_squares_equation"}
     for result in results:
-        assert sorted(result["pending"]) == ["cell-938593c4a215c6cc", "part-a", "part-b",
-                                             "sum_of_squares_application",
-                                             "sum_of_squares_equation"]
+        stock = graded["stock"][result["student_id"]]
+        waiting = {gid for gid in manual if stock[gid][1]}
+        assert sorted(result["pending"]) == sorted(waiting), result["student_id"]
+        blank = {m["grade_id"] for m in result["manual"] if m["status"] == "blank"}
+        assert blank == manual - waiting
+        assert all(stock[gid][0] == 0 for gid in blank)
+    assert any(result["pending"] for result in results)
+    assert any(m["status"] == "blank" for result in results for m in result["manual"])
     page = (folder / "feedback" / "hacker.html").read_text()
     assert "problem1.ipynb" in page and "problem2.ipynb" in page and "pending" in page

@@ -914,8 +914,9 @@ def test_make_task_reads_the_policy(course, monkeypatch):
 
 
 def test_a_right_hand_in_earns_every_autograded_point(course, fake):
-    """A right hand-in: every autograded point, the manual cell pending, and the
-    result's bookkeeping filled in."""
+    """A right hand-in: every autograded point, the manual cell (left as released, so
+    blank: 0 with nothing to grade, as stock nbgrader has it), and the result's
+    bookkeeping filled in."""
     graded = grade.grade_task(_task(course))
     result = graded["result"]
     assert result["status"] == "graded" and result["reason"] == ""
@@ -926,7 +927,8 @@ def test_a_right_hand_in_earns_every_autograded_point(course, fake):
     handed_in = (course.submitted / "ada" / ASSIGNMENT / NOTEBOOK).read_bytes()
     assert result["manual"] == [{"grade_id": "why", "notebook": "ps", "max_points": 1.0,
                                  "points": None, "status": "pending",
-                                 "answer_sha256": grade.answer_digests(handed_in)["why"]}]
+                                 "answer_sha256": grade.answer_digests(handed_in)["why"],
+                                 "blank": True}]
     assert result["student_id"] == "ada" and result["assignment"] == ASSIGNMENT
     assert result["handin_sha256"] == grade.sha256(course.submitted / "ada" / ASSIGNMENT
                                                    / NOTEBOOK)
@@ -1975,3 +1977,19 @@ def test_each_answer_is_known_by_the_digest_of_its_source():
     assert grade.answer_digests(handin("It cancels badly.", "x"))["explain"] != first["explain"]
     for broken in (b"not json", b"[1, 2]", b'{"cells": [3]}', None):
         assert grade.answer_digests(broken) == {}
+
+
+def test_an_answer_a_person_grades_is_blank_only_when_left_as_released(course, fake):
+    """Stock nbgrader scores a hand-graded answer 0, with nothing to grade, when its
+    checksum is unchanged; an answer the student wrote waits for a person, and a
+    hand-in of the wrong notebook has nothing to grade by hand at all."""
+    path = course.submitted / "ada" / ASSIGNMENT / NOTEBOOK
+    nb = nbformat.read(path, as_version=4)
+    (why,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "why"]
+    why.source = "Because the mean is large next to the spread."
+    nbformat.write(nb, path)
+    (entry,) = grade.grade_task(_task(course))["result"]["manual"]
+    assert entry["blank"] is False and entry["points"] is None
+    path.write_bytes(b"not a notebook")
+    result = grade.grade_task(_task(course))["result"]
+    assert result["status"] == "invalid" and result["manual"][0]["blank"] is True

@@ -172,3 +172,27 @@ def test_the_formgrader_shows_the_rosters_names_not_none(course):
         ada = gradebook.find_student("ada")
         assert (ada.first_name, ada.last_name, ada.email) == ("Ada King", "Lovelace", None)
         assert gradebook.find_student("nobody").first_name is None
+
+
+def test_an_answer_left_blank_scores_0_with_nothing_to_grade_as_in_nbgrader(course):
+    """A hand-graded answer left as released: 0 points, not waiting for anyone, and
+    nbgrader's "No response." comment; a person may still give it a score."""
+    from autograder.results.gradebook import scores_by_hand, with_scores_by_hand
+
+    _with_manual_cell(course)
+    blank = _versioned("ada", answer="a1", handin="h1")
+    blank["manual"][0]["blank"] = True
+    written = _versioned("bo", answer="b1", handin="g1")
+    write_gradebook(course=course, assignment=ASSIGNMENT, results=[blank, written])
+    with Gradebook(gradebook_url(course)) as gradebook:
+        ada = gradebook.find_grade("explain", NOTEBOOK, ASSIGNMENT, "ada")
+        assert (ada.auto_score, ada.needs_manual_grade) == (0.0, False)
+        assert gradebook.find_comment("explain", NOTEBOOK, ASSIGNMENT,
+                                      "ada").auto_comment == "No response."
+        bo = gradebook.find_grade("explain", NOTEBOOK, ASSIGNMENT, "bo")
+        assert (bo.auto_score, bo.needs_manual_grade) == (None, True)
+    merged = {r["student_id"]: r for r in with_scores_by_hand(
+        [blank, written], scores_by_hand(course=course, assignment=ASSIGNMENT))}
+    assert merged["ada"]["pending"] == [] and merged["ada"]["manual"][0]["points"] == 0.0
+    assert merged["ada"]["manual"][0]["status"] == "blank"
+    assert merged["bo"]["pending"] == ["explain"]
