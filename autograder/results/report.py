@@ -351,10 +351,22 @@ def _write_class_exports(*, course, assignment, results, folder):
                                            path=folder / "canvas_import.csv")
     left_out += summary.write_moodle_import(results, roster=roster, assignment=assignment,
                                             path=folder / "moodle_import.csv")
+    graded = {r["student_id"] for r in results}
+    nothing = sorted(s["id"] for s in roster.students if s["id"] not in graded)
+    lines = []
     if left_out:
-        (folder / "lms_import_left_out.txt").write_text(
-            "Not in the LMS import files (no LMS id or e-mail in the roster):\n"
-            + "\n".join(sorted(set(left_out))) + "\n")
+        lines += ["Not in the LMS import files (no LMS id or e-mail in the roster):",
+                  *sorted(set(left_out))]
+    if nothing:
+        lines += ["Handed in nothing (an empty cell in canvas_import.csv, which Canvas "
+                  "leaves as it is; not in moodle_import.csv):", *nothing]
+    if roster.source == "canvas" and roster.lms_column(assignment) is None:
+        lines += [f"canvas_import.csv heads its column {assignment}: the roster's Canvas "
+                  "export has no column of that name, so Canvas would make a new "
+                  "assignment. Import the roster again from a gradebook export that has "
+                  "the assignment, or rename the column to Canvas's `Name (id)`."]
+    if lines:
+        (folder / "lms_import_left_out.txt").write_text("\n".join(lines) + "\n")
 
 
 def grade_table(results, *, expected=None):

@@ -142,22 +142,35 @@ def _score_by_student(results):
 
 def write_canvas_import(results, *, roster, assignment, max_score, path):
     """Canvas's gradebook import CSV: Student, ID (Canvas user id), SIS User ID, SIS
-    Login ID, Section, then the assignment's column, with the 'Points Possible' row.
-    Students without a Canvas id are left out (Canvas could not match them); returns
-    their ids."""
+    Login ID, Section, then the assignment's column, headed as Canvas heads it in its
+    export, `Name (assignment id)`, when the roster came from that export (Canvas
+    matches the column by that id; a header it does not know becomes a new
+    assignment), with the 'Points Possible' row. Every roster student with a Canvas id
+    has a row: those without a result have an empty cell, which Canvas leaves as it
+    is. Students with a result but no Canvas id are left out; returns their ids."""
     scores, missing = _score_by_student(results), []
+    column = roster.lms_column(assignment) if hasattr(roster, "lms_column") else None
+    everyone = list(getattr(roster, "students", []))
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section",
-                         assignment])
+                         column or assignment])
         writer.writerow(["Points Possible", "", "", "", "", f"{max_score:g}"])
+
+        def row(entry, score):
+            writer.writerow([entry["name"], entry["lms_id"], entry.get("sis_user_id", ""),
+                             entry.get("sis_login_id") or entry.get("email", ""),
+                             entry.get("section", ""), score])
+
         for student, score in sorted(scores.items()):
             entry = roster.get(student) if roster else None
             if not entry or not entry.get("lms_id"):
                 missing.append(student)
                 continue
-            writer.writerow([entry["name"], entry["lms_id"], "", entry.get("email", ""), "",
-                             f"{score:g}"])
+            row(entry, f"{score:g}")
+        for entry in sorted(everyone, key=lambda e: e["id"]):
+            if entry.get("lms_id") and entry["id"] not in scores:
+                row(entry, "")
     return missing
 
 

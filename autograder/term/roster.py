@@ -123,6 +123,7 @@ def _cell(row, index):
 def _canvas(header, rows, skipped):
     name_i, id_i = _column(header, "student"), _column(header, "id")
     login_i, email_i = _column(header, "sis login id"), _column(header, "email")
+    sis_i, section_i = _column(header, "sis user id"), _column(header, "section")
     people = []
     for number, row in rows:
         name, uid = _cell(row, name_i), _cell(row, id_i)
@@ -136,8 +137,24 @@ def _canvas(header, rows, skipped):
             continue
         email = _cell(row, email_i) or _cell(row, login_i)
         people.append({"id": uid, "name": name, "lms_id": uid,
-                       "email": email if "@" in email else ""})
+                       "email": email if "@" in email else "",
+                       "sis_user_id": _cell(row, sis_i), "sis_login_id": _cell(row, login_i),
+                       "section": _cell(row, section_i)})
     return people
+
+
+_CANVAS_ASSIGNMENT = re.compile(r"^(?P<name>.*\S)\s*\((?P<id>\d+)\)$")
+
+
+def canvas_assignments(header):
+    """[{"name", "id"}] of a Canvas gradebook export's assignment columns, which Canvas
+    heads `Assignment Name (assignment id)` and matches on import by that id."""
+    found = []
+    for column in header:
+        match = _CANVAS_ASSIGNMENT.match(column.strip())
+        if match:
+            found.append({"name": match.group("name"), "id": match.group("id")})
+    return found
 
 
 def _moodle(header, rows, skipped):
@@ -182,7 +199,7 @@ def _plain(header, rows, skipped):
 
 
 def _parse(text):
-    """(source, people, skipped) from the CSV text."""
+    """(source, people, skipped, Canvas assignment columns) from the CSV text."""
     rows = _rows(text)
     if not rows:
         raise RosterError("the file holds no rows")
@@ -191,20 +208,25 @@ def _parse(text):
     skipped = []
     if {"student", "id"} <= set(header) and (
             {"sis user id", "sis login id", "section"} & set(header)):
-        return "canvas", _canvas(header, numbered, skipped), skipped
+        return ("canvas", _canvas(header, numbered, skipped), skipped,
+                canvas_assignments(rows[0]))
     if "identifier" in header and "full name" in header:
-        return "moodle", _moodle(header, numbered, skipped), skipped
+        return "moodle", _moodle(header, numbered, skipped), skipped, []
     if "first name" in header and ({"last name", "surname"} & set(header)):
-        return "moodle", _moodle(header, numbered, skipped), skipped
+        return "moodle", _moodle(header, numbered, skipped), skipped, []
     if _column(header, "id", "user id", "student id", "lms id", "lms user id") is not None:
-        return "plain", _plain(header, numbered, skipped), skipped
+        return "plain", _plain(header, numbered, skipped), skipped, []
     if all(2 <= len(row) <= 3 for row in rows):
         plain_header = ["name", "id", "email"]
-        return "plain", _plain(plain_header, list(enumerate(rows, start=1)), skipped), skipped
+        return ("plain", _plain(plain_header, list(enumerate(rows, start=1)), skipped),
+                skipped, [])
     raise RosterError(
         "unrecognised columns: expected Canvas's gradebook export (Student, ID, SIS User ID, "
         "...), Moodle's participants (First name, Last name, Email address, ...) or grading "
         "worksheet (Identifier, Full name, Email address, ...), or name,id,email")
+
+
+_LMS_FIELDS = ("sis_user_id", "sis_login_id", "section")  # kept for the LMS's import file
 
 
 def _checked(people):
@@ -225,6 +247,7 @@ def _checked(people):
             continue
         entry = {"id": sid, "name": person["name"], "lms_id": person["lms_id"] or None,
                  "email": person["email"]}
+        entry.update({key: person[key] for key in _LMS_FIELDS if person.get(key)})
         seen[fold] = entry
         out.append(entry)
     if problems:
@@ -253,7 +276,7 @@ def write_json_atomically(path, data):
 
 def import_roster(*, course, csv_path):
     """Read an LMS class list and write roster.json; returns a summary dict."""
-    source, people, skipped = _parse(_read_text(csv_path))
+    source, people, skipped, assignments = _parse(_read_text(csv_path))
     students = _checked(people)
     previous = load_roster(course)
     before = {s["id"] for s in previous.students} if previous else set()
@@ -264,7 +287,7 @@ def import_roster(*, course, csv_path):
         "format": "autograder-roster", "version": 1, "source": source,
         "imported_from": Path(csv_path).name,
         "imported_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "students": students})
+        "students": students, "lms_assignments": assignments})
     return {"path": str(path), "source": source, "students": len(students),
             "added": sorted(after - before), "removed": sorted(before - after),
             "skipped": skipped}
@@ -289,6 +312,16 @@ class Roster:
     source: str
     students: list
     by_id: dict = field(default_factory=dict)
+    lms_assignments: list = field(default_factory=list)  # [{"name", "id"}] from Canvas
+
+    def lms_column(self, assignment):
+        """Canvas's `Name (id)` header for `assignment` (its slug or title, words alike:
+        "01_the_recipe" is "01 The Recipe"), or None when the export had no such column."""
+        wanted = "".join(name_tokens(assignment))
+        for column in self.lms_assignments:
+            if "".join(name_tokens(column["name"])) == wanted:
+                return f"{column['name']} ({column['id']})"
+        return None
 
     def __post_init__(self):
         self.by_id = {s["id"].casefold(): s for s in self.students}
@@ -346,7 +379,12 @@ def load_roster(course):
         data = json.loads(path.read_text(encoding="utf-8"))
         students = [{"id": str(s["id"]), "name": str(s.get("name") or ""),
                      "lms_id": str(s["lms_id"]) if s.get("lms_id") else None,
-                     "email": str(s.get("email") or "")} for s in data["students"]]
+                     "email": str(s.get("email") or ""),
+                     **{key: str(s[key]) for key in _LMS_FIELDS if s.get(key)}}
+                    for s in data["students"]]
+        assignments = [{"name": str(a["name"]), "id": str(a["id"])}
+                       for a in data.get("lms_assignments") or []]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise RosterError(f"{path} cannot be read: {e}") from None
-    return Roster(source=str(data.get("source") or "plain"), students=students)
+    return Roster(source=str(data.get("source") or "plain"), students=students,
+                  lms_assignments=assignments)

@@ -862,3 +862,25 @@ def test_the_feedback_headline_is_the_score_after_the_late_penalty():
     on_time.update(score=5.0, final_score=5.0)
     assert BeautifulSoup(report._summary_html(on_time), "html.parser").find(
         "p").get_text().startswith("Score: 5 / 8")
+
+
+def test_lms_notes_name_who_handed_in_nothing_and_a_column_canvas_would_not_know(
+        tiny_course, tmp_path):
+    """With a Canvas roster: students without a result are named (their cell is empty),
+    and a column the roster's Canvas export did not have is called out, since Canvas
+    would make a new assignment of it."""
+    results = [{**r, "final_score": r["score"], "pending": []} for r in _hw_results()]
+    graded = {r["student_id"] for r in results}
+    students = [{"id": sid, "name": sid, "lms_id": str(n)} for n, sid in enumerate(
+        sorted(graded | {"zoe"}), start=1)]
+    (Path(tiny_course.root) / "roster.json").write_text(json.dumps({
+        "source": "canvas", "students": students,
+        "lms_assignments": [{"name": "Quiz 1", "id": "9"}]}))
+    folder = tmp_path / "out"
+    folder.mkdir()
+    report._write_class_exports(course=tiny_course, assignment="hw", results=results,
+                                folder=folder)
+    text = (folder / "lms_import_left_out.txt").read_text()
+    assert "Handed in nothing" in text and text.count("\nzoe\n") == 1
+    assert "heads its column hw" in text and "new assignment" in text
+    assert _csv(folder / "canvas_import.csv")[-1][0] == "zoe"

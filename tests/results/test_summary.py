@@ -363,3 +363,41 @@ def test_hand_ins_graded_without_the_sandbox_are_counted_at_the_top_of_the_summa
     page = BeautifulSoup(summary.summary_html("hw", counted), "html.parser")
     assert "NOT SANDBOXED: 2 hand-ins" in page.find("pre").get_text()
     assert summary.class_summary(_results())["unsandboxed"] == 0
+
+
+CANVAS_EXPORT = (  # Canvas's gradebook export, as its "Import grades" guide lays it out
+    "Student,ID,SIS User ID,SIS Login ID,Section,01 The Recipe (70211),Quiz 1 (70212)\n"
+    "    Points Possible,,,,,8,5\n"
+    '"Lovelace, Ada",4711,S-4711,ada.l,Sec A,,5\n'
+    '"Müller, Jürgen",4713,S-4713,jm,Sec B,,4\n'
+    '"Nguyễn, Thị Hoa",4714,S-4714,hoa,Sec B,,\n')
+
+
+def test_canvas_import_lands_in_the_exported_column_with_every_student(tmp_path):
+    """Canvas matches an import's column by the id in `Name (id)`: the column is headed
+    as Canvas's own export heads the assignment; SIS ids and sections come from that
+    export; a student who handed in nothing has a row with an empty cell (Canvas leaves
+    it as it is), not no row."""
+    from autograder.course import Course
+    from autograder.term.roster import import_roster, load_roster
+
+    course = Course(tmp_path / "course")
+    (tmp_path / "course").mkdir()
+    (tmp_path / "export.csv").write_text(CANVAS_EXPORT, encoding="utf-8")
+    import_roster(course=course, csv_path=tmp_path / "export.csv")
+    roster = load_roster(course)
+    path = tmp_path / "canvas.csv"
+    results = [{"student_id": "4711", "score": 8.0, "final_score": 7.2},
+               {"student_id": "4713", "score": 6.0}]
+    assert summary.write_canvas_import(results, roster=roster, assignment="01_the_recipe",
+                                       max_score=8.0, path=path) == []
+    assert _read(path) == [
+        ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "01 The Recipe (70211)"],
+        ["Points Possible", "", "", "", "", "8"],
+        ["Lovelace, Ada", "4711", "S-4711", "ada.l", "Sec A", "7.2"],
+        ["Müller, Jürgen", "4713", "S-4713", "jm", "Sec B", "6"],
+        ["Nguyễn, Thị Hoa", "4714", "S-4714", "hoa", "Sec B", ""],
+    ]
+    summary.write_canvas_import(results, roster=roster, assignment="02_rows", max_score=8.0,
+                                path=path)
+    assert _read(path)[0][-1] == "02_rows"

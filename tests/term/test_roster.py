@@ -74,7 +74,12 @@ def test_a_canvas_gradebook_export_is_imported(course, tmp_path):
     assert data["source"] == "canvas"
     assert [s["id"] for s in data["students"]] == ["111", "222", "12345", "333"]
     assert data["students"][0] == {"id": "111", "name": "Smith, John", "lms_id": "111",
-                                   "email": "jsmith1@uni.example"}
+                                   "email": "jsmith1@uni.example", "sis_user_id": "S-1",
+                                   "sis_login_id": "jsmith1@uni.example", "section": "Sec A"}
+    assert data["lms_assignments"] == [{"name": "01_hw", "id": "1234"}]
+    roster = load_roster(course)
+    assert roster.lms_column("01_hw") == roster.lms_column("01 HW") == "01_hw (1234)"
+    assert roster.lms_column("02_hw") is None and roster.get("111")["section"] == "Sec A"
     assert not [p for p in course.root.iterdir() if p.name.endswith(".tmp")]
     assert load_roster(course).get("12345")["name"] == "Lovelace, Ada"
 

@@ -150,10 +150,14 @@ def test_a_canvas_export_is_read_with_skips_named(course, tmp_path):
     summary, data = _people(course, tmp_path, CANVAS)
     assert data["source"] == "canvas" and summary["source"] == "canvas"
     assert data["students"] == [
-        {"id": "111", "name": "Smith, John", "lms_id": "111", "email": "jsmith1@uni.example"},
-        {"id": "222", "name": "Smith, John", "lms_id": "222", "email": "john2@uni.example"},
-        {"id": "333", "name": "Hopper, Grace", "lms_id": "333", "email": ""},
+        {"id": "111", "name": "Smith, John", "lms_id": "111", "email": "jsmith1@uni.example",
+         "sis_user_id": "S-1", "sis_login_id": "jsmith1@uni.example", "section": "Sec A"},
+        {"id": "222", "name": "Smith, John", "lms_id": "222", "email": "john2@uni.example",
+         "sis_user_id": "S-2", "sis_login_id": "login2", "section": "Sec A"},
+        {"id": "333", "name": "Hopper, Grace", "lms_id": "333", "email": "",
+         "sis_user_id": "S-5", "sis_login_id": "grace", "section": "Sec B"},
     ]
+    assert data["lms_assignments"] == []
     assert summary["skipped"] == ["row 5: Canvas's test student", "row 6: Canvas's test student",
                                   "row 7: no Canvas user id", "row 8: no Canvas user id"]
 
