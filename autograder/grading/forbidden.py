@@ -261,17 +261,12 @@ def _magic_statement(line):
     return " ".join(words[i:])
 
 
-_MODULE_PATHS = {}
-
-
 def _module_path(dotted):
     """`dotted` with its module part named as the module names itself, following
     the real modules of a course library: "torch.sys.modules" -> "sys.modules",
     "np.random.seed" (np for numpy) -> "numpy.random.seed". Unchanged when its
     head is not a course library or cannot be imported; a private or missing
     part ends the walk."""
-    if dotted in _MODULE_PATHS:
-        return _MODULE_PATHS[dotted]
     parts = dotted.split(".")
     found = dotted
     if parts[0] in COURSE_LIBRARIES:
@@ -285,7 +280,6 @@ def _module_path(dotted):
                 if not isinstance(value, types.ModuleType):
                     break
                 found = ".".join([value.__name__, *parts[i + 1:]])
-    _MODULE_PATHS[dotted] = found
     return found
 
 
