@@ -22,6 +22,11 @@ REPO = Path(__file__).resolve().parent.parent
 LESSONS = sorted((REPO / "notebooks").glob("*.ipynb"))
 SOURCES = sorted((REPO / "source").glob("*/*.ipynb"))
 RELEASES = sorted((REPO / "release").glob("*/*.ipynb"))
+# Tests about anything but where hand-ins run grade on a local process pool: a Dask
+# LocalCluster costs seconds of start-up per grading run, paid on every test that
+# grades. tests/grading/test_engines.py, the demo's test and the killed-grader tests
+# grade on Dask, the default.
+GRADING_ENGINE = "pool"
 
 
 def tiny_notebook(tag):

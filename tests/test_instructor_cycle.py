@@ -20,7 +20,7 @@ from autograder.grading.runner import RunSettings
 from autograder.results.gradebook import gradebook_url
 from autograder.results.report import write_reports
 from autograder.term.collect import collect
-from conftest import REPO
+from conftest import GRADING_ENGINE, REPO
 from minicourse import ASSIGNMENT, handin, make_course, write_source
 
 
@@ -36,7 +36,7 @@ def course(tmp_path_factory):
 def _grade(course, **kwargs):
     return {r["student_id"]: r for r in grade_assignment(
         course=course, assignment=ASSIGNMENT, settings=RunSettings(cell_timeout=60),
-        workers=2, **kwargs)}
+        workers=2, engine=GRADING_ENGINE, **kwargs)}
 
 
 @pytest.fixture(scope="module")

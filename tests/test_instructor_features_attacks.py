@@ -16,7 +16,7 @@ from autograder.grading.grade import grade_assignment
 from autograder.grading.runner import RunSettings
 from autograder.results.report import MAX_MATHS, write_reports
 from autograder.term.collect import collect
-from conftest import REPO
+from conftest import GRADING_ENGINE, REPO
 from minicourse import ASSIGNMENT, make_course
 
 ATTACKS = REPO / "tests" / "attacks" / "instructor_features"
@@ -34,7 +34,7 @@ def _grade(course, assignment, prefix, tmp_path):
             shutil.copy(path, folder / path.name)
     collect(course=course, assignment=assignment, source_path=folder)
     results = grade_assignment(course=course, assignment=assignment, settings=SETTINGS,
-                               workers=2)
+                               workers=2, engine=GRADING_ENGINE)
     folder, merged = write_reports(course=course, assignment=assignment, results=results)
     pages = {r["student_id"]: BeautifulSoup((folder / "feedback" / f"{r['student_id']}.html")
                                             .read_text(), "html.parser")

@@ -19,7 +19,7 @@ from autograder.grading.grade import IN_KERNEL, grade_assignment
 from autograder.grading.runner import RunSettings
 from autograder.results.report import write_reports
 from autograder.term.collect import collect
-from conftest import REPO
+from conftest import GRADING_ENGINE, REPO
 
 USER_GUIDE = Path(nbgrader.__file__).parent / "docs" / "source" / "user_guide"
 ASSIGNMENT = "ps1"
@@ -58,7 +58,8 @@ def graded(tmp_path_factory):
     report = collect(course=course, assignment=ASSIGNMENT,
                      source_path=USER_GUIDE / "submitted")
     results = grade_assignment(course=course, assignment=ASSIGNMENT, workers=2,
-                               settings=RunSettings(cell_timeout=60))
+                               settings=RunSettings(cell_timeout=60),
+                               engine=GRADING_ENGINE)
     return {"course": course, "collect": report, "results": results,
             "stock": _stock_autograde(tmp_path_factory.mktemp("stock"))}
 

@@ -20,7 +20,7 @@ from autograder.course import Course
 from autograder.grading.grade import grade_assignment
 from autograder.grading.runner import RunSettings
 from autograder.term.collect import collect
-from conftest import REPO
+from conftest import GRADING_ENGINE, REPO
 
 ATTACKS = REPO / "tests" / "attacks"
 UNITS = sorted(p.name for p in ATTACKS.iterdir() if (p / "expected.json").exists())
@@ -35,7 +35,8 @@ def test_kept_attacks_grade_to_their_expected_points(unit, tmp_path):
     report = collect(course=course, assignment=unit, source_path=ATTACKS / unit)
     assert report.unmatched == ["expected.json (not a notebook)"], report.unmatched
     results = {r["student_id"]: r for r in grade_assignment(
-        course=course, assignment=unit, settings=SETTINGS, workers=2)}
+        course=course, assignment=unit, settings=SETTINGS, workers=2,
+        engine=GRADING_ENGINE)}
     expected = json.loads((ATTACKS / unit / "expected.json").read_text())
     got = {s: {c["grade_id"]: c["points"] for c in r["cells"]} for s, r in results.items()}
     explain = {s: {c["grade_id"]: c["reason"] for c in r["cells"] if c["reason"]}

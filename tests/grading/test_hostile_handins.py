@@ -29,7 +29,7 @@ from autograder.grading.grade import RESULT_FILE, grade_assignment
 from autograder.grading.runner import RunSettings
 from autograder.results import report
 from autograder.results.gradebook import gradebook_url
-from conftest import REPO
+from conftest import GRADING_ENGINE, REPO
 
 ASSIGNMENT = "01_the_recipe"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
@@ -578,7 +578,7 @@ def graded(tmp_path_factory):
                        name="other.ipynb")
     started = time.monotonic()
     results = grade_assignment(course=course, assignment=ASSIGNMENT, settings=SETTINGS,
-                               workers=2)
+                               workers=2, engine=GRADING_ENGINE)
     seconds = time.monotonic() - started
     report.write_reports(course=course, assignment=ASSIGNMENT, results=results)
     yield course, {r["student_id"]: r for r in results}, seconds

@@ -12,8 +12,10 @@ import copy
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from autograder.course import EXAMPLES_DIR
 from autograder.grading import merge
 from autograder.grading.merge import merge_handin
+from conftest import REPO
 
 
 def _meta(gid, **extra):
@@ -314,3 +316,20 @@ def test_added_cells_are_also_bounded_by_their_characters():
     assert _sources(merged)[-1] == "x = 1"
     assert notes and notes[0].startswith("the hand-in added 2 cells of its own; the grader "
                                          "kept the first 1 ")
+
+
+def test_merge_restores_instructor_cells_and_keeps_student_cells():
+    source = nbformat.read(REPO / "source/01_the_recipe/01_the_recipe.ipynb", as_version=4)
+    release = nbformat.read(REPO / "release/01_the_recipe/01_the_recipe.ipynb", as_version=4)
+    handin = nbformat.read(EXAMPLES_DIR / "01_the_recipe" / "gus_edited_tests.ipynb", as_version=4)
+    handin.cells = [c for c in handin.cells
+                    if c.metadata.get("nbgrader", {}).get("grade_id") != "token_var_correct"]
+    handin.cells.insert(3, nbformat.v4.new_code_cell("helper = 1"))
+    merged, notes = merge_handin(source_nb=source, release_nb=release, handin_nb=handin)
+    text = "\n".join(c.source for c in merged.cells)
+    assert "check_layer_norm_batches(layer_norm)" in text
+    assert "check_token_var(token_var)" in text
+    assert "helper = 1" in text
+    assert "x.var() + eps" in text  # the student's own answer is kept
+    assert any("ln_handles_batches was edited" in n for n in notes)
+    assert any("token_var_correct was deleted" in n for n in notes)

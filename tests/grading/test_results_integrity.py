@@ -16,7 +16,7 @@ from autograder.course import EXAMPLES_DIR, Course
 from autograder.grading import grade
 from autograder.grading.grade import RESULT_FILE, grade_assignment, load_results
 from autograder.grading.runner import RunSettings
-from conftest import REPO
+from conftest import GRADING_ENGINE, REPO
 
 ASSIGNMENT = "01_the_recipe"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
@@ -49,7 +49,8 @@ def course(tmp_path_factory, key_file):
     not_json = course.submitted / "garbage" / ASSIGNMENT / NOTEBOOK
     not_json.parent.mkdir(parents=True)
     not_json.write_text("SECRET-FROM-THE-FILE " * 20)
-    grade_assignment(course=course, assignment=ASSIGNMENT, settings=SETTINGS, workers=2)
+    grade_assignment(course=course, assignment=ASSIGNMENT, settings=SETTINGS, workers=2,
+                     engine=GRADING_ENGINE)
     return course
 
 
@@ -87,7 +88,8 @@ def test_a_forged_result_is_regraded_and_flagged(course):
     assert grade.result_state(path, forged["handin_sha256"]) == "unverified"
     [listed] = [r for r in load_results(course, ASSIGNMENT) if r["student_id"] == "blank"]
     assert listed["score"] == 0 and listed["status"] == "ungraded"
-    grade_assignment(course=course, assignment=ASSIGNMENT, settings=SETTINGS, workers=1)
+    grade_assignment(course=course, assignment=ASSIGNMENT, settings=SETTINGS, workers=1,
+                     engine=GRADING_ENGINE)
     data = grade.read_verified(path)
     assert data["score"] == 0, "the forged 8/8 survived"
     assert grade._UNVERIFIED_FLAG in data["flags"]
@@ -110,7 +112,7 @@ def test_a_blocked_result_folder_costs_one_student_not_the_run(course):
     shutil.rmtree(other)
     other.write_text("in the way")
     results = grade_assignment(course=course, assignment=ASSIGNMENT, settings=SETTINGS,
-                               workers=2, force=True)
+                               workers=2, engine=GRADING_ENGINE, force=True)
     by_student = {r["student_id"]: r for r in results}
     assert by_student["ada"]["score"] == 8 and by_student["ada"]["status"] == "graded"
     assert by_student["other"]["status"] == "ungraded"
@@ -133,6 +135,7 @@ def test_the_kernel_cannot_reach_the_result_files(course):
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, target)
     before = {s: _result_path(course, s).read_bytes() for s in ("ada", "blank")}
-    grade_assignment(course=course, assignment=ASSIGNMENT, settings=SETTINGS, workers=1)
+    grade_assignment(course=course, assignment=ASSIGNMENT, settings=SETTINGS, workers=1,
+                     engine=GRADING_ENGINE)
     assert {s: _result_path(course, s).read_bytes() for s in ("ada", "blank")} == before
     assert grade.read_verified(_result_path(course, "mallory"))["score"] == 0

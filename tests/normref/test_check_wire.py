@@ -219,3 +219,12 @@ def test_cases_flatten_to_named_arrays_and_back():
     assert sorted(back[0][1]) == ["w", "x"] and back[2][1] == {}
     np.testing.assert_array_equal(back[1][1]["x"], np.arange(3.0))
     assert _wire.unflatten_cases(["a"], {"0/x/y": np.ones(1)})[0][1].keys() == {"x/y"}
+
+
+@pytest.mark.parametrize("array", [np.array([{"a": 1}], dtype=object),
+                                   np.array([b"x", None], dtype=object)])
+def test_the_wire_refuses_object_and_pickled_arrays(array):
+    buffer = io.BytesIO()
+    np.savez(buffer, a=array)  # savez pickles object arrays
+    with pytest.raises(_wire.FrameRefused, match="object arrays are refused"):
+        _wire.load_arrays(buffer.getvalue())
