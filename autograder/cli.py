@@ -13,6 +13,9 @@
                                lateness (from deadlines.json)
   new-check NAME --function F --reference MODULE:FUNCTION
                                scaffold a trusted check for a new exercise
+  feedback ASSIGNMENT --for canvas|moodle
+                               zip the feedback pages, each named as the LMS named the
+                               student's download, for the LMS's bulk upload
   bench [--handins N]          time stock nbgrader against this pipeline on unit 01
   publish DIR --repo-url URL   write the student edition (lessons, released assignments,
                                student environment, README, site) into DIR
@@ -192,6 +195,32 @@ def cmd_bench(args):
                          workers=args.workers, engines=args.engines)
 
 
+def cmd_feedback(args):
+    from autograder.results.lms_feedback import write_feedback_zip
+
+    course = Course.at(args.course)
+    if not (course.reports / args.assignment / "feedback").is_dir():
+        print(f"feedback: no feedback pages for {args.assignment}: grade it first",
+              file=sys.stderr)
+        return 2
+    path, members, left_out = write_feedback_zip(course=course, assignment=args.assignment,
+                                                 lms=args.lms)
+    print(f"wrote {path}: {len(members)} feedback page(s), each named as {args.lms} named "
+          "the student's download")
+    for student, reason in left_out:
+        print(f"  left out: {student} ({reason})")
+    print(LMS_UPLOAD_STEPS[args.lms])
+    return 0
+
+
+LMS_UPLOAD_STEPS = {
+    "canvas": "In Canvas: the assignment > Submissions > Re-upload Submissions, choose the "
+              "zip; each page is attached to that student's submission as a comment.",
+    "moodle": "In Moodle: the assignment > View all submissions > Grading action > Upload "
+              "multiple feedback files in a zip (the 'Feedback files' type must be on).",
+}
+
+
 def cmd_publish(args):
     from autograder.publishing.publish import publish_command
 
@@ -271,6 +300,11 @@ def build_parser():
                    help="the reference it is compared with, e.g. normref.recipe:token_mean")
     p.add_argument("--shapes", default="4,8 2,3,16",
                    help='input shapes, space separated (default "4,8 2,3,16")')
+    p = add("feedback", cmd_feedback,
+            "zip the feedback pages for the LMS's bulk upload (Canvas, Moodle)")
+    p.add_argument("assignment")
+    p.add_argument("--for", dest="lms", required=True, choices=("canvas", "moodle"),
+                   help="the LMS the hand-ins were downloaded from")
     p = add("publish", cmd_publish, "write the student edition into DIR")
     p.add_argument("dir", help="the edition's folder: empty, or a clone of its repository")
     p.add_argument("--repo-url", required=True,

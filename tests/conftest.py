@@ -3,9 +3,11 @@
 import io
 import json
 import os
+import re
 import signal
 import sys
 import time
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,18 @@ def new_york(monkeypatch):
     yield
     monkeypatch.undo()
     time.tzset()
+
+
+def canvas_download_name(sortable_name, user_id, attachment_id, display_name, *, late=False):
+    """The name Canvas gives a file in "Download Submissions", by its own rules
+    (canvas-lms, lib/content_zipper.rb): sanitize_user_name joins digits between
+    underscores and lower-cases the sortable name; get_filename joins it, "LATE" for a
+    late submission and the user id with "_", then sanitize_file_name drops every
+    non-word character (Ruby's [[:word:]]: letters, marks, digits, connectors);
+    add_upload_submission appends the attachment id and the file's display name."""
+    name = re.sub(r"^(\d+)$", r"\1", re.sub(r"_(\d+)_", r"\1", sortable_name)).lower()
+    joined = "_".join(part for part in (name, "LATE" if late else None, str(user_id)) if part)
+    word = "".join(c for c in joined if unicodedata.category(c)[0] in "LMN"
+                   or unicodedata.category(c) == "Pc")
+    shown = re.sub(r'[\x00/\\:*?"<>|]+', "_", display_name)
+    return f"{word}_{attachment_id}_{shown}"

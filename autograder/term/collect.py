@@ -120,6 +120,7 @@ class _Ident:
     name: str = None
     late: bool = False
     original: str = None
+    prefix: str = None  # the LMS's part of the name, up to the original name
 
 
 def _identify_full(name):
@@ -135,7 +136,9 @@ def _identify_full(name):
                            uid=match.group("uid"), name=match.group("name"),
                            late=bool(match.groupdict().get("late")),
                            original=(match.group("orig") + name[len(stem):]
-                                     if match.group("orig") else None))
+                                     if match.group("orig") else None),
+                           prefix=(stem[:match.start("orig") - 1]
+                                   if match.group("orig") is not None else stem))
             break
     student = _sanitize(ident.key)
     if not student:
@@ -695,6 +698,7 @@ def _record(course, student, assignment, handin, status, when, source, notes, fi
         record = {"version": 1, "student": student, "assignment": assignment,
                   "from": handin.shown, "collected_at": datetime.now(UTC).isoformat(),
                   "lms": ident.lms, "lms_id": ident.uid, "lms_late": ident.late,
+                  "lms_prefix": ident.prefix if ident.lms else None,
                   "submitted_at": when.astimezone(UTC).isoformat() if when else None,
                   "timestamp_source": source, "roster_match": handin.how,
                   "files": ["/".join(rel) for rel, _ in files], "notes": notes}

@@ -11,7 +11,6 @@ import errno
 import hashlib
 import json
 import os
-import re
 import stat
 import unicodedata
 import zipfile
@@ -22,7 +21,7 @@ import pytest
 import autograder.term.collect as collect_module
 from autograder.course import Course
 from autograder.term.collect import CollectReport, collect, student_id_from
-from conftest import tiny_course, tiny_notebook
+from conftest import canvas_download_name, tiny_course, tiny_notebook
 
 A = "01_hw"
 NB = f"{A}.ipynb"
@@ -592,12 +591,14 @@ def test_canvas_and_moodle_hand_ins_are_recorded_with_their_lms_fields(course, t
     assert ada == {"version": 1, "student": "lovelaceada_12345", "assignment": A,
                    "from": f"lovelaceada_LATE_12345_67890_{NB}", "lms": "canvas",
                    "lms_id": "12345", "lms_late": True,
+                   "lms_prefix": "lovelaceada_LATE_12345_67890",
                    "submitted_at": "2026-10-01T10:00:00+00:00",
                    "timestamp_source": "zip member date", "roster_match": None,
                    "files": [NB], "notes": []}
     assert _stamp(course, "lovelaceada_12345") == "2026-10-01 10:00:00.000000 UTC"
     dee = _sidecar(course, "Dee_Blank_4242")
     assert (dee["lms"], dee["lms_id"], dee["lms_late"]) == ("moodle", "4242", False)
+    assert dee["lms_prefix"] == "Dee Blank_4242_assignsubmission_file"
     assert _stamp(course, "Dee_Blank_4242") == "2026-01-15 08:30:00.000000 UTC"
     text = (course.submitted / "Dee_Blank_4242" / A / ".handin.json").read_text()
     assert text.startswith('{\n "version": 1,\n') and text.endswith("}\n")
@@ -1191,21 +1192,6 @@ def test_a_roster_files_hand_ins_under_its_ids(course, tmp_path):
     assert _got(course, "222") == tiny_notebook("john 2")
     assert _sidecar(course, "222")["roster_match"] == "canvas id 222"
     assert _sidecar(course, "kim")["roster_match"] == "name"
-
-
-def canvas_download_name(sortable_name, user_id, attachment_id, display_name, *, late=False):
-    """The name Canvas gives a file in "Download Submissions", by its own rules
-    (canvas-lms, lib/content_zipper.rb): sanitize_user_name joins digits between
-    underscores and lower-cases the sortable name; get_filename joins it, "LATE" for a
-    late submission and the user id with "_", then sanitize_file_name drops every
-    non-word character (Ruby's [[:word:]]: letters, marks, digits, connectors);
-    add_upload_submission appends the attachment id and the file's display name."""
-    name = re.sub(r"^(\d+)$", r"\1", re.sub(r"_(\d+)_", r"\1", sortable_name)).lower()
-    joined = "_".join(part for part in (name, "LATE" if late else None, str(user_id)) if part)
-    word = "".join(c for c in joined if unicodedata.category(c)[0] in "LMN"
-                   or unicodedata.category(c) == "Pc")
-    shown = re.sub(r'[\x00/\\:*?"<>|]+', "_", display_name)
-    return f"{word}_{attachment_id}_{shown}"
 
 
 CANVAS_CLASS = [  # (sortable name, Canvas user id, late)

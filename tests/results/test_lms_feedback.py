@@ -1,0 +1,133 @@
+"""Feedback back through the LMS (`python -m autograder feedback A --for canvas|moodle`):
+the zip's members are named so that the LMS's own bulk upload pairs each page with its
+student. The downloads are named by the LMSs' own rules, and the members are read back
+by them:
+- Canvas names a download in lib/content_zipper.rb (conftest.canvas_download_name) and
+  reads a re-uploaded file in app/models/assignment.rb, infer_comment_context_from_filename:
+  split at "_", the first two all-digit fields are the user id and the attachment id.
+- Moodle names a download in mod/assign/locallib.php, download_submissions
+  (clean_filename(fullname with "_" as " " + "_" + participant id + "_") + plugin
+  subtype + "_" + type + "_" + file name) and reads an upload in
+  mod/assign/feedback/file/importziplib.php, is_valid_filename_for_import: explode("_",
+  name, 5), the second field the participant id, the third and fourth the plugin.
+"""
+
+import io
+import zipfile
+
+from autograder import cli
+from autograder.term.collect import collect
+from conftest import canvas_download_name, tiny_course, tiny_notebook
+
+A = "01_hw"
+NB = f"{A}.ipynb"
+CANVAS_CLASS = [("Müller, Jürgen", 4713, 103713, False), ("Nguyễn, Thị Hoa", 4714, 103714, True),
+                ("Lovelace, Ada", 12345, 67890, False)]
+MOODLE_CLASS = [("Dee Blank", 4242), ("Anne_Marie Roux", 4243)]
+
+
+def moodle_download_name(full_name, participant_id, file_name):
+    """Moodle's name for a submitted file in "Download all submissions" (flat, as
+    before folders were the default)."""
+    return f"{full_name.replace('_', ' ')}_{participant_id}_assignsubmission_file_{file_name}"
+
+
+def canvas_reads(member):
+    """(user id, attachment id) as Canvas reads them from an uploaded file's name."""
+    fields = [f for f in member.split("_") if f.isdigit() and f.isascii()]
+    return int(fields[0]), int(fields[1])
+
+
+def moodle_reads(member):
+    """(participant id, plugin subtype, plugin type) as Moodle reads an uploaded name."""
+    info = member.split("_", 4)
+    assert len(info) == 5
+    return int(info[1]), info[2], info[3]
+
+
+def _zip(path, members):
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return path
+
+
+def _pages(course, students):
+    folder = course.reports / A / "feedback"
+    folder.mkdir(parents=True, exist_ok=True)
+    for student in students:
+        (folder / f"{student}.html").write_text(f"<p>feedback of {student}</p>")
+
+
+def _members(path):
+    with zipfile.ZipFile(path) as z:
+        return {name: z.read(name).decode() for name in z.namelist()}
+
+
+def test_canvas_re_upload_zip_pairs_every_page_with_its_submission(tmp_path, capsys):
+    course = tiny_course(tmp_path / "course", A)
+    downloads = {canvas_download_name(name, uid, att, NB, late=late): (uid, att)
+                 for name, uid, att, late in CANVAS_CLASS}
+    report = collect(course=course, assignment=A, source_path=_zip(
+        tmp_path / "canvas.zip", {name: tiny_notebook(name) for name in downloads}))
+    students = sorted(report.collected)
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    (folder / "zoe.ipynb").write_bytes(tiny_notebook("zoe"))
+    collect(course=course, assignment=A, source_path=folder)
+    _pages(course, [*students, "zoe"])
+
+    assert cli.main(["feedback", A, "--for", "canvas", "--course", str(course.root)]) == 0
+    members = _members(course.reports / A / "canvas_feedback.zip")
+    assert len(members) == len(CANVAS_CLASS)
+    by_ids = {canvas_reads(member): text for member, text in members.items()}
+    for download, ids in downloads.items():
+        [student] = [s for s in students if s.endswith(f"_{ids[0]}")]
+        assert by_ids[ids] == f"<p>feedback of {student}</p>", download
+    assert all(member.endswith("_feedback.html") for member in members)
+    out = capsys.readouterr().out
+    assert "3 feedback page(s)" in out
+    assert "left out: zoe (collected from a plain file name, not canvas's)" in out
+    assert "Re-upload Submissions" in out
+
+
+def test_moodle_feedback_zip_names_each_page_by_its_participant(tmp_path, capsys):
+    course = tiny_course(tmp_path / "course", A)
+    downloads = {moodle_download_name(name, pid, NB): pid for name, pid in MOODLE_CLASS}
+    report = collect(course=course, assignment=A, source_path=_zip(
+        tmp_path / "moodle.zip", {name: tiny_notebook(name) for name in downloads}))
+    _pages(course, report.collected)
+
+    assert cli.main(["feedback", A, "--for", "moodle", "--course", str(course.root)]) == 0
+    members = _members(course.reports / A / "moodle_feedback.zip")
+    read = {moodle_reads(member): text for member, text in members.items()}
+    assert set(read) == {(pid, "assignsubmission", "file") for pid in downloads.values()}
+    for student in report.collected:
+        pid = int(student.rsplit("_", 1)[1])
+        assert read[(pid, "assignsubmission", "file")] == f"<p>feedback of {student}</p>"
+    # the Canvas zip of a Moodle class holds nobody, and says why
+    assert cli.main(["feedback", A, "--for", "canvas", "--course", str(course.root)]) == 0
+    assert _members(course.reports / A / "canvas_feedback.zip") == {}
+    assert "collected from moodle's file name, not canvas's" in capsys.readouterr().out
+
+
+def test_feedback_before_grading_is_refused_and_writes_nothing(tmp_path, capsys):
+    course = tiny_course(tmp_path / "course", A)
+    assert cli.main(["feedback", A, "--for", "canvas", "--course", str(course.root)]) == 2
+    assert "grade it first" in capsys.readouterr().err
+    assert not (course.reports / A).exists()
+
+
+def test_the_same_pages_make_the_same_zip(tmp_path):
+    course = tiny_course(tmp_path / "course", A)
+    name = canvas_download_name("Lovelace, Ada", 12345, 67890, NB)
+    report = collect(course=course, assignment=A,
+                     source_path=_zip(tmp_path / "c.zip", {name: tiny_notebook("ada")}))
+    _pages(course, report.collected)
+    zips = []
+    for _ in range(2):
+        assert cli.main(["feedback", A, "--for", "canvas", "--course", str(course.root)]) == 0
+        zips.append((course.reports / A / "canvas_feedback.zip").read_bytes())
+    assert zips[0] == zips[1]
+    assert zipfile.ZipFile(io.BytesIO(zips[0])).namelist() == [
+        "lovelaceada_12345_67890_feedback.html"]
