@@ -346,17 +346,20 @@ def _write_class_exports(*, course, assignment, results, folder):
         roster = None
     if roster is None:
         return
-    left_out = summary.write_canvas_import(results, roster=roster, assignment=assignment,
-                                           max_score=found["max_score"],
-                                           path=folder / "canvas_import.csv")
-    left_out += summary.write_moodle_import(results, roster=roster, assignment=assignment,
-                                            path=folder / "moodle_import.csv")
+    not_in_canvas = summary.write_canvas_import(results, roster=roster, assignment=assignment,
+                                                max_score=found["max_score"],
+                                                path=folder / "canvas_import.csv")
+    not_in_moodle = summary.write_moodle_import(results, roster=roster, assignment=assignment,
+                                                path=folder / "moodle_import.csv")
     graded = {r["student_id"] for r in results}
     nothing = sorted(s["id"] for s in roster.students if s["id"] not in graded)
     lines = []
-    if left_out:
-        lines += ["Not in the LMS import files (no LMS id or e-mail in the roster):",
-                  *sorted(set(left_out))]
+    if not_in_canvas:
+        lines += ["Not in canvas_import.csv (no Canvas user id in the roster):",
+                  *sorted(not_in_canvas)]
+    if not_in_moodle:
+        lines += ["Not in moodle_import.csv (no e-mail or Moodle ID number in the roster):",
+                  *sorted(not_in_moodle)]
     if nothing:
         lines += ["Handed in nothing (an empty cell in canvas_import.csv, which Canvas "
                   "leaves as it is; not in moodle_import.csv):", *nothing]

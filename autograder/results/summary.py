@@ -175,18 +175,19 @@ def write_canvas_import(results, *, roster, assignment, max_score, path):
 
 
 def write_moodle_import(results, *, roster, assignment, path):
-    """Moodle's 'Import grades from CSV': an identifier column to map on import (Email
-    address, else ID number) and the assignment's grade column. Students with neither
-    are left out; returns their ids."""
+    """Moodle's 'Import grades from CSV': the columns to map users on (Email address,
+    and ID number: the user's ID number field, from a participants export; never a
+    participant or Canvas id, which Moodle cannot map a user by) and the assignment's
+    grade column. Students with neither are left out; returns their ids."""
     scores, missing = _score_by_student(results), []
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["Full name", "Email address", "ID number", assignment])
         for student, score in sorted(scores.items()):
             entry = roster.get(student) if roster else None
-            if not entry or not (entry.get("email") or entry.get("lms_id")):
+            if not entry or not (entry.get("email") or entry.get("id_number")):
                 missing.append(student)
                 continue
-            writer.writerow([entry["name"], entry.get("email", ""), entry.get("lms_id") or "",
-                             f"{score:g}"])
+            writer.writerow([entry["name"], entry.get("email", ""),
+                             entry.get("id_number") or "", f"{score:g}"])
     return missing

@@ -178,7 +178,8 @@ def _moodle(header, rows, skipped):
         if not uid:
             skipped.append(f"row {number}: no participant id, ID number, username or e-mail")
             continue
-        people.append({"id": uid, "name": name, "lms_id": lms_id, "email": email})
+        people.append({"id": uid, "name": name, "lms_id": lms_id, "email": email,
+                       "id_number": _cell(row, idnum_i)})
     return people
 
 
@@ -226,7 +227,8 @@ def _parse(text):
         "worksheet (Identifier, Full name, Email address, ...), or name,id,email")
 
 
-_LMS_FIELDS = ("sis_user_id", "sis_login_id", "section")  # kept for the LMS's import file
+# kept for the LMS's import files: Canvas's SIS columns, Moodle's user ID number
+_LMS_FIELDS = ("sis_user_id", "sis_login_id", "section", "id_number")
 
 
 def _checked(people):

@@ -734,9 +734,10 @@ def test_write_reports_exports_every_file_with_hand_grades_and_lateness(tiny_cou
         ["Points Possible", "", "", "", "", "5"],
         ["Lovelace, Ada", "4711", "", "ada@uni.edu", "", "1.8"]]
     assert _csv(folder / "moodle_import.csv")[1:] == [
-        ["Lovelace, Ada", "ada@uni.edu", "4711", "1.8"]]
+        ["Lovelace, Ada", "ada@uni.edu", "", "1.8"]]
     assert (folder / "lms_import_left_out.txt").read_text() == (
-        "Not in the LMS import files (no LMS id or e-mail in the roster):\nbob\n")
+        "Not in canvas_import.csv (no Canvas user id in the roster):\nbob\n"
+        "Not in moodle_import.csv (no e-mail or Moodle ID number in the roster):\nbob\n")
 
     with Gradebook(gradebook_url(tiny_course)) as gradebook:
         gradebook.find_grade("essay", "hw", "hw", "ada").manual_score = 2.5
@@ -796,7 +797,9 @@ def test_class_exports_without_a_usable_roster_are_the_summary_only(tiny_course,
     assert sorted(p.name for p in folder.iterdir()) == [
         "canvas_import.csv", "lms_import_left_out.txt", "moodle_import.csv", "summary.html",
         "summary.txt"]
-    assert (folder / "lms_import_left_out.txt").read_text().endswith(":\nbob\n")
+    assert (folder / "lms_import_left_out.txt").read_text() == (
+        "Not in canvas_import.csv (no Canvas user id in the roster):\nbob\n"
+        "Not in moodle_import.csv (no e-mail or Moodle ID number in the roster):\nada\n")
     assert (folder / "summary.txt").read_text().endswith("\n")
     assert _csv(folder / "canvas_import.csv")[1] == ["Points Possible", "", "", "", "", "5"]
 
@@ -817,7 +820,8 @@ def test_class_exports_name_the_assignment_and_list_each_left_out_student(tiny_c
     assert _csv(tmp_path / "moodle_import.csv")[0] == [
         "Full name", "Email address", "ID number", "hw"]
     assert (tmp_path / "lms_import_left_out.txt").read_text() == (
-        "Not in the LMS import files (no LMS id or e-mail in the roster):\nbob\ncy\n")
+        "Not in canvas_import.csv (no Canvas user id in the roster):\nbob\ncy\n"
+        "Not in moodle_import.csv (no e-mail or Moodle ID number in the roster):\nbob\ncy\n")
 
 
 # -- the terminal's table ----------------------------------------------------------------------

@@ -259,7 +259,7 @@ def _roster():
     return Roster(source="canvas", students=[
         {"id": "ada", "name": "Lovelace, Ada", "lms_id": "4711", "email": "ada@uni.edu"},
         {"id": "bob", "name": "Babbage, Bob", "lms_id": None, "email": "bob@uni.edu"},
-        {"id": "cy", "name": "Cy", "lms_id": "4713", "email": ""},
+        {"id": "cy", "name": "Cy", "lms_id": "4713", "email": "", "id_number": "S-13"},
         {"id": "dee", "name": "Dee", "lms_id": None, "email": ""},
     ])
 
@@ -304,25 +304,27 @@ def test_canvas_import_without_a_roster_or_an_email(tmp_path):
 
 
 def test_moodle_import_maps_on_email_or_id_number(tmp_path):
-    """Moodle's import: an e-mail or an ID number to map on, the final score; a
-    student with neither is returned."""
+    """Moodle's import: an e-mail or the user's ID number to map on, the final score; a
+    student with neither is returned. An LMS id (Canvas's, or Moodle's participant id in
+    download names) is no ID number: Moodle maps users by id, username, ID number or
+    e-mail (grade/import/csv), and a participant id is none of them."""
     path = tmp_path / "moodle.csv"
     missing = summary.write_moodle_import(_lms_results(), roster=_roster(), assignment="hw",
                                           path=path)
     assert _read(path) == [
         ["Full name", "Email address", "ID number", "hw"],
-        ["Lovelace, Ada", "ada@uni.edu", "4711", "4.5"],
+        ["Lovelace, Ada", "ada@uni.edu", "", "4.5"],
         ["Babbage, Bob", "bob@uni.edu", "", "2"],
-        ["Cy", "", "4713", "3"],
+        ["Cy", "", "S-13", "3"],
     ]
     assert missing == ["dee", "zed"]
     assert summary.write_moodle_import(_lms_results()[:1], roster=None, assignment="hw",
                                        path=path) == ["dee"]
     assert _read(path) == [["Full name", "Email address", "ID number", "hw"]]
-    summary.write_moodle_import([{"student_id": "ada", "score": 2.0}],
-                                roster={"ada": {"name": "Ada", "lms_id": "1"}},
-                                assignment="hw", path=path)
-    assert _read(path)[1] == ["Ada", "", "1", "2"]
+    assert summary.write_moodle_import([{"student_id": "ada", "score": 2.0}],
+                                       roster={"ada": {"name": "Ada", "lms_id": "1"}},
+                                       assignment="hw", path=path) == ["ada"]
+    assert len(_read(path)) == 1
 
 
 @pytest.fixture
@@ -344,7 +346,7 @@ def test_import_files_end_rows_in_crlf_on_windows_too(tmp_path, windows_line_end
                                    b"Points Possible,,,,,8\r\nAda,1,,a@u,,2\r\n")
     summary.write_moodle_import([{"student_id": "ada", "score": 2.0}], roster=roster,
                                 assignment="hw", path=moodle)
-    assert moodle.read_bytes() == b"Full name,Email address,ID number,hw\r\nAda,a@u,1,2\r\n"
+    assert moodle.read_bytes() == b"Full name,Email address,ID number,hw\r\nAda,a@u,,2\r\n"
 
 
 def test_hand_ins_graded_without_the_sandbox_are_counted_at_the_top_of_the_summary():

@@ -201,11 +201,13 @@ Kim,,,,kim@uni.example
 
 
 def test_moodle_participants_fall_back_from_id_number_to_username_to_email(course, tmp_path):
-    """id: ID number, else Username, else e-mail; no LMS id (matched by name)."""
+    """id: ID number, else Username, else e-mail; no LMS id (matched by name); the ID
+    number is kept for Moodle's grade import, which maps users by it."""
     summary, data = _people(course, tmp_path, PARTICIPANTS)
     assert summary["source"] == "moodle"
     assert data["students"] == [
-        {"id": "u100", "name": "Olu Adeyemi", "lms_id": None, "email": "olu@uni.example"},
+        {"id": "u100", "name": "Olu Adeyemi", "lms_id": None, "email": "olu@uni.example",
+         "id_number": "u100"},
         {"id": "bobs", "name": "Bob Smith", "lms_id": None, "email": "bob@uni.example"},
         {"id": "kim_uni.example", "name": "Kim", "lms_id": None, "email": "kim@uni.example"}]
     assert summary["skipped"] == ["row 3: no participant id, ID number, username or e-mail"]
