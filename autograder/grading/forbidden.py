@@ -135,6 +135,9 @@ INTERNAL_ATTRIBUTES = {"__globals__", "__closure__", "cell_contents", "__code__"
                        "f_locals", "f_globals", "f_builtins", "f_code", "f_trace", "gi_frame",
                        "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "ag_frame", "ag_code",
                        "co_code", "co_consts", "__traceback__"}
+# Autograd's graph: calling its nodes by hand runs torch's own derivative formulas
+# without the autograd engine, so a rule against autograd cannot see it.
+AUTOGRAD_GRAPH_ATTRIBUTES = {"grad_fn", "next_functions", "saved_tensors"}
 
 # The course's vocabulary: what an answer needs (arrays, torch, Triton, plots and
 # the standard library's maths, containers and clocks). An import from outside
@@ -460,6 +463,9 @@ class _Scanner(ast.NodeVisitor):
         """Flag reading (or with `store`, setting) attribute `name` of `base`."""
         if name in INTERNAL_ATTRIBUTES:
             self.flag(f"reads .{name}, which reaches into the interpreter's internals")
+        elif name in AUTOGRAD_GRAPH_ATTRIBUTES:
+            self.flag(f"reads .{name}, autograd's graph, whose nodes compute gradients "
+                      "without the autograd engine")
         elif name == "__dict__" and self.is_module(base):
             self.flag(f"reads {self.resolve(base)}.__dict__, a module's names by string")
         elif _is_dunder(name) and store:

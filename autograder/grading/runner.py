@@ -328,7 +328,12 @@ class _GradingClient(NotebookClient):
             self.started_cells = time.monotonic()
             self.deadline = self.started_cells + self.settings.handin_timeout
             self.on_first_cell()
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        gid = meta.get("grade_id")
+        if meta.get("grade") and not meta.get("solution"):
+            # A test cell's source (its hidden tests) stays out of the kernel's input
+            # history (In, _ih, _i): a student's function it calls could read it there.
+            store_history = False
         self.server.current_cell = gid or f"cell {cell_index}"
         self.running_index = cell_index
         if cell.cell_type == "code" and time.monotonic() >= self.deadline:

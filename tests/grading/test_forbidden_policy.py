@@ -438,6 +438,12 @@ def test_executed_violations_are_sorted_and_distinct():
      ["reads .f_back, which reaches into the interpreter's internals."]),
     ('g.gi_frame',
      ["reads .gi_frame, which reaches into the interpreter's internals."]),
+    ('node = loss.grad_fn',
+     ["reads .grad_fn, autograd's graph, whose nodes compute gradients without the "
+      "autograd engine."]),
+    ('for parent, _ in node.next_functions:\n    parent(g)',
+     ["reads .next_functions, autograd's graph, whose nodes compute gradients without the "
+      "autograd engine."]),
 ])
 
 def test_each_construct_gets_its_sentence(code, endings):

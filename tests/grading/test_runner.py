@@ -984,6 +984,24 @@ def test_late_cells_are_stopped_and_cells_past_the_deadline_are_not_run(scratch)
     assert 1.4 < result.cell_seconds["slow"] < 10
 
 
+def test_a_test_cells_source_never_reaches_the_kernels_input_history(scratch):
+    """A student's function called from a test cell cannot read that cell's hidden
+    tests from IPython's history (In, _ih, _i), where every other cell's source is."""
+    nb = _notebook(
+        _cell("import numpy", gid="imports"),
+        _cell("def leak():\n    return repr((In, _ih, _i, _ii, _iii))", gid="answer",
+              solution=True),
+        _cell("seen = leak()\nHIDDEN_MARKER = 1", gid="tests", grade=True),
+        _cell("print('HIDDEN_MARKER' in seen, 'def leak' in seen)"),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = runner.run_notebook(nb, workdir=scratch, settings=RunSettings(
+            use_bwrap=False), cell_checks={})
+    assert result.problem is None
+    assert _texts(result.notebook.cells[3]) == "False True\n"
+
+
 @needs_bwrap
 def test_a_kernel_that_ignores_interrupts_stops_the_run(tmp_path, monkeypatch):
     """The run's problem says a cell ignored the interrupt; later cells are not run;
