@@ -698,7 +698,7 @@ def _record(course, student, assignment, handin, status, when, source, notes, fi
         record = {"version": 1, "student": student, "assignment": assignment,
                   "from": handin.shown, "collected_at": datetime.now(UTC).isoformat(),
                   "lms": ident.lms, "lms_id": ident.uid, "lms_late": ident.late,
-                  "lms_prefix": ident.prefix if ident.lms else None,
+                  "lms_prefix": ident.prefix,
                   "submitted_at": when.astimezone(UTC).isoformat() if when else None,
                   "timestamp_source": source, "roster_match": handin.how,
                   "files": ["/".join(rel) for rel, _ in files], "notes": notes}

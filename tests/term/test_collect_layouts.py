@@ -170,6 +170,18 @@ def test_names_give_the_student_and_the_lms_fields(name, fields):
     assert student_id_from(name) == fields[1]
 
 
+@pytest.mark.parametrize("name,prefix", [
+    ("lovelaceada_late_12345_67890.ipynb", "lovelaceada_late_12345_67890"),
+    ("lovelaceada_12345_67890_01_hw.ipynb", "lovelaceada_12345_67890"),
+    ("Full Name_4711_assignsubmission_file_x.ipynb", "Full Name_4711_assignsubmission_file"),
+    ("ada.ipynb", None),
+])
+def test_an_lms_name_keeps_the_prefix_its_feedback_page_is_named_with(name, prefix):
+    """The LMS's part of a download's name, up to the student's own file name: the
+    feedback zip names each page with it, so the LMS finds the submission again."""
+    assert collect_module._identify_full(name).prefix == prefix
+
+
 @pytest.mark.parametrize("name,reason", [
     ("...ipynb", "no student name in it"), (".ipynb", "no student name in it"),
     ("__.ipynb", "no student name in it"),
