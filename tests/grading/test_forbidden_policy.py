@@ -438,6 +438,12 @@ def test_executed_violations_are_sorted_and_distinct():
      ["reads .f_back, which reaches into the interpreter's internals."]),
     ('g.gi_frame',
      ["reads .gi_frame, which reaches into the interpreter's internals."]),
+    ('setattr(A, "__call__", f)',
+     ["sets .__call__, which changes how Python treats the object."]),
+    ('delattr(A, "__init__")',
+     ["sets .__init__, which changes how Python treats the object."]),
+    ('getattr(A, "__call__")',
+     []),
     ('node = loss.grad_fn',
      ["reads .grad_fn, autograd's graph, whose nodes compute gradients without the "
       "autograd engine."]),
