@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 import unicodedata
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,14 @@ def tiny_notebook(tag):
     """A small, valid notebook whose bytes name `tag`."""
     return json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": tag}],
                        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
+
+
+def zip_of(path, members):
+    """Write a zip of {name: bytes} at `path`; returns the path."""
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return path
 
 
 def tiny_course(root, assignment, *, extra=b""):

@@ -17,7 +17,7 @@ import zipfile
 
 from autograder import cli
 from autograder.term.collect import collect
-from conftest import canvas_download_name, tiny_course, tiny_notebook
+from conftest import canvas_download_name, tiny_course, tiny_notebook, zip_of
 
 A = "01_hw"
 NB = f"{A}.ipynb"
@@ -45,13 +45,6 @@ def moodle_reads(member):
     return int(info[1]), info[2], info[3]
 
 
-def _zip(path, members):
-    with zipfile.ZipFile(path, "w") as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-    return path
-
-
 def _pages(course, students):
     folder = course.reports / A / "feedback"
     folder.mkdir(parents=True, exist_ok=True)
@@ -68,7 +61,7 @@ def test_canvas_re_upload_zip_pairs_every_page_with_its_submission(tmp_path, cap
     course = tiny_course(tmp_path / "course", A)
     downloads = {canvas_download_name(name, uid, att, NB, late=late): (uid, att)
                  for name, uid, att, late in CANVAS_CLASS}
-    report = collect(course=course, assignment=A, source_path=_zip(
+    report = collect(course=course, assignment=A, source_path=zip_of(
         tmp_path / "canvas.zip", {name: tiny_notebook(name) for name in downloads}))
     students = sorted(report.collected)
     folder = tmp_path / "plain"
@@ -94,7 +87,7 @@ def test_canvas_re_upload_zip_pairs_every_page_with_its_submission(tmp_path, cap
 def test_moodle_feedback_zip_names_each_page_by_its_participant(tmp_path, capsys):
     course = tiny_course(tmp_path / "course", A)
     downloads = {moodle_download_name(name, pid, NB): pid for name, pid in MOODLE_CLASS}
-    report = collect(course=course, assignment=A, source_path=_zip(
+    report = collect(course=course, assignment=A, source_path=zip_of(
         tmp_path / "moodle.zip", {name: tiny_notebook(name) for name in downloads}))
     _pages(course, report.collected)
 
@@ -118,11 +111,11 @@ def test_feedback_before_grading_is_refused_and_writes_nothing(tmp_path, capsys)
     assert not (course.reports / A).exists()
 
 
-def test_the_same_pages_make_the_same_zip(tmp_path):
+def test_the_same_pages_make_the_samezip_of(tmp_path):
     course = tiny_course(tmp_path / "course", A)
     name = canvas_download_name("Lovelace, Ada", 12345, 67890, NB)
     report = collect(course=course, assignment=A,
-                     source_path=_zip(tmp_path / "c.zip", {name: tiny_notebook("ada")}))
+                     source_path=zip_of(tmp_path / "c.zip", {name: tiny_notebook("ada")}))
     _pages(course, report.collected)
     zips = []
     for _ in range(2):

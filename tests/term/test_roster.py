@@ -6,14 +6,13 @@ not collected; one class ended up with three naming styles; there was no roster.
 
 import argparse
 import json
-import zipfile
 
 import pytest
 
 from autograder.term.cli_class import register
 from autograder.term.collect import collect
 from autograder.term.roster import RosterError, import_roster, load_roster
-from conftest import tiny_course, tiny_notebook
+from conftest import tiny_course, tiny_notebook, zip_of
 
 ASSIGNMENT = "01_hw"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
@@ -50,16 +49,9 @@ def _csv(tmp_path, text, name="roster.csv"):
     return path
 
 
-def _zip(path, members):
-    with zipfile.ZipFile(path, "w") as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-    return path
-
-
 def test_two_john_smiths_without_a_roster_are_not_merged(course, tmp_path):
     """The problem as reported: same name, different Canvas ids -> two students."""
-    archive = _zip(tmp_path / "canvas.zip", {
+    archive = zip_of(tmp_path / "canvas.zip", {
         f"smithjohn_111_901_{NOTEBOOK}": tiny_notebook("first john"),
         f"smithjohn_222_902_{NOTEBOOK}": tiny_notebook("second john"),
     })
@@ -86,7 +78,7 @@ def test_a_canvas_gradebook_export_is_imported(course, tmp_path):
 
 def test_two_john_smiths_with_a_canvas_roster_stay_two_students(course, tmp_path):
     import_roster(course=course, csv_path=_csv(tmp_path, CANVAS_CSV))
-    archive = _zip(tmp_path / "canvas.zip", {
+    archive = zip_of(tmp_path / "canvas.zip", {
         f"smithjohn_111_901_{NOTEBOOK}": tiny_notebook("first john"),
         f"smithjohn_LATE_222_902_{NOTEBOOK}": tiny_notebook("second john"),
         f"lovelaceada_12345_903_{NOTEBOOK}": tiny_notebook("ada"),
@@ -121,7 +113,7 @@ def test_a_name_matching_two_roster_entries_is_listed_not_merged(course, tmp_pat
 def test_one_id_style_for_a_class_from_moodle_and_folders(course, tmp_path):
     """smithbob, Olu_Adeyemi, kim_park: three styles before; the roster's ids after."""
     import_roster(course=course, csv_path=_csv(tmp_path, MOODLE_PARTICIPANTS))
-    archive = _zip(tmp_path / "moodle.zip", {
+    archive = zip_of(tmp_path / "moodle.zip", {
         f"Olu Adeyemi_4712_assignsubmission_file_{NOTEBOOK}": tiny_notebook("olu"),
         "smithbob/hw.ipynb": tiny_notebook("bob"),
         "kim_park.ipynb": tiny_notebook("kim"),
@@ -134,7 +126,7 @@ def test_one_id_style_for_a_class_from_moodle_and_folders(course, tmp_path):
 def test_a_moodle_worksheet_matches_by_participant_id(course, tmp_path):
     summary = import_roster(course=course, csv_path=_csv(tmp_path, MOODLE_WORKSHEET))
     assert summary["source"] == "moodle"
-    archive = _zip(tmp_path / "moodle.zip", {
+    archive = zip_of(tmp_path / "moodle.zip", {
         f"John Smith_4711_assignsubmission_file_{NOTEBOOK}": tiny_notebook("john"),
         f"John Smith_4799_assignsubmission_file_{NOTEBOOK}": tiny_notebook("another john"),
     })
