@@ -17,6 +17,7 @@
                                zip the feedback pages, each named as the LMS named the
                                student's download, for the LMS's bulk upload
   bench [--handins N]          time stock nbgrader against this pipeline on unit 01
+                               (--one-student: grade --student X on a class of 300)
   publish DIR --repo-url URL   write the student edition (lessons, released assignments,
                                student environment, README, site) into DIR
 
@@ -191,8 +192,10 @@ def cmd_new_check(args):
 def cmd_bench(args):
     from autograder.grading.bench import bench_command
 
-    return bench_command(course=Course.at(args.course), handins=args.handins,
-                         workers=args.workers, engines=args.engines)
+    return bench_command(course=Course.at(args.course),
+                         handins=args.handins or (300 if args.one_student else 40),
+                         workers=args.workers, engines=args.engines,
+                         one_student=args.one_student)
 
 
 def cmd_feedback(args):
@@ -287,11 +290,14 @@ def build_parser():
                    help="where the scratch course goes (default build/demo-course)")
     grading_options(p)
     p = add("bench", cmd_bench, "time stock nbgrader against this pipeline on unit 01")
-    p.add_argument("--handins", type=int, default=40, help="hand-ins to grade (default 40)")
+    p.add_argument("--handins", type=int, default=None,
+                   help="hand-ins to grade: 40, or with --one-student 300")
     p.add_argument("--workers", type=int, default=None,
                    help="this pipeline's parallel hand-ins (default: the number of cores)")
     p.add_argument("--engines", action="store_true",
                    help="compare the Dask path with a plain process pool (hand-ins per minute)")
+    p.add_argument("--one-student", action="store_true",
+                   help="time grade --student X on a graded class of --handins students")
     p = add("new-check", cmd_new_check, "scaffold a trusted check for a new exercise")
     p.add_argument("name", help="the check's name: check_NAME is what a hidden test calls")
     p.add_argument("--function", required=True,

@@ -1,6 +1,7 @@
 """Stock `nbgrader autograde` against this pipeline, on one class of hand-ins.
 
     python -m autograder.grading.bench [--handins 40] [--workers N] [--course DIR] [--engines]
+    python -m autograder.grading.bench --one-student [--handins 300]
 
 Both graders get the same hand-ins of unit 01 (the sample students, renamed
 and repeated) in scratch courses, and the same per-cell timeout. Stock
@@ -11,9 +12,14 @@ the reports); the cluster's start is part of ours. With --engines, the same
 hand-ins are graded on Dask and on a plain process pool instead (half of them on
 each in turn: pool, Dask, Dask, pool), and the report gives hand-ins per minute
 for each. Both reports end with where one hand-in's time goes.
+
+With --one-student, a class of --handins students (default 300 there) is graded and
+reported once, then `python -m autograder grade --student X` is timed on it, as an
+instructor regrades one student of a large class: its wall time, reports included.
 """
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -23,7 +29,7 @@ import time
 from pathlib import Path
 
 from autograder.course import EXAMPLES_DIR, Course, path_with_tools
-from autograder.grading.grade import grade_assignment
+from autograder.grading.grade import RESULT_FILE, grade_assignment, sign
 from autograder.grading.runner import RunSettings
 
 ASSIGNMENT = "01_the_recipe"
@@ -271,9 +277,14 @@ def format_report(bench, *, target_ratio=0.25):
     return lines + format_phases(bench.get("phases"))
 
 
-def bench_command(*, course, handins=40, workers=None, engines=False):
+def bench_command(*, course, handins=40, workers=None, engines=False, one_student=False):
     """Run the benchmark and print its report; returns a process exit status.
-    engines: compare the Dask path with the process pool instead of stock nbgrader."""
+    engines: compare the Dask path with the process pool instead of stock nbgrader;
+    one_student: time `grade --student X` on a graded class of `handins` instead."""
+    if one_student:
+        found = run_one_student_bench(course=course, class_size=handins, workers=workers)
+        print("\n".join(format_one_student_report(found)))
+        return 0
     if engines:
         found = run_engine_bench(course=course, handins=handins, workers=workers)
         print("\n".join(format_engine_report(found)))
@@ -285,20 +296,87 @@ def bench_command(*, course, handins=40, workers=None, engines=False):
     return 1 if honest_differ else 0
 
 
+def run_one_student_bench(*, course, class_size=300, workers=None, progress=sys.stderr):
+    """Seconds for the reports of a whole class of `class_size`, then for `grade
+    --student X` on it through the CLI (grading X and every report).
+
+    Each sample student is graded once; the class's other copies of the same notebook
+    get that result, signed for them, as grading them would give."""
+    with tempfile.TemporaryDirectory(prefix="bench-one-student-") as scratch:
+        scratch_course = Course(Path(scratch))
+        for part in ("source", "release"):
+            shutil.copytree(getattr(course, part) / ASSIGNMENT,
+                            getattr(scratch_course, part) / ASSIGNMENT)
+        handins = scratch_course.root / "handins"
+        made = make_handins(folder=handins, handins=class_size)
+        _submit(course_root=scratch_course.root, handin_folder=handins, assignment=ASSIGNMENT,
+                notebook_name=course.notebook_name(ASSIGNMENT))
+        first_of = {}
+        for student, sample in made.items():
+            first_of.setdefault(sample, student)
+        print(f"grading the {len(first_of)} different hand-ins of a class of {class_size} ...",
+              file=progress, flush=True)
+        grade_assignment(course=scratch_course, assignment=ASSIGNMENT, workers=workers,
+                         engine="pool", students=sorted(first_of.values()), progress=progress)
+        for student, sample in made.items():
+            graded = scratch_course.autograded / first_of[sample] / ASSIGNMENT
+            if student != first_of[sample]:
+                copy = scratch_course.autograded / student / ASSIGNMENT
+                shutil.copytree(graded, copy)
+                result = json.loads((copy / RESULT_FILE).read_text())
+                (copy / RESULT_FILE).write_text(json.dumps(sign({**result, "student_id": student})))
+        # The first grade after the copies grades no one (all current): its time is
+        # the reports of the whole class, written for the first time.
+        class_seconds, printed = _timed_grade(scratch_course)
+        if f"{class_size} of {class_size} already graded" not in printed:
+            raise RuntimeError("the copied results were not taken as current, so the class "
+                               f"was graded again, not only reported:\n{printed[-3000:]}")
+        one = sorted(made)[class_size // 2]
+        print(f"grade {ASSIGNMENT} --student {one} ...", file=progress, flush=True)
+        one_seconds, _ = _timed_grade(scratch_course, "--student", one)
+    return {"class_size": class_size, "class_reports_seconds": class_seconds,
+            "one_student_seconds": one_seconds, "student": one}
+
+
+def _timed_grade(course, *options):
+    """(wall seconds, what it printed to stderr) of `python -m autograder grade` on unit
+    01 of `course`."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "autograder", "grade", ASSIGNMENT, *options,
+         "--course", str(course.root), "--engine", "pool"],
+        capture_output=True, text=True, env=_venv_environment())
+    if done.returncode != 0:
+        raise RuntimeError(f"grade {' '.join(options)} failed:\n{done.stderr[-3000:]}")
+    return time.monotonic() - started, done.stderr
+
+
+def format_one_student_report(found, *, target_seconds=10.0):
+    return [f"a class of {found['class_size']} hand-ins of {ASSIGNMENT}",
+            f"  reports for the whole class, first time: {found['class_reports_seconds']:6.1f} s",
+            f"  grade --student {found['student']} (grading, then every report): "
+            f"{found['one_student_seconds']:6.1f} s (target under {target_seconds:g} s)"
+            + ("" if found["one_student_seconds"] < target_seconds else "  MISSED")]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m autograder.grading.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--course", default=None,
                         help="course directory (default: the repository root)")
-    parser.add_argument("--handins", type=int, default=40,
-                        help="hand-ins to grade (default 40)")
+    parser.add_argument("--handins", type=int, default=None,
+                        help="hand-ins to grade: 40, or with --one-student 300")
     parser.add_argument("--workers", type=int, default=None,
                         help="this pipeline's parallel hand-ins (default: the number of cores)")
     parser.add_argument("--engines", action="store_true",
                         help="compare the Dask path with a process pool instead")
+    parser.add_argument("--one-student", action="store_true",
+                        help="time grade --student X on a graded class instead")
     args = parser.parse_args(argv)
-    return bench_command(course=Course.at(args.course), handins=args.handins,
-                         workers=args.workers, engines=args.engines)
+    return bench_command(course=Course.at(args.course),
+                         handins=args.handins or (300 if args.one_student else 40),
+                         workers=args.workers, engines=args.engines,
+                         one_student=args.one_student)
 
 
 if __name__ == "__main__":

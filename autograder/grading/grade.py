@@ -734,6 +734,17 @@ def result_state(result_path, handin_sha, against=None):
     return "stale"
 
 
+def _graded_against_another_version(course, assignment, student, against):
+    """Whether `student`'s verified result was graded against other tests than
+    `against` (the source notebook, policy and checks now) or by another grader."""
+    try:
+        data = read_verified(course.autograded / student / assignment / RESULT_FILE)
+    except ValueError:
+        return False  # an altered result is regraded, flagged, when its student is
+    return data is not None and (data.get("graded_against") != against
+                                 or data.get("grader_version") != GRADER_VERSION)
+
+
 def _result_state(course, assignment, student, against):
     digest = handin_digest(handin_files(course, assignment, student)[0])
     return result_state(course.autograded / student / assignment / RESULT_FILE, digest,
@@ -800,7 +811,8 @@ def grade_assignment(*, course, assignment, settings=None, workers=None, force=F
 
     workers: parallel hand-ins (default: the number of cores); force: regrade
     students whose result is already current; students: grade only these ids
-    (each regraded even if current), the others' results are left as they are;
+    (each regraded even if current), the others' results are left as they are,
+    but for those graded against another version of the tests, which are regraded too;
     engine: "dask" (a LocalCluster of `workers` processes, or the cluster at
     `scheduler`) or "pool" (a local process pool, the benchmark's baseline);
     scale_timeouts: each cell's timeout from the reference solution's time (see
@@ -836,6 +848,13 @@ def grade_assignment(*, course, assignment, settings=None, workers=None, force=F
             raise ValueError(f"no hand-in of {assignment} from {', '.join(unknown)} "
                              "in submitted/")
         force = True
+        older = [s for s in everyone if s not in students
+                 and _graded_against_another_version(course, assignment, s, against)]
+        if older:
+            print(f"also regrading {len(older)} other student(s) graded against an earlier "
+                  "source notebook, policy, checks or grader, so that no report mixes two "
+                  f"versions of the tests: {', '.join(older)}", file=progress)
+            students = [*students, *older]
     students = [s for s in everyone if not students or s in students]
     states = {s: _result_state(course, assignment, s, against) for s in students}
     todo = [s for s in students if force or states[s] != "current"]

@@ -6,7 +6,7 @@ formgrader shows the instructor, inside a logged-in page that can change grades,
 and what its Generate Feedback renders for the student. Both render HTML outputs,
 markdown and raw HTML cells as they are, and JavaScript outputs run. So before it
 is written, every output keeps only the mimetypes a page may show, with HTML,
-markdown and SVG made inert (bleach, the sanitizer nbconvert uses), and the
+markdown and SVG made inert (nh3, Python's binding of the Rust sanitizer ammonia), and the
 student's markdown and raw cells are cleaned the same way. The feedback pages
 (autograder/results/report.py) use the same sanitizer.
 """
@@ -14,9 +14,7 @@ student's markdown and raw cells are cleaned the same way. The feedback pages
 import copy
 import re
 
-import bleach  # nbconvert's own HTML sanitizer; it and bs4 are installed with nbconvert
-from bleach.css_sanitizer import CSSSanitizer
-from bs4 import BeautifulSoup
+import nh3
 
 # Output mimetypes the page shows (HTML, markdown and SVG sanitized or inert); every other
 # one (application/javascript, widget views, mermaid, ...) is dropped before rendering.
@@ -47,7 +45,7 @@ MATH_TAGS = {"math", "mi", "mn", "mo", "ms", "mtext", "mspace", "mrow", "mfrac",
              "annotation"}
 # Contents dropped along with the tag (stripping the tag alone would print them as text).
 DROPPED_WITH_CONTENT = ["script", "style", "template", "noscript", "noembed", "noframes",
-                        "iframe", "object", "textarea", "title", "xmp", "head"]
+                        "iframe", "object", "textarea", "title", "xmp"]
 # Colours and emphasis only (ANSI colours in tracebacks come as inline styles): nothing
 # that places, sizes or layers an element.
 SAFE_CSS_PROPERTIES = ["color", "background-color", "font-weight", "font-style",
@@ -59,12 +57,22 @@ _MATH_VALUE = re.compile(r"[A-Za-z0-9 .%#:/_-]{0,80}")
 _MARKUP = re.compile(r"<[A-Za-z!/?]")
 
 
+# The attributes that may stay, each then checked by value (safe_attribute).
+ALLOWED_ATTRIBUTES = {
+    "*": {"class", "id", "title", "style"}, "a": {"href"}, "img": {"src", "alt", "width", "height"},
+    "col": {"width", "height", "align"}, "td": {"colspan", "rowspan", "align"},
+    "th": {"colspan", "rowspan", "align"}, "tr": {"align"}, "ol": {"start"}, "details": {"open"},
+    **{tag: MATHML_ATTRIBUTES for tag in MATH_TAGS},
+}
+
+
 def safe_attribute(tag, name, value):
-    """bleach's attribute filter: a short allow-list, links and images checked by value."""
+    """Whether attribute `name`="`value`" of `tag` may stay: a short allow-list, links
+    and images checked by value (style: only SAFE_CSS_PROPERTIES are kept of it)."""
     value = value.strip()
     if tag in MATH_TAGS and name in MATHML_ATTRIBUTES:
         return _MATH_VALUE.fullmatch(value) is not None
-    if name in ("class", "id", "title", "style"):  # style: bleach's CSS sanitizer filters it
+    if name in ("class", "id", "title", "style"):  # style: only SAFE_CSS_PROPERTIES stay of it
         return True
     if tag == "a" and name == "href":
         squashed = re.sub(r"[`\x00-\x20\x7f-\xa0\s]+", "", value).lower()
@@ -86,16 +94,18 @@ def safe_attribute(tag, name, value):
     return False
 
 
+_CLEANER = nh3.Cleaner(
+    tags=SAFE_TAGS, clean_content_tags=set(DROPPED_WITH_CONTENT), attributes=ALLOWED_ATTRIBUTES,
+    attribute_filter=lambda tag, name, value: value if safe_attribute(tag, name, value) else None,
+    url_schemes={"http", "https", "mailto", "data"}, strip_comments=True,
+    filter_style_properties=set(SAFE_CSS_PROPERTIES))
+
+
 def sanitize_html(fragment):
-    """Student-controlled HTML made inert with bleach (what nbconvert sanitizes with too)."""
-    soup = BeautifulSoup(fragment, "html.parser")
-    for element in soup.find_all(DROPPED_WITH_CONTENT):
-        element.decompose()
-    cleaner = bleach.Cleaner(
-        tags=SAFE_TAGS, attributes=safe_attribute,
-        protocols={"http", "https", "mailto", "data"}, strip=True, strip_comments=True,
-        css_sanitizer=CSSSanitizer(allowed_css_properties=SAFE_CSS_PROPERTIES))
-    return cleaner.clean(str(soup))
+    """Student-controlled HTML made inert: parsed as a browser would (HTML5) and
+    rebuilt from the allow-lists above; a disallowed tag goes, its text stays, unless it
+    is one of DROPPED_WITH_CONTENT."""
+    return _CLEANER.clean(fragment)
 
 
 def _inert_markdown(text):

@@ -10,7 +10,10 @@ for the formgrader.
 
 import copy
 import csv
+import functools
+import hashlib
 import html
+import importlib.metadata
 import json
 import re
 from pathlib import Path
@@ -184,9 +187,16 @@ def _inert_notebook(nb, *, show_hidden_tests=False):
     return nb
 
 
+@functools.cache
+def _exporter():
+    """nbconvert's lab template, built once per process. Its own sanitizing filter is
+    left out: the whole body is sanitized afterwards, more strictly (sanitize_html)."""
+    return HTMLExporter(template_name="lab", filters={"clean_html": lambda text: text})
+
+
 def _render_notebook(nb, *, show_hidden_tests=False):
     """(the template's own <style> sheets, the sanitized notebook body) for `nb`."""
-    page, _ = HTMLExporter(template_name="lab").from_notebook_node(
+    page, _ = _exporter().from_notebook_node(
         _inert_notebook(nb, show_hidden_tests=show_hidden_tests))
     body_at = re.search(r"<body[^>]*>", page)
     head = page[:body_at.start()] if body_at else ""
@@ -291,6 +301,49 @@ def feedback_html(result, executed_notebook_path, *, show_hidden_tests=False):
         "</body>\n</html>\n")
 
 
+# A feedback page records what it was made from; one whose inputs are unchanged is not
+# made again (a class of hundreds regraded for one student rewrites one page).
+_INPUTS_META = '<meta name="feedback-inputs" content="{}">'
+_INPUTS_AT = re.compile(r'<meta name="feedback-inputs" content="([0-9a-f]{64})">')
+
+
+@functools.cache
+def _renderer_digest():
+    """What draws a page besides its inputs: this code and the libraries it calls."""
+    digest = hashlib.sha256()
+    for module in (__file__, sanitize_html.__code__.co_filename):
+        digest.update(Path(module).read_bytes())
+    for package in ("nbconvert", "nh3", "latex2mathml", "pygments", "mistune"):
+        digest.update(f"{package}={importlib.metadata.version(package)};".encode())
+    return digest.digest()
+
+
+def _page_inputs(result, executed, *, show_hidden_tests):
+    """A digest of everything `result`'s feedback page is drawn from."""
+    digest = hashlib.sha256(_renderer_digest())
+    digest.update(json.dumps(result, sort_keys=True, default=str).encode())
+    digest.update(b"show hidden tests" if show_hidden_tests else b"hidden tests folded")
+    for path in executed:
+        digest.update(path.read_bytes() if path.exists() else b"(missing)")
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _inputs_of(page):
+    """The inputs digest an earlier page records, or None."""
+    try:
+        with open(page, encoding="utf-8", errors="replace") as f:
+            found = _INPUTS_AT.search(f.read(4096))
+    except OSError:
+        return None
+    return found.group(1) if found else None
+
+
+def _with_inputs(page, inputs):
+    return page.replace("<meta charset=\"utf-8\">\n",
+                        "<meta charset=\"utf-8\">\n" + _INPUTS_META.format(inputs) + "\n", 1)
+
+
 def _with_lateness(course, assignment, result):
     """`result` with its lateness (deadlines.json, collect's timestamps) and the score
     after the late policy; a broken deadlines file is a note, never a lost report."""
@@ -325,10 +378,13 @@ def write_reports(*, course, assignment, results, show_hidden_tests=False):
         student = r["student_id"]
         (folder / "gradescope" / f"{student}.json").write_text(
             json.dumps(gradescope_results(r), indent=1))
-        executed = [course.autograded / student / assignment / name for name in names]
-        (folder / "feedback" / f"{student}.html").write_text(
-            feedback_html(r, executed if r["status"] == "graded" else None,
-                          show_hidden_tests=show_hidden_tests))
+        executed = ([course.autograded / student / assignment / name for name in names]
+                    if r["status"] == "graded" else [])
+        page = folder / "feedback" / f"{student}.html"
+        inputs = _page_inputs(r, executed, show_hidden_tests=show_hidden_tests)
+        if _inputs_of(page) != inputs:
+            page.write_text(_with_inputs(feedback_html(
+                r, executed or None, show_hidden_tests=show_hidden_tests), inputs))
     _write_class_exports(course=course, assignment=assignment, results=results, folder=folder)
     return folder, results
 

@@ -531,16 +531,20 @@ def test_bench_command_with_engines_fails_when_the_engines_disagree(monkeypatch,
 
 
 def test_main_passes_its_options(monkeypatch, tmp_path):
-    """`python -m autograder.grading.bench`: --course, --handins (default 40), --workers and
-    --engines reach bench_command."""
+    """`python -m autograder.grading.bench`: --course, --handins (40, or 300 with
+    --one-student), --workers, --engines and --one-student reach bench_command."""
     calls = []
     monkeypatch.setattr(bench, "bench_command", lambda **kw: calls.append(kw) or 5)
     assert bench.main(["--course", str(tmp_path)]) == 5
     assert bench.main(["--handins", "3", "--workers", "2", "--engines"]) == 5
+    assert bench.main(["--one-student"]) == 5
     assert calls == [
         {"course": Course(tmp_path.resolve()), "handins": 40, "workers": None,
-         "engines": False},
-        {"course": Course.at(), "handins": 3, "workers": 2, "engines": True}]
+         "engines": False, "one_student": False},
+        {"course": Course.at(), "handins": 3, "workers": 2, "engines": True,
+         "one_student": False},
+        {"course": Course.at(), "handins": 300, "workers": None, "engines": False,
+         "one_student": True}]
 
 
 def test_main_help_reads_as_documented(capsys):
@@ -555,10 +559,11 @@ def test_main_help_reads_as_documented(capsys):
     words = " ".join(text.split())
     for option, help_text in (
             ("--course COURSE", "course directory (default: the repository root)"),
-            ("--handins HANDINS", "hand-ins to grade (default 40)"),
+            ("--handins HANDINS", "hand-ins to grade: 40, or with --one-student 300"),
             ("--workers WORKERS", "this pipeline's parallel hand-ins (default: the number of "
                                   "cores)"),
-            ("--engines", "compare the Dask path with a process pool instead")):
+            ("--engines", "compare the Dask path with a process pool instead"),
+            ("--one-student", "time grade --student X on a graded class instead")):
         assert f"{option} {help_text} " in words + " ", option
 
 
@@ -661,3 +666,21 @@ def test_stock_nbgrader_sets_up_grades_and_reads_one_scratch_course(tmp_path, mo
     assert made["course"] is course and made["cell_timeout"] == 30.0
     assert isinstance(graded_in, Path) and made["root"] == graded_in == read_from
     assert assignment == "01_the_recipe"
+
+
+def test_one_student_bench_times_grade_student_on_a_class_whose_copies_verify(monkeypatch):
+    """The one-student benchmark grades each different hand-in once, gives its copies
+    that result signed for them (so `grade` takes them as current, as grading them
+    would), and times `grade --student X` through the CLI; it prints both figures."""
+    samples = bench.sample_students()
+    monkeypatch.setattr(bench, "sample_students", lambda assignment=bench.ASSIGNMENT: {
+        name: samples[name] for name in ("ada_perfect", "dee_blank")})
+    progress = io.StringIO()
+    found = bench.run_one_student_bench(course=Course.at(), class_size=5, workers=1,
+                                        progress=progress)
+    assert found["class_size"] == 5 and found["student"] == "s002_ada_perfect"
+    assert "grading the 2 different hand-ins of a class of 5" in progress.getvalue()
+    assert 0 < found["one_student_seconds"] and 0 < found["class_reports_seconds"]
+    lines = bench.format_one_student_report({**found, "one_student_seconds": 12.0})
+    assert lines[0] == "a class of 5 hand-ins of 01_the_recipe"
+    assert lines[2].endswith("12.0 s (target under 10 s)  MISSED")

@@ -139,3 +139,37 @@ def test_handins_are_kept_byte_for_byte_and_regrading_skips_unchanged(course):
                               engine=GRADING_ENGINE)
     assert result.stat().st_mtime_ns == stamp
     assert [r["score"] for r in first] == [r["score"] for r in second]
+
+
+def test_grading_one_student_after_a_source_change_regrades_everyone_it_affects(course):
+    """`grade --student X` after the source notebook changed grades X against the new
+    tests, and everyone graded against the old ones too, saying so: no report mixes
+    two versions of the tests."""
+    import io
+
+    import nbformat
+
+    from autograder.grading.grade import grade_assignment, graded_against
+    from autograder.grading.runner import RunSettings
+
+    inbox = course.root / "inbox"
+    inbox.mkdir()
+    for name in ("ada_perfect", "dee_blank"):
+        shutil.copy(_handin(name), inbox / f"{name}.ipynb")
+    collect(course=course, assignment="01_the_recipe", source_path=inbox)
+    settings = RunSettings(cell_timeout=10)
+    grade_assignment(course=course, assignment="01_the_recipe", settings=settings,
+                     engine=GRADING_ENGINE, scale_timeouts=False)
+    source = course.source / "01_the_recipe" / "01_the_recipe.ipynb"
+    notebook = nbformat.read(source, as_version=4)
+    notebook.cells.append(nbformat.v4.new_markdown_cell("A note added after grading."))
+    nbformat.write(notebook, source)
+    printed = io.StringIO()
+    again = grade_assignment(course=course, assignment="01_the_recipe", settings=settings,
+                             engine=GRADING_ENGINE, scale_timeouts=False,
+                             students=["ada_perfect"], progress=printed)
+    now = graded_against(course=course, assignment="01_the_recipe")
+    assert [(r["student_id"], r["graded_against"]) for r in again] == [
+        ("ada_perfect", now), ("dee_blank", now)]
+    assert "also regrading 1 other student(s)" in printed.getvalue()
+    assert "dee_blank" in printed.getvalue()

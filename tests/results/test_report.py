@@ -223,12 +223,21 @@ def test_safe_attribute_keeps_what_pages_need_and_drops_the_rest():
 # -- the sanitizer -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("tag", ["script", "style", "template", "noscript", "noembed",
-                                 "noframes", "iframe", "object", "textarea", "title", "xmp",
-                                 "head"])
+                                 "noframes", "iframe", "object", "textarea", "title", "xmp"])
 def test_sanitizer_drops_dangerous_tags_with_their_contents(tag):
     """A script or style sheet is dropped whole: stripping only the tag would print
     its code as text on the page."""
     cleaned = inert.sanitize_html(f"<p>before</p><{tag}>SECRET code</{tag}><p>after</p>")
+    assert "SECRET" not in cleaned
+    assert "before" in cleaned and "after" in cleaned
+
+
+def test_sanitizer_drops_the_scripts_and_styles_of_a_head_inside_an_output():
+    """A <head> in an output is no head (a browser ignores the tag in a page's body, as
+    the sanitizer does): its scripts and style sheets still go whole."""
+    cleaned = inert.sanitize_html("<p>before</p><head><script>SECRET()</script>"
+                                  "<style>p{SECRET:1}</style><title>SECRET</title></head>"
+                                  "<p>after</p>")
     assert "SECRET" not in cleaned
     assert "before" in cleaned and "after" in cleaned
 
@@ -771,6 +780,35 @@ def test_write_reports_json_layout_and_no_notebook_for_an_ungraded_hand_in(tiny_
             json.dumps(report.gradescope_results(r), indent=1)
     bob_page = BeautifulSoup((folder / "feedback" / "bob.html").read_text(), "html.parser")
     assert bob_page.find("main").get_text() == ""
+
+
+def test_a_feedback_page_is_made_again_only_when_what_it_shows_changed(tiny_course):
+    """Regrading one student of a large class rewrites that student's page, not
+    everyone's: a page whose result, graded notebook and options are unchanged is kept
+    as it is; a new score, a changed graded run or showing the hidden tests remakes it."""
+    folder, _ = report.write_reports(course=tiny_course, assignment="hw", results=_hw_results())
+    pages = {s: folder / "feedback" / f"{s}.html" for s in ("ada", "bob")}
+    stamps = {s: page.stat().st_mtime_ns for s, page in pages.items()}
+    report.write_reports(course=tiny_course, assignment="hw", results=_hw_results())
+    assert {s: page.stat().st_mtime_ns for s, page in pages.items()} == stamps
+
+    rescored = _hw_results()
+    rescored[1]["reason"] = "hw.ipynb is empty"
+    report.write_reports(course=tiny_course, assignment="hw", results=rescored)
+    assert pages["ada"].stat().st_mtime_ns == stamps["ada"]
+    assert "hw.ipynb is empty" in pages["bob"].read_text()
+
+    run = tiny_course.autograded / "ada" / "hw" / "hw.ipynb"
+    notebook = nbformat.read(run, as_version=4)
+    notebook.cells[0].source = "# Homework one, graded again"
+    nbformat.write(notebook, run)
+    report.write_reports(course=tiny_course, assignment="hw", results=rescored)
+    assert "graded again" in pages["ada"].read_text()
+
+    report.write_reports(course=tiny_course, assignment="hw", results=rescored,
+                         show_hidden_tests=True)
+    shown = BeautifulSoup(pages["ada"].read_text(), "html.parser").find("main").get_text()
+    assert "assert f(2) == 4.0" in shown
 
 
 def test_class_exports_without_a_usable_roster_are_the_summary_only(tiny_course, tmp_path):
