@@ -20,7 +20,11 @@ that no longer survive are printed, to be dropped from the listing.
 A mutant that timed out under mutmut (which forks each mutant's tests from one
 process) is run again on its own, in a fresh process: it counts as killed only if
 its tests fail or time out there too. A lock left held in the forking process, not
-the mutation, can hang a forked run, and that is not a kill.
+the mutation, can hang a forked run, and that is not a kill. A survivor that no
+listing explains is run again on its own the same way: the forking process imported
+the module unmutated, so what it computed at import (a table built by a mutated
+function, a value cached before the fork) hides the mutant from the forked tests;
+one whose tests fail on their own is counted killed, and the count is printed.
 """
 
 import argparse
@@ -178,20 +182,26 @@ def run_module(module, tests, base, max_children, *, resume=False):
     for name in timed_out:
         if not _fails_alone(work, name):
             statuses[name] = "timed out only when forked: survived on its own"
-    seconds = time.monotonic() - started
     listing = _listing(module)
     listed = equivalents(listing.read_text()) if listing.exists() else set()
     survivors = sorted(name for name, status in statuses.items() if status not in CAUGHT)
     diffs = {name: subprocess.run([str(MUTMUT), "show", name], cwd=work, capture_output=True,
                                   text=True).stdout for name in survivors}
     change = {name: (_function(name), *_changed_lines(diffs[name])) for name in survivors}
+    killed_alone = [name for name in survivors
+                    if change[name] not in listed and _fails_alone(work, name)]
+    for name in killed_alone:
+        statuses[name] = "killed"
+    survivors = [name for name in survivors if name not in killed_alone]
+    seconds = time.monotonic() - started
     kept = [name for name in survivors if change[name] in listed]
     caught = len(statuses) - len(survivors)
     counted = len(statuses) - len(kept)
     score = 100.0 * caught / counted if counted else 100.0
     print(f"{module}: {caught}/{counted} killed ({score:.1f}%), {len(kept)} equivalent, "
           f"{len(statuses)} mutants, {seconds:.0f} s ({len(timed_out)} timeouts run again "
-          "on their own)")
+          f"on their own; {len(killed_alone)} survivors of the forked runs killed on "
+          "their own)")
     for name in survivors:
         mark = "equivalent" if name in kept else statuses[name]
         print(f"--- {mark}: {name}\n{diffs[name].strip()}\n")

@@ -6,6 +6,9 @@
   roster show                  list the roster
   deadlines show ASSIGNMENT    the due date, late policy and extensions of ASSIGNMENT
                                (from deadlines.json), and each hand-in's lateness
+  deadlines times ASSIGNMENT FILE
+                               import the LMS's submission times (Canvas's submissions
+                               API JSON, or a CSV of id,submitted_at)
 
 autograder/cli.py wires them in with `register(sub, add)`.
 """
@@ -13,7 +16,7 @@ autograder/cli.py wires them in with `register(sub, add)`.
 import sys
 
 from autograder.course import Course
-from autograder.term.deadlines import DeadlinesError, show_lines
+from autograder.term.deadlines import DeadlinesError, import_submission_times, show_lines
 from autograder.term.roster import RosterError, import_roster, load_roster, summary_lines
 
 
@@ -43,8 +46,21 @@ def cmd_roster(args):
 
 
 def cmd_deadlines(args):
+    course = Course.at(args.course)
     try:
-        print("\n".join(show_lines(Course.at(args.course), args.assignment)))
+        if args.action == "times":
+            if not args.file:
+                print("deadlines times needs a FILE (the LMS's submission times)",
+                      file=sys.stderr)
+                return 2
+            imported, left = import_submission_times(course=course,
+                                                     assignment=args.assignment,
+                                                     path=args.file)
+            print(f"{args.assignment}: {imported} submission time(s) imported")
+            for line in left:
+                print(f"  left out: {line}")
+            return 0
+        print("\n".join(show_lines(course, args.assignment)))
     except DeadlinesError as problem:
         print(f"deadlines: {problem}", file=sys.stderr)
         return 1
@@ -59,6 +75,10 @@ def register(sub, add):
     p.add_argument("file", nargs="?", help="for import: the LMS's CSV export")
     p.set_defaults(late_positionals=("file",))
     p = add("deadlines", cmd_deadlines,
-            "show an assignment's due date, late policy and each hand-in's lateness")
-    p.add_argument("action", choices=["show"])
+            "show an assignment's due date, late policy and each hand-in's lateness, or "
+            "import the LMS's submission times")
+    p.add_argument("action", choices=["show", "times"])
     p.add_argument("assignment")
+    p.add_argument("file", nargs="?",
+                   help="for times: Canvas's submissions (API JSON) or a CSV of id,submitted_at")
+    p.set_defaults(late_positionals=("file",))

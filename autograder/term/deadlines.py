@@ -38,13 +38,20 @@ timestamp.txt (nbgrader's format, `%Y-%m-%d %H:%M:%S.%f %Z`), taken from nbgrade
 timestamp.txt, else the zip member's date, else the file's modification time (the last
 resort), and says which in the sidecar `.handin.json` beside it, with any LMS late marker.
 
-Only nbgrader's timestamp is a submission time. A zip member's date is when the zip
-was built (Canvas writes the download's time: instructure/canvas-lms#2219), and a
-file's modification time is whatever the student's or the instructor's machine left;
-neither is used unless the policy says trust_zip_and_file_dates. A hand-in without a
-submission time is "on time, time unknown", or, with an LMS late marker, late by the
-lms_late_marker rule. With a time, the time decides, grace period included, and an
-LMS marker is only noted.
+An LMS's own record of submission times can be imported per assignment (`deadlines
+times ASSIGNMENT FILE`, into submission_times/<assignment>.json): Canvas's "List
+assignment submissions" API answer (a JSON array of Submission objects, each with
+user_id and submitted_at), or any CSV with the columns id and submitted_at (id: the
+roster's student id or LMS user id). nbgrader's timestamp comes first, then the LMS's
+time, then the LMS late marker.
+
+Only nbgrader's timestamp and the LMS's own record are submission times. A zip
+member's date is when the zip was built (Canvas writes the download's time:
+instructure/canvas-lms#2219), and a file's modification time is whatever the student's
+or the instructor's machine left; neither is used unless the policy says
+trust_zip_and_file_dates. A hand-in without a submission time is "on time, time
+unknown", or, with an LMS late marker, late by the lms_late_marker rule. With a time,
+the time decides, grace period included, and an LMS marker is only noted.
 """
 
 import json
@@ -241,6 +248,89 @@ def read_record(course, assignment, student):
     return when, sidecar
 
 
+# Submission times from the LMS.
+
+SUBMISSION_TIMES_DIR = "submission_times"
+
+
+def submission_times_path(course, assignment):
+    return Path(course.root) / SUBMISSION_TIMES_DIR / f"{assignment}.json"
+
+
+def _lms_rows(text):
+    """[(line, id, submitted_at text or None)] from Canvas's API JSON or an id,submitted_at
+    CSV, and the name of that source."""
+    import csv
+
+    stripped = text.lstrip("\ufeff").strip()
+    if stripped.startswith("["):
+        try:
+            items = json.loads(stripped)
+        except ValueError as e:
+            raise DeadlinesError(f"not a JSON array of Canvas submissions: {e}") from None
+        if not all(isinstance(item, dict) and "user_id" in item for item in items):
+            raise DeadlinesError("a JSON file must be Canvas's list of submissions: "
+                                 "objects with user_id and submitted_at")
+        return [(n, str(item["user_id"]), item.get("submitted_at"))
+                for n, item in enumerate(items, 1)], "Canvas submission time"
+    rows = list(csv.reader(stripped.splitlines()))
+    header = [h.strip().lower() for h in rows[0]] if rows else []
+    if "id" not in header or "submitted_at" not in header:
+        raise DeadlinesError("a CSV of submission times needs the columns id and "
+                             f"submitted_at (found: {', '.join(header) or 'nothing'})")
+    at, when = header.index("id"), header.index("submitted_at")
+    return [(n, row[at].strip(), row[when].strip() or None)
+            for n, row in enumerate(rows[1:], 2) if len(row) > max(at, when)
+            and row[at].strip()], "LMS submission time"
+
+
+def import_submission_times(*, course, assignment, path):
+    """Read an LMS's submission times for `assignment` (see the module's docstring) into
+    submission_times/<assignment>.json, each id matched to a roster student (by id, then
+    by LMS user id); returns (how many were imported, [lines about the rest])."""
+    from autograder.term.roster import load_roster, write_json_atomically
+
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        raise DeadlinesError(f"{path} cannot be read: {e}") from None
+    rows, source = _lms_rows(text)
+    roster = load_roster(course)
+    zone = course_zone(course)
+    times, left = {}, []
+    for line, ident, when_text in rows:
+        if when_text is None:
+            continue  # not submitted: Canvas lists every student
+        entry = roster and (roster.get(ident) or roster.match(name="", uid=ident)[0])
+        student = entry["id"] if entry else (ident if roster is None else None)
+        if student is None:
+            left.append(f"entry {line}: {ident} is not in the roster (by id or LMS user id)")
+            continue
+        try:
+            when = parse_time(str(when_text).replace("Z", "+00:00"), zone)
+        except DeadlinesError:
+            left.append(f"entry {line}: {when_text!r} is not an ISO date and time")
+            continue
+        times[student] = when.astimezone(UTC).isoformat()
+    target = submission_times_path(course, assignment)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomically(target, {"source": source, "file": Path(path).name, "times": times})
+    return len(times), left
+
+
+def lms_submission_time(course, assignment, student):
+    """(the LMS's submission time of `student`'s hand-in, its source), or (None, None)."""
+    path = submission_times_path(course, assignment)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        when = data["times"].get(student)
+        return (datetime.fromisoformat(when), data["source"]) if when else (None, None)
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise DeadlinesError(f"{path} cannot be read: {e}; import it again") from None
+
+
 # Lateness and the penalty.
 
 def _iso(when):
@@ -292,6 +382,10 @@ def lateness(*, course, assignment, student):
             and not policy["trust_zip_and_file_dates"]):
         distrusted = f"{source} {submitted_at.strftime('%Y-%m-%d %H:%M UTC')}"
         submitted_at = source = None
+    if submitted_at is None or str(source).startswith(UNTRUSTED_SOURCES):
+        from_lms, lms_source = lms_submission_time(course, assignment, student)
+        if from_lms is not None:
+            submitted_at, source, distrusted = from_lms, lms_source, None
     lms = {"canvas": "Canvas", "moodle": "Moodle"}.get(sidecar.get("lms"), "the LMS")
     lms_late = bool(sidecar.get("lms_late"))
     late_seconds = max(0.0, (submitted_at - due).total_seconds()) \

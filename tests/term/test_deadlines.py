@@ -4,7 +4,6 @@ Issue 14, item 6: Canvas's `_LATE_` marker was silently dropped; no due date, ti
 late penalty reached the export.
 """
 
-import argparse
 import json
 import locale
 import os
@@ -15,7 +14,6 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from autograder.term import deadlines
-from autograder.term.cli_class import register
 from autograder.term.collect import collect
 from autograder.term.deadlines import (
     DeadlinesError,
@@ -165,6 +163,89 @@ def test_a_canvas_zip_built_after_the_deadline_makes_nobody_late(course, tmp_pat
                                  "counts; late penalty 10%")
 
 
+def _canvas_submissions(*entries):
+    """Canvas's answer to "List assignment submissions" (GET /api/v1/courses/:course_id/
+    assignments/:assignment_id/submissions), as canvas-lms documents the Submission model
+    in app/controllers/submissions_api_controller.rb: one object per student, user_id an
+    integer, submitted_at an ISO 8601 time ("2012-01-01T01:00:00Z") or null for a student
+    who submitted nothing (workflow_state "unsubmitted")."""
+    return json.dumps([
+        {"assignment_id": 23, "attempt": 1 if when else None, "user_id": uid,
+         "submitted_at": when, "late": late, "seconds_late": 0, "missing": when is None,
+         "workflow_state": "submitted" if when else "unsubmitted", "grade": None,
+         "score": None, "submission_type": "online_upload" if when else None}
+        for uid, when, late in entries])
+
+
+def _deadlines_cli(course, *words):
+    from autograder import cli
+
+    return cli.main(["deadlines", *words, "--course", str(course.root)])
+
+
+def test_the_lms_submission_times_decide_lateness_over_zip_dates_and_the_late_marker(
+        course, tmp_path, capsys):
+    """A Canvas zip tells nothing of when (its dates are the download's); Canvas's own
+    submission times, imported from its API answer, do: 11 minutes late within a 15-minute
+    grace is on time although Canvas marked it late, a day and a bit late is two days,
+    and a student who submitted nothing or is not in the roster is left out, said so."""
+    (course.root / "roster.json").write_text(json.dumps({"source": "canvas", "students": [
+        {"id": "lovelaceada_12345", "name": "Lovelace, Ada", "lms_id": "12345"},
+        {"id": "turingalan_23456", "name": "Turing, Alan", "lms_id": "23456"},
+        {"id": "hopperg_34567", "name": "Hopper, Grace", "lms_id": "34567"}]}))
+    _deadlines(course, {"policy": {"percent_per_day": 10, "grace_minutes": 15},
+                        "assignments": {ASSIGNMENT: {"due": "2026-10-01 12:00"}}})
+    built = (2026, 10, 4, 21, 0, 0)
+    collect(course=course, assignment=ASSIGNMENT, source_path=_zip(tmp_path / "canvas.zip", {
+        f"lovelaceada_LATE_12345_67890_{NOTEBOOK}": (tiny_notebook("ada"), built),
+        f"turingalan_LATE_23456_78901_{NOTEBOOK}": (tiny_notebook("alan"), built),
+        f"hopperg_34567_89012_{NOTEBOOK}": (tiny_notebook("grace"), built)}))
+    export = tmp_path / "submissions.json"
+    export.write_text(_canvas_submissions((12345, "2026-10-01T12:11:00Z", True),
+                                          (23456, "2026-10-02T14:00:00Z", True),
+                                          (34567, None, False), (99999, "2026-10-01T09:00:00Z",
+                                                                 False)))
+    assert _deadlines_cli(course, "times", ASSIGNMENT, str(export)) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{ASSIGNMENT}: 2 submission time(s) imported\n")
+    assert "left out: entry 4: 99999 is not in the roster" in out
+    ada = lateness(course=course, assignment=ASSIGNMENT, student="lovelaceada_12345")
+    assert (ada["late"], ada["penalty_fraction"]) == (False, 0.0)
+    assert ada["submitted_at"] == "2026-10-01T12:11:00+00:00"
+    assert ada["note"] == ("submitted 2026-10-01 12:11 UTC (Canvas submission time); 11 min "
+                           "late, within the grace period; Canvas marked it late; the "
+                           "submission time decides")
+    alan = lateness(course=course, assignment=ASSIGNMENT, student="turingalan_23456")
+    assert (alan["late"], alan["days_late"]) == (True, 2)
+    assert alan["penalty_fraction"] == pytest.approx(0.2)
+    grace = lateness(course=course, assignment=ASSIGNMENT, student="hopperg_34567")
+    assert grace["submitted_at"] is None and "on time, time unknown" in grace["note"]
+
+
+def test_submission_times_from_a_csv_match_roster_or_lms_ids_and_bad_rows_are_named(
+        course, tmp_path, capsys):
+    """Any LMS: a CSV of id,submitted_at (a roster id or an LMS user id; a time without an
+    offset is in the course's zone). A row whose time cannot be read is named; a file
+    without those columns is refused, saying which it has."""
+    (course.root / "roster.json").write_text(json.dumps({"students": [
+        {"id": "ada", "name": "Ada", "lms_id": "4711"}, {"id": "alan", "name": "Alan"}]}))
+    _deadlines(course, {"timezone": "Europe/Berlin",
+                        "assignments": {ASSIGNMENT: {"due": "2026-10-01 12:00"}}})
+    times = tmp_path / "times.csv"
+    times.write_text("ID,Submitted_At\n4711,2026-10-01 13:30\nalan,next tuesday\n")
+    assert _deadlines_cli(course, "times", ASSIGNMENT, str(times)) == 0
+    out = capsys.readouterr().out
+    assert "1 submission time(s) imported" in out
+    assert "entry 3: 'next tuesday' is not an ISO date and time" in out
+    stored = json.loads(deadlines.submission_times_path(course, ASSIGNMENT).read_text())
+    assert stored["times"] == {"ada": "2026-10-01T11:30:00+00:00"}
+    times.write_text("student,when\nada,2026-10-01 13:30\n")
+    assert _deadlines_cli(course, "times", ASSIGNMENT, str(times)) == 1
+    assert "needs the columns id and submitted_at (found: student, when)" in \
+        capsys.readouterr().err
+    assert _deadlines_cli(course, "times", ASSIGNMENT) == 2
+
+
 def test_a_folder_handin_uses_the_file_time_and_says_so(course, tmp_path):
     inbox = tmp_path / "inbox"
     inbox.mkdir()
@@ -202,18 +283,7 @@ def test_deadlines_show_lists_each_handin(course, tmp_path, capsys):
                         "assignments": {ASSIGNMENT: {"due": "2026-10-01 10:00"}},
                         "extensions": {ASSIGNMENT: {"turingalan_23456": "2026-10-05 10:00"}}})
     collect(course=course, assignment=ASSIGNMENT, source_path=_canvas_zip(tmp_path))
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def add(name, func, help_text):  # as autograder/cli.py defines it
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("--course", default=None)
-        p.set_defaults(func=func)
-        return p
-
-    register(sub, add)
-    args = parser.parse_args(["deadlines", "show", ASSIGNMENT, "--course", str(course.root)])
-    assert args.func(args) == 0
+    assert _deadlines_cli(course, "show", ASSIGNMENT) == 0
     out = capsys.readouterr().out
     assert "due 2026-10-01 10:00+00:00" in out
     assert "LATE lovelaceada_12345" in out and "ok   turingalan_23456" in out

@@ -119,7 +119,7 @@ def test_deadlines_show_prints_the_lines_or_the_problem(tmp_path, monkeypatch, c
 
 
 def test_the_subcommands_accept_their_actions_only(capsys):
-    """roster takes import or show, deadlines takes show and an assignment."""
+    """roster takes import or show, deadlines takes show or times and an assignment."""
     parser = cli.build_parser()
     for argv in (["roster", "list"], ["deadlines", "edit", "01_a"], ["deadlines", "show"]):
         with pytest.raises(SystemExit):
@@ -139,12 +139,15 @@ def test_the_help_reads_as_documented():
     summaries = {c.dest: c.help for c in sub._choices_actions}
     assert summaries["roster"] == "import or show the class list (roster.json)"
     assert summaries["deadlines"] == ("show an assignment's due date, late policy and each "
-                                      "hand-in's lateness")
+                                      "hand-in's lateness, or import the LMS's submission "
+                                      "times")
     helps = {name: {a.dest: (a.choices, a.help) for a in sub.choices[name]._actions
                     if a.dest != "help"} for name in ("roster", "deadlines")}
     course = (None, "course directory (default: the repository root)")
     assert helps == {
         "roster": {"course": course, "action": (["import", "show"], None),
                    "file": (None, "for import: the LMS's CSV export")},
-        "deadlines": {"course": course, "action": (["show"], None),
-                      "assignment": (None, None)}}
+        "deadlines": {"course": course, "action": (["show", "times"], None),
+                      "assignment": (None, None),
+                      "file": (None, "for times: Canvas's submissions (API JSON) or a CSV of "
+                                     "id,submitted_at")}}
