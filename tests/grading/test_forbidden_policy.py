@@ -459,6 +459,131 @@ def test_each_construct_gets_its_sentence(code, endings):
         assert flag.startswith("Student cell 1") and flag.endswith(" " + ending), flags
 
 
+@pytest.mark.parametrize("code, endings", [
+    # another library's module reached as an attribute of a course library is read as
+    # that module, flagged once where the chain leaves the course's libraries
+    ("import torch\ne = torch.os.environ",
+     ["reaches os through torch.os, which is outside the course's libraries."]),
+    ("import torch\np = torch.os.path.join",
+     ["reaches os through torch.os, which is outside the course's libraries."]),
+    ("import torch\ntorch.os.system('ls')",
+     ["uses os.system, which runs code outside the graded call.",
+      "reaches os through torch.os, which is outside the course's libraries."]),
+    ("from torch import os as o\no.system('x')",
+     ["reaches os through torch.os, which is outside the course's libraries.",
+      "uses os.system, which runs code outside the graded call."]),
+    ("import torch.nn.functional as F\nx = F.torch.os.getcwd",
+     ["reaches os through torch.nn.functional.torch.os, which is outside the course's "
+      "libraries."]),
+    ("import torch\nx = torch.serialization.os",
+     ["reaches os through torch.serialization.os, which is outside the course's libraries."]),
+    ("import torch\nimport importlib\nx = torch.importlib",
+     ["imports importlib, which can import modules by computed names.",
+      "reaches importlib through torch.importlib, which is outside the course's libraries.",
+      "uses importlib, which can import modules by computed names."]),
+    # ... and a course library's own module reached so is read as itself
+    ("import torch\nm = torch.sys.modules",
+     ["uses sys.modules, which reaches into the interpreter."]),
+    ("import torch\nx = torch.nn.modules.module.torch._C",
+     ["uses torch.nn.modules.module.torch._C, a private part of torch."]),
+    # private names of the course's libraries, and of sys and os
+    ("import numpy as np\nx = np._core", ["uses numpy._core, a private part of numpy."]),
+    ("import numpy.linalg as la\nx = la._umath_linalg",
+     ["uses numpy.linalg._umath_linalg, a private part of numpy."]),
+    ("import os\nx = os._exit", ["imports os, which is outside the course's libraries.",
+                                 "uses os._exit, a private part of os."]),
+    ("import sys\nf = sys._getframe", ["uses sys._getframe, which reaches into the interpreter."]),
+])
+def test_a_module_reached_through_a_course_library_is_read_as_itself(code, endings):
+    """`torch.os` is os: what a course library's attribute leads to is judged as that
+    module (flagged where the chain leaves the course's libraries), and private names
+    are named with their library."""
+    label = f"Student cell 1 ({code.splitlines()[0]!r}) "
+    assert forbidden.static_flags([code]) == [label + ending for ending in endings]
+
+
+@pytest.mark.parametrize("code, endings", [
+    ("breakpoint()", ["calls breakpoint(), which runs a debugger's commands."]),
+    ("f = open", ["passes open around, so what it reaches is decided at run time."]),
+    ("v = vars", ["passes vars around, so what it reaches is decided at run time."]),
+    ("i = __import__", ["passes __import__ around, so what it reaches is decided at run time."]),
+    ("open(name)", ["opens a file named at run time or a system file."]),
+    ("open('/proc/self/mem')", ["opens a file named at run time or a system file."]),
+    ("open('notes.txt')", []),
+    # a dunder is __name__ with at least one letter inside: x__ and ____ are not
+    ("y = obj.x__", []),
+    ("y = obj.____", ["reads .____, a private name of an object that is not its own."]),
+    ("y = obj.__a__", ["reads .__a__, which reaches into the interpreter's internals."]),
+    ("obj.__a__ = 1", ["sets .__a__, which changes how Python treats the object."]),
+    ("y = getattr(obj, '__a__')",
+     ["reads .__a__, which reaches into the interpreter's internals."]),
+    ("x = __name__", []),
+    ("y = __spec__", ["uses __spec__, one of the interpreter's own names."]),
+    ("import operator\ng = operator.attrgetter('a.__globals__')",
+     ["reads .__globals__, which reaches into the interpreter's internals."]),
+    ("import operator\ng = operator.attrgetter('a.b')", []),
+    # a name a library does not have is no module: nothing to flag, nothing to crash on
+    ("import torch\nx = torch.not_a_thing.y", []),
+    ("import torch.utils.cpp_extension",
+     ["imports torch.utils.cpp_extension, which loads or compiles code the grader cannot "
+      "read."]),
+    ("import numpy._core", ["imports numpy._core, a private part of numpy."]),
+    ("from numpy import _core", ["uses numpy._core, a private part of numpy."]),
+    ("from torch.nn import functional\nfunctional._private_thing",
+     ["uses torch.nn.functional._private_thing, a private part of torch."]),
+    ("from sys import modules", ["uses sys.modules, which reaches into the interpreter."]),
+    ("from torch.nn.functional import layer_norm", []),
+    ("from torch.nn import _reduction", ["uses torch.nn._reduction, a private part of torch."]),
+    ("from torch.utils.cpp_extension import load",
+     ["imports torch.utils.cpp_extension, which loads or compiles code the grader cannot "
+      "read."]),
+    # `self` outside a method is no object's own
+    ("def f():\n    return self._x",
+     ["reads ._x, a private name of an object that is not its own."]),
+    # an alias made in any order, however many steps away from the import
+    ("import torch\nC = B._C\nB = A\nA = torch", ["uses torch._C, a private part of torch."]),
+])
+def test_more_constructs_get_their_sentences(code, endings):
+    label = forbidden._label(1, code)
+    assert forbidden.static_flags([code]) == [f"{label} {ending}" for ending in endings]
+
+
+@pytest.mark.parametrize("code, endings", [
+    ("def check_token_mean():\n    pass",
+     ["defines check_token_mean, the name of one of the grader's checks."]),
+    ("class check_token_mean:\n    pass",
+     ["defines check_token_mean, the name of one of the grader's checks."]),
+    ("check_token_mean = print",
+     ["rebinds check_token_mean, the name of one of the grader's checks."]),
+    ("x = check_token_mean.__wrapped__",
+     ["reads .__wrapped__, which reaches into the interpreter's internals.",
+      "reaches inside check_token_mean, one of the grader's checks."]),
+    ("y = check_token_mean.cases",
+     ["reaches inside check_token_mean, one of the grader's checks."]),
+    ("get_ipython().run_cell_magic('time', '', 'check_token_mean = 1')",
+     ["rebinds check_token_mean, the name of one of the grader's checks (inside %%time)."]),
+    ("check_token_mean(token_mean)", []),
+])
+def test_the_checks_the_instructors_cells_import_may_be_called_not_touched(code, endings):
+    """The instructor's cells import the grader's checks (from normref.checks import
+    check_...): a student's cell may call one, and is flagged for defining, rebinding or
+    reaching inside one, magics included."""
+    label = forbidden._label(1, code)
+    found = forbidden.static_flags(
+        [code], context_code=["from normref.checks import check_token_mean"])
+    assert found == [f"{label} {ending}" for ending in endings]
+
+
+def test_only_operators_of_namespaces_torch_does_not_define_are_unrecordable():
+    """An op registered outside torch (torch.library, an extension) hides what it runs;
+    torch's own namespaces, and names that are no operator, are not listed."""
+    assert forbidden.unrecordable_ops([
+        "aten::add", "mylib::ln", "aten::mul.Tensor", "prims::x", "mylib::ln",
+        "torch.nn.functional.layer_norm", "inductor::a", "my::lib::x", "quantized::q",
+        "aten::x::y"]) == [
+        "my::lib::x", "mylib::ln"]
+
+
 @pytest.mark.parametrize("code, label", [
     ("exec('1')", "Student cell 1 (\"exec('1')\")"),
     ("\n\n   exec('1')  \n", "Student cell 1 (\"exec('1')\")"),
