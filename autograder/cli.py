@@ -13,9 +13,10 @@
                                lateness (from deadlines.json)
   new-check NAME --function F --reference MODULE:FUNCTION
                                scaffold a trusted check for a new exercise
-  feedback ASSIGNMENT --for canvas|moodle
+  feedback ASSIGNMENT --for canvas|moodle|nbgrader
                                zip the feedback pages, each named as the LMS named the
-                               student's download, for the LMS's bulk upload
+                               student's download, for the LMS's bulk upload; or release
+                               them into nbgrader's exchange
   bench [--handins N]          time stock nbgrader against this pipeline on unit 01
                                (--one-student: grade --student X on a class of 300)
   publish DIR --repo-url URL   write the student edition (lessons, released assignments,
@@ -199,13 +200,29 @@ def cmd_bench(args):
 
 
 def cmd_feedback(args):
-    from autograder.results.lms_feedback import write_feedback_zip
+    from autograder.results.lms_feedback import (
+        NbgraderFailed,
+        release_through_nbgrader,
+        write_feedback_zip,
+    )
 
     course = Course.at(args.course)
     if not (course.reports / args.assignment / "feedback").is_dir():
         print(f"feedback: no feedback pages for {args.assignment}: grade it first",
               file=sys.stderr)
         return 2
+    if args.lms == "nbgrader":
+        try:
+            released, left_out = release_through_nbgrader(course=course,
+                                                          assignment=args.assignment)
+        except NbgraderFailed as problem:
+            print(f"feedback: {problem}", file=sys.stderr)
+            return 1
+        print(f"released {len(released)} feedback page(s) into nbgrader's exchange")
+        for student, reason in left_out:
+            print(f"  left out: {student} ({reason})")
+        print(LMS_UPLOAD_STEPS["nbgrader"])
+        return 0
     path, members, left_out = write_feedback_zip(course=course, assignment=args.assignment,
                                                  lms=args.lms)
     print(f"wrote {path}: {len(members)} feedback page(s), each named as {args.lms} named "
@@ -221,6 +238,8 @@ LMS_UPLOAD_STEPS = {
               "zip; each page is attached to that student's submission as a comment.",
     "moodle": "In Moodle: the assignment > View all submissions > Grading action > Upload "
               "multiple feedback files in a zip (the 'Feedback files' type must be on).",
+    "nbgrader": "Students fetch it with `nbgrader fetch_feedback ASSIGNMENT` or the "
+                "Assignments tab's Fetch Feedback.",
 }
 
 
@@ -307,10 +326,11 @@ def build_parser():
     p.add_argument("--shapes", default="4,8 2,3,16",
                    help='input shapes, space separated (default "4,8 2,3,16")')
     p = add("feedback", cmd_feedback,
-            "zip the feedback pages for the LMS's bulk upload (Canvas, Moodle)")
+            "return the feedback pages: a zip for the LMS's bulk upload (Canvas, Moodle), "
+            "or nbgrader's release into its exchange")
     p.add_argument("assignment")
-    p.add_argument("--for", dest="lms", required=True, choices=("canvas", "moodle"),
-                   help="the LMS the hand-ins were downloaded from")
+    p.add_argument("--for", dest="lms", required=True, choices=("canvas", "moodle", "nbgrader"),
+                   help="where the hand-ins came from")
     p = add("publish", cmd_publish, "write the student edition into DIR")
     p.add_argument("dir", help="the edition's folder: empty, or a clone of its repository")
     p.add_argument("--repo-url", required=True,

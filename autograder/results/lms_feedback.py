@@ -15,14 +15,25 @@ upload gives every page to its student.
 Only hand-ins collected from that LMS's file names can be named so: collect records
 the prefix in each hand-in's sidecar; everyone else is left out, with the reason.
 
+- nbgrader's exchange: `release_through_nbgrader` runs nbgrader's own
+  `generate_feedback`, then `release_feedback`, which puts each page in the exchange
+  where the student's `nbgrader fetch_feedback` (or the Assignments tab) finds it. That
+  works for hand-ins submitted through the exchange only: nbgrader names the released
+  page by a hash of the submission's secret (submission_secret.txt, written by
+  `nbgrader submit`), so students who handed in otherwise are left out, with the reason.
+
 May import: autograder.course, autograder.term (the sidecar collect writes).
 """
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
 import zipfile
 
+from autograder.course import path_with_tools
 from autograder.term.deadlines import SIDECAR_FILE
 
 LMS_NAMES = ("canvas", "moodle")
@@ -82,3 +93,47 @@ def write_feedback_zip(*, course, assignment, lms):
         os.unlink(scratch)
         raise
     return target, [(student, member) for student, member, _ in members], left_out
+
+
+NBGRADER_SECRET = "submission_secret.txt"
+NBGRADER_TIMESTAMP = "timestamp.txt"
+
+
+class NbgraderFailed(RuntimeError):
+    """An nbgrader command failed; the message ends with what it printed."""
+
+
+def _nbgrader(course, *words):
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *words], cwd=course.root,
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PATH": path_with_tools()})
+    if done.returncode != 0:
+        raise NbgraderFailed(f"nbgrader {' '.join(words)} failed:\n"
+                             f"{(done.stdout + done.stderr)[-2000:]}")
+
+
+def release_through_nbgrader(*, course, assignment):
+    """nbgrader's generate_feedback, then its release_feedback for every student who
+    handed in through the exchange; returns ([released students], [(student, reason left
+    out)]). The course's nbgrader_config.py must name the course (course_id) and its
+    exchange (Exchange.root), as for the rest of nbgrader's exchange."""
+    _nbgrader(course, "generate_feedback", assignment, "--force")
+    released, left_out = [], []
+    for student in course.students(assignment):
+        submitted = course.submitted / student / assignment
+        feedback = course.root / "feedback" / student / assignment
+        if not (submitted / NBGRADER_SECRET).is_file():
+            left_out.append((student, "not handed in through nbgrader's exchange (no "
+                                      f"{NBGRADER_SECRET}): return its page through the LMS"))
+        elif not any(feedback.glob("*.html")):
+            left_out.append((student, "nbgrader generated no feedback page (graded?)"))
+        else:
+            for name in (NBGRADER_SECRET, NBGRADER_TIMESTAMP):
+                if (submitted / name).is_file():
+                    shutil.copyfile(submitted / name, feedback / name)
+            released.append(student)
+    if released:
+        excluded = ",".join(student for student, _ in left_out)
+        _nbgrader(course, "release_feedback", assignment,
+                  *([f"--CourseDirectory.student_id_exclude={excluded}"] if excluded else []))
+    return released, left_out

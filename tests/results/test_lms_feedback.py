@@ -1,7 +1,7 @@
-"""Feedback back through the LMS (`python -m autograder feedback A --for canvas|moodle`):
-the zip's members are named so that the LMS's own bulk upload pairs each page with its
-student. The downloads are named by the LMSs' own rules, and the members are read back
-by them:
+"""Feedback back to students (`python -m autograder feedback A --for canvas|moodle|nbgrader`):
+for an LMS, the zip's members are named so that the LMS's own bulk upload pairs each
+page with its student; through nbgrader, its own commands release and fetch the pages.
+The downloads are named by the LMSs' own rules, and the members are read back by them:
 - Canvas names a download in lib/content_zipper.rb (conftest.canvas_download_name) and
   reads a re-uploaded file in app/models/assignment.rb, infer_comment_context_from_filename:
   split at "_", the first two all-digit fields are the user id and the attachment id.
@@ -124,3 +124,68 @@ def test_the_same_pages_make_the_samezip_of(tmp_path):
     assert zips[0] == zips[1]
     assert zipfile.ZipFile(io.BytesIO(zips[0])).namelist() == [
         "lovelaceada_12345_67890_feedback.html"]
+
+
+def test_nbgrader_exchange_gives_each_student_the_page_nbgrader_fetch_feedback_finds(
+        tmp_path, capsys):
+    """Through nbgrader's own exchange, end to end with nbgrader's own commands: the
+    instructor releases, the student fetches, answers and submits, the instructor
+    collects (nbgrader), grades (this grader) and runs `feedback --for nbgrader`; the
+    student's `nbgrader fetch_feedback` then finds the page with the grade. A hand-in
+    that did not come through the exchange is left out, said so."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from autograder.course import EXAMPLES_DIR, REPO_ROOT, Course, path_with_tools
+    from conftest import GRADING_ENGINE
+
+    assignment = "01_the_recipe"
+    course = Course(tmp_path / "course")
+    exchange, cache, student_home = (tmp_path / "exchange", tmp_path / "cache",
+                                     tmp_path / "student")
+    for folder in (exchange, cache, student_home):
+        folder.mkdir(parents=True)
+    for part in ("source", "release"):
+        shutil.copytree(REPO_ROOT / part / assignment, course.root / part / assignment)
+    nbgrader_lines = (f"c.CourseDirectory.course_id = 'layernorm'\n"
+                      f"c.Exchange.root = {str(exchange)!r}\n"
+                      f"c.Exchange.cache = {str(cache)!r}\n")
+    (course.root / "nbgrader_config.py").write_text(
+        (REPO_ROOT / "nbgrader_config.py").read_text() + nbgrader_lines)
+    (student_home / "nbgrader_config.py").write_text(
+        "c = get_config()  # noqa: F821\n" + nbgrader_lines)
+    environment = {**os.environ, "PATH": path_with_tools()}
+
+    def nbgrader(where, *words):
+        done = subprocess.run([sys.executable, "-m", "nbgrader", *words], cwd=where,
+                              capture_output=True, text=True, env=environment, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+    nbgrader(course.root, "release_assignment", assignment)
+    nbgrader(student_home, "fetch_assignment", assignment)
+    shutil.copyfile(EXAMPLES_DIR / assignment / "ada_perfect.ipynb",
+                    student_home / assignment / f"{assignment}.ipynb")
+    nbgrader(student_home, "submit", assignment)
+    nbgrader(course.root, "collect", assignment)
+    (student,) = course.students(assignment)  # the student is this machine's user
+    outsider = course.submitted / "dee" / assignment
+    outsider.mkdir(parents=True)
+    shutil.copyfile(EXAMPLES_DIR / assignment / "dee_blank.ipynb",
+                    outsider / f"{assignment}.ipynb")
+    assert cli.main(["grade", assignment, "--course", str(course.root),
+                     "--engine", GRADING_ENGINE]) == 0
+    capsys.readouterr()
+    assert cli.main(["feedback", assignment, "--for", "nbgrader",
+                     "--course", str(course.root)]) == 0
+    printed = capsys.readouterr().out
+    assert "released 1 feedback page(s) into nbgrader's exchange" in printed
+    assert "left out: dee (not handed in through nbgrader's exchange" in printed
+
+    nbgrader(student_home, "fetch_feedback", assignment)
+    (page,) = (student_home / assignment / "feedback").glob(f"*/{assignment}.html")
+    result = json.loads((course.autograded / student / assignment / "result.json").read_text())
+    assert result["score"] == result["max_score"] == 8
+    assert f"{assignment} (Score: 8.0 / 8.0)" in page.read_text()  # nbgrader's own header
