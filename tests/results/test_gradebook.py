@@ -196,3 +196,72 @@ def test_an_answer_left_blank_scores_0_with_nothing_to_grade_as_in_nbgrader(cour
     assert merged["ada"]["pending"] == [] and merged["ada"]["manual"][0]["points"] == 0.0
     assert merged["ada"]["manual"][0]["status"] == "blank"
     assert merged["bo"]["pending"] == ["explain"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    import labbrowser
+
+    yield from labbrowser.chromium_session()
+
+
+def test_a_comment_and_score_typed_in_the_formgrader_survive_a_regrade_into_every_export(
+        course, browser, tmp_path_factory, venv_env):
+    """An instructor opens a graded hand-in in nbgrader's formgrader (served by
+    JupyterLab, in Chromium), types a comment on an answer and overrides a test cell's
+    score; a regrade keeps both, nbgrader's Generate Feedback shows both, and our
+    grades.csv and feedback page count the overridden score (one total everywhere)."""
+    import csv
+
+    import labbrowser
+    from autograder import cli
+    from autograder.course import EXAMPLES_DIR
+    from conftest import GRADING_ENGINE
+
+    shutil.copyfile(REPO / "nbgrader_config.py", course.root / "nbgrader_config.py")
+    inbox = course.root / "inbox"
+    inbox.mkdir()
+    shutil.copyfile(EXAMPLES_DIR / ASSIGNMENT / "ada_perfect.ipynb", inbox / "ada.ipynb")
+    assert cli.main(["collect", ASSIGNMENT, str(inbox), "--course", str(course.root)]) == 0
+    grade = ["grade", ASSIGNMENT, "--course", str(course.root), "--engine", GRADING_ENGINE]
+    assert cli.main(grade) == 0
+    with Gradebook(gradebook_url(course)) as gradebook:
+        submission = gradebook.find_submission_notebook(NOTEBOOK, ASSIGNMENT, "ada").id
+
+    comment = "Neat: the centred two-pass sum, as in the lesson."
+    lab = labbrowser.JupyterLab(course.root, tmp_path_factory.mktemp("lab")).start()
+    try:
+        # the token on every request, the page's own API calls included
+        page = browser.new_page(extra_http_headers={"Authorization": f"token {lab.token}"})
+        page.goto(lab.url(f"formgrader/submissions/{submission}/?index=0"))
+        page.fill("#token_var_answer-comment", comment)
+        page.press("#token_var_answer-comment", "Tab")  # the change event saves it
+        page.fill("#ln_handles_batches", "1.5")  # of 2
+        page.press("#ln_handles_batches", "Tab")
+        saved = None
+        for _ in range(60):  # the page saves through the formgrader's API, in the background
+            with Gradebook(gradebook_url(course)) as gradebook:
+                saved = (gradebook.find_comment("token_var_answer", NOTEBOOK, ASSIGNMENT,
+                                                "ada").manual_comment,
+                         gradebook.find_grade("ln_handles_batches", NOTEBOOK, ASSIGNMENT,
+                                              "ada").manual_score)
+            if saved == (comment, 1.5):
+                break
+            page.wait_for_timeout(500)
+        page.close()
+    finally:
+        lab.stop()
+    assert saved == (comment, 1.5), lab.log_tail()
+
+    assert cli.main([*grade, "--force"]) == 0  # the regrade
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "generate_feedback", ASSIGNMENT, "--force"],
+        cwd=course.root, env=venv_env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    nbgrader_page = (course.root / "feedback" / "ada" / ASSIGNMENT /
+                     f"{NOTEBOOK}.html").read_text()
+    assert comment in nbgrader_page and f"{ASSIGNMENT} (Score: 7.5 / 8.0)" in nbgrader_page
+    with open(course.reports / ASSIGNMENT / "grades.csv", newline="") as f:
+        (row,) = csv.DictReader(f)
+    assert (row["score"], row["final_score"]) == ("7.5", "7.5")
+    assert "7.5 / 8" in (course.reports / ASSIGNMENT / "feedback" / "ada.html").read_text()
