@@ -1,8 +1,12 @@
 """Rebuild a hand-in for grading, as nbgrader's autograde does.
 
-The student's answer cells are kept; every cell the instructor wrote (text,
-visible tests, hidden tests) comes from source/, whatever the hand-in did to
-it; cells the student added stay where they were, up to MAX_ADDED_CELLS cells
+The student's answer cells are kept; every nbgrader cell the instructor wrote (text,
+visible tests, hidden tests, each with a grade_id) comes from source/, whatever the
+hand-in did to it. A cell without nbgrader metadata is the student's to edit, as in
+stock nbgrader (which overwrites only the cells it knows): where the hand-in still has
+it as released, that copy is the one graded, never a second one from source/; where it
+was deleted, it is restored. Cells the student added stay where they were, up to
+MAX_ADDED_CELLS cells
 and MAX_ADDED_CHARS characters of source in all (what grading and the feedback
 page cost grows with them; the answer cells are always kept). The hand-in file
 itself is never modified.
@@ -45,6 +49,13 @@ def _clean(cell, *, nbgrader=None):
         cell.outputs = []
         cell.execution_count = None
     return cell
+
+
+def _as_is(cell):
+    """What makes two cells the same cell as written: type and source (a hand-in's
+    source may be anything JSON holds)."""
+    source = cell.get("source")
+    return str(cell.get("cell_type")), source if isinstance(source, str) else repr(source)
 
 
 def _source_chars(cell):
@@ -97,8 +108,19 @@ def merge_handin(*, source_nb, release_nb, handin_nb):
                      f"{MAX_ADDED_CHARS} characters) and did not run or show the other "
                      f"{len(dropped)}")
     merged = [_clean(c) for c in extras_after[None]]
+    untouched = {}  # {(type, source): copies} of the hand-in's own cells, as they are
+    for cells in extras_after.values():
+        for c in cells:
+            untouched[_as_is(c)] = untouched.get(_as_is(c), 0) + 1
     for cell in source_nb.cells:
         gid = _grade_id(cell)
+        if gid is None:
+            kept = untouched.get(_as_is(cell), 0)
+            if kept:  # the hand-in's own copy is among its cells, where the student left it
+                untouched[_as_is(cell)] = kept - 1
+            else:
+                merged.append(_clean(cell))
+            continue
         if _is_solution(cell):
             answer = handed_in.get(gid)
             if answer is None:
@@ -115,7 +137,7 @@ def merge_handin(*, source_nb, release_nb, handin_nb):
                 elif released is not None and mine.get("source") != released.get("source"):
                     notes.append(f"cell {gid} was edited; the original was restored")
             merged.append(_clean(cell, nbgrader=_nbgrader(cell)))
-        merged.extend(_clean(c) for c in extras_after.get(gid, []) if gid is not None)
+        merged.extend(_clean(c) for c in extras_after.get(gid, []))
 
     notebook = nbformat.v4.new_notebook(metadata=dict(source_nb.metadata))
     for index, cell in enumerate(merged):

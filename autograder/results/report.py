@@ -8,6 +8,7 @@ plain-text grade table for the terminal; and the scores in nbgrader's gradebook.
 for the formgrader.
 """
 
+import base64
 import copy
 import csv
 import functools
@@ -151,7 +152,34 @@ def scrub_hidden(text, lines):
     return text
 
 
-def _inert_notebook(nb, *, show_hidden_tests=False):
+# A markdown image whose file came with the hand-in (jupyter.png beside the notebook) is
+# drawn inline: the page loads nothing. Only a plain file directly in the hand-in's folder,
+# of an image type, is read: never a path outside it, a link, or a large file.
+_MARKDOWN_IMAGE = re.compile(r"!\[([^\]\n]*)\]\(\s*([\w.-]+\.(?:png|jpe?g|gif))\s*\)",
+                             re.IGNORECASE)
+_IMAGE_TYPES = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg",
+                "gif": "image/gif"}
+MAX_INLINE_IMAGE_BYTES = 2 * 1024**2
+
+
+def _with_inline_images(text, folder):
+    """`text` with each markdown image of a file in `folder` as a data: URL."""
+    if folder is None:
+        return text
+
+    def inline(match):
+        path = Path(folder) / match.group(2)
+        if (path.is_symlink() or not path.is_file()
+                or path.stat().st_size > MAX_INLINE_IMAGE_BYTES):
+            return match.group(0)
+        kind = _IMAGE_TYPES[path.suffix.lower().lstrip(".")]
+        data = base64.b64encode(path.read_bytes()).decode()
+        return f"![{match.group(1)}](data:{kind};base64,{data})"
+
+    return _MARKDOWN_IMAGE.sub(inline, text)
+
+
+def _inert_notebook(nb, *, show_hidden_tests=False, images_from=None):
     """A copy of `nb` fit for the student's page: outputs that would only run code
     removed, maths as MathML, errors of ungraded cells quietened and, unless
     `show_hidden_tests`, the hidden tests folded away. A hand-in's own code runs
@@ -165,6 +193,7 @@ def _inert_notebook(nb, *, show_hidden_tests=False):
     for cell in nb.cells:
         if cell.cell_type == "markdown" and len(cell.source) <= MAX_MATHS_CELL_CHARS:
             cell.source, maths_left = _markdown_with_mathml(cell.source, maths_left)
+            cell.source = _with_inline_images(cell.source, images_from)
         if cell.cell_type != "code":
             continue
         if not show_hidden_tests:
@@ -194,10 +223,10 @@ def _exporter():
     return HTMLExporter(template_name="lab", filters={"clean_html": lambda text: text})
 
 
-def _render_notebook(nb, *, show_hidden_tests=False):
+def _render_notebook(nb, *, show_hidden_tests=False, images_from=None):
     """(the template's own <style> sheets, the sanitized notebook body) for `nb`."""
     page, _ = _exporter().from_notebook_node(
-        _inert_notebook(nb, show_hidden_tests=show_hidden_tests))
+        _inert_notebook(nb, show_hidden_tests=show_hidden_tests, images_from=images_from))
     body_at = re.search(r"<body[^>]*>", page)
     head = page[:body_at.start()] if body_at else ""
     # The head is nbconvert's own (the title in it is escaped): keep its style sheets only.
@@ -268,10 +297,11 @@ NOTEBOOK_BOX_STYLE = ("contain:paint;overflow:auto;position:relative;isolation:i
                       "z-index:0;display:block")
 
 
-def feedback_html(result, executed_notebook_path, *, show_hidden_tests=False):
+def feedback_html(result, executed_notebook_path, *, show_hidden_tests=False, images_from=None):
     """A feedback page: the score table, then the graded run of the notebook (a
     path, or a list of paths for an assignment of several notebooks), its hidden
-    tests folded away unless `show_hidden_tests`.
+    tests folded away unless `show_hidden_tests`; markdown images of files in the
+    folder `images_from` (the hand-in's) drawn inline.
 
     The page is safe to open: the student's markdown and outputs are sanitized, the
     Content-Security-Policy forbids scripts, frames and any loading, and the notebook
@@ -282,7 +312,8 @@ def feedback_html(result, executed_notebook_path, *, show_hidden_tests=False):
     styles, parts = "", []
     for path in paths:
         styles, body = _render_notebook(nbformat.read(path, as_version=4),
-                                        show_hidden_tests=show_hidden_tests)
+                                        show_hidden_tests=show_hidden_tests,
+                                        images_from=images_from)
         heading = (f"<h2 style='font-family:sans-serif'>{html.escape(path.name)}</h2>"
                    if len(paths) > 1 else "")
         parts.append(heading + body)
@@ -384,7 +415,8 @@ def write_reports(*, course, assignment, results, show_hidden_tests=False):
         inputs = _page_inputs(r, executed, show_hidden_tests=show_hidden_tests)
         if _inputs_of(page) != inputs:
             page.write_text(_with_inputs(feedback_html(
-                r, executed or None, show_hidden_tests=show_hidden_tests), inputs))
+                r, executed or None, show_hidden_tests=show_hidden_tests,
+                images_from=course.submitted / student / assignment), inputs))
     _write_class_exports(course=course, assignment=assignment, results=results, folder=folder)
     return folder, results
 

@@ -60,8 +60,9 @@ def graded(tmp_path_factory):
     results = grade_assignment(course=course, assignment=ASSIGNMENT, workers=2,
                                settings=RunSettings(cell_timeout=60),
                                engine=GRADING_ENGINE)
+    stock_root = tmp_path_factory.mktemp("stock")
     return {"course": course, "collect": report, "results": results,
-            "stock": _stock_autograde(tmp_path_factory.mktemp("stock"))}
+            "stock": _stock_autograde(stock_root), "stock_root": stock_root}
 
 
 def test_release_keeps_both_notebooks_and_the_image(graded):
@@ -121,3 +122,31 @@ def test_hand_graded_cells_wait_or_score_0_as_stock_nbgrader_has_them(graded):
     assert any(m["status"] == "blank" for result in results for m in result["manual"])
     page = (folder / "feedback" / "hacker.html").read_text()
     assert "problem1.ipynb" in page and "problem2.ipynb" in page and "pending" in page
+
+
+def test_graded_notebooks_hold_the_cells_stock_autograde_leaves_in_that_order(graded):
+    """Cell for cell as stock nbgrader's autograded notebooks: the same cells, of the same
+    types, with the same sources, in the same order (the hacker's problem1 once had every
+    cell without nbgrader metadata twice)."""
+    import nbformat
+
+    course = graded["course"]
+    for student in ("bitdiddle", "hacker"):
+        for name in ("problem1.ipynb", "problem2.ipynb"):
+            ours = nbformat.read(course.autograded / student / ASSIGNMENT / name, as_version=4)
+            stock = nbformat.read(graded["stock_root"] / "autograded" / student / ASSIGNMENT
+                                  / name, as_version=4)
+            assert [(c.cell_type, c.source) for c in ours.cells] == \
+                [(c.cell_type, c.source) for c in stock.cells], (student, name)
+
+
+def test_the_feedback_page_shows_the_notebooks_image(graded):
+    """problem1 shows jupyter.png: the page carries it inline (it loads nothing)."""
+    course = graded["course"]
+    folder, _ = write_reports(course=course, assignment=ASSIGNMENT, results=graded["results"])
+    import base64
+
+    page = (folder / "feedback" / "hacker.html").read_text()
+    image = base64.b64encode((USER_GUIDE / "source" / ASSIGNMENT / "jupyter.png")
+                             .read_bytes()).decode()
+    assert f'src="data:image/png;base64,{image}"' in page

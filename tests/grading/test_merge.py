@@ -69,6 +69,23 @@ def _sources(nb):
     return [c.source for c in nb.cells]
 
 
+def test_a_cell_without_an_id_the_student_kept_is_run_once_where_the_student_left_it():
+    """The instructor's text without nbgrader metadata, still in the hand-in as released,
+    is the student's copy: graded once, not once more from the source (nbgrader's
+    user-guide course had every such cell twice); a cell the student merely moved is
+    where the student put it."""
+    handin = _release()
+    handin.cells[1].source = "def double(x):\n    return x + x"
+    handin.cells.insert(1, handin.cells.pop(3))  # "Now halve it." moved up
+    merged, notes = _merge(handin)
+    assert notes == []
+    assert _sources(merged) == [
+        "Write `double(x)`.", "Now halve it.", "def double(x):\n    return x + x",
+        _source().cells[2].source, "def half(x):\n    raise NotImplementedError()"]
+    assert [c.metadata.get("nbgrader", {}).get("grade_id") for c in merged.cells] == [
+        "intro", None, "answer", "test", "answer2"]
+
+
 def test_an_honest_hand_in_runs_the_hidden_tests_with_the_students_answers():
     """The student's answers and the instructor's hidden test make up the run; no note."""
     merged, notes = _merge(_handin())

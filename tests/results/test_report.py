@@ -811,6 +811,28 @@ def test_a_feedback_page_is_made_again_only_when_what_it_shows_changed(tiny_cour
     assert "assert f(2) == 4.0" in shown
 
 
+def test_only_images_that_came_with_the_hand_in_are_drawn_inline(tmp_path):
+    """A markdown image of a file in the hand-in's folder is drawn from its bytes (the
+    page loads nothing); a path out of the folder, a link, a file too large or of
+    another type stays as written, and the sanitizer then drops its address."""
+    import base64
+    import os
+
+    handin = tmp_path / "handin"
+    handin.mkdir()
+    (handin / "plot.png").write_bytes(b"\x89PNG picture")
+    (tmp_path / "secret.png").write_bytes(b"another student's")
+    os.symlink(tmp_path / "secret.png", handin / "link.png")
+    (handin / "big.gif").write_bytes(b"0" * (report.MAX_INLINE_IMAGE_BYTES + 1))
+    (handin / "notes.txt").write_text("text")
+    text = ("![a](plot.png) ![b](../secret.png) ![c](link.png) ![d](big.gif) "
+            "![e](notes.txt) ![f](missing.png)")
+    inlined = report._with_inline_images(text, handin)
+    picture = base64.b64encode(b"\x89PNG picture").decode()
+    assert inlined == text.replace("(plot.png)", f"(data:image/png;base64,{picture})")
+    assert report._with_inline_images(text, None) == text
+
+
 def test_class_exports_without_a_usable_roster_are_the_summary_only(tiny_course, tmp_path):
     """No roster, or one that cannot be read: the class summary, no LMS files; a
     student only Moodle can match is listed as left out (of Canvas's file)."""
