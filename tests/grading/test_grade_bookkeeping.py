@@ -1534,6 +1534,37 @@ def test_the_default_workers_are_the_cores(course, fake, engine, monkeypatch):
     assert engine.made[1].workers == 1
 
 
+def test_grading_one_student_regrades_those_graded_against_other_tests(course, fake, engine):
+    """`--student ada` grades ada; after the source notebook changed it grades bob too,
+    saying so, so that no report mixes two versions of the tests; a result that fails
+    verification is not taken for an old one (it is regraded, flagged, when its
+    student is), and with nothing changed only ada is graded."""
+    def graded(**kwargs):
+        before = len(fake.calls)
+        _, log = _grade_all(course, scale_timeouts=False, engine="pool", **kwargs)
+        return len(fake.calls) - before, log
+
+    assert graded()[0] == 2
+    count, log = graded(students=["ada"])
+    assert count == 1 and "also regrading" not in log
+    source = course.source / ASSIGNMENT / NOTEBOOK
+    nb = nbformat.read(source, as_version=4)
+    nb.cells.append(new_markdown_cell("A note added after grading."))
+    nbformat.write(nb, source)
+    count, log = graded(students=["ada"])
+    assert count == 2
+    assert ("also regrading 1 other student(s) graded against an earlier source notebook, "
+            "policy, checks or grader, so that no report mixes two versions of the tests: "
+            "bob\n") in log
+    nb.cells.append(new_markdown_cell("Another note."))
+    nbformat.write(nb, source)
+    result = course.autograded / "bob" / ASSIGNMENT / grade.RESULT_FILE
+    forged = json.loads(result.read_text())
+    result.write_text(json.dumps({**forged, "score": forged["score"] + 1}))
+    count, log = graded(students=["ada"])
+    assert count == 1 and "also regrading" not in log
+
+
 def test_the_default_settings_engine_and_key_are_made(course, fake, engine, key):
     """Without settings the defaults are used; without an engine named, Dask grades (the
     name engines.engine_for knows it by); the signing key is made before any worker
@@ -1977,6 +2008,39 @@ def test_each_answer_is_known_by_the_digest_of_its_source():
     assert grade.answer_digests(handin("It cancels badly.", "x"))["explain"] != first["explain"]
     for broken in (b"not json", b"[1, 2]", b'{"cells": [3]}', None):
         assert grade.answer_digests(broken) == {}
+
+
+def test_answer_digests_read_whatever_a_hand_in_cell_holds():
+    """A cell without metadata, or metadata without nbgrader, is no answer and leaves the
+    others known; an answer without a source is the empty answer; a source JSON could
+    hold but UTF-8 cannot (a lone surrogate) still has a digest."""
+    cells = [{"cell_type": "markdown", "source": "intro"},
+             {"cell_type": "markdown", "metadata": {}, "source": "more"},
+             {"cell_type": "markdown", "metadata": {"nbgrader": {"grade_id": "empty"}}},
+             {"cell_type": "markdown", "metadata": {"nbgrader": {"grade_id": "odd"}},
+              "source": "half \ud800 a pair"},
+             {"cell_type": "markdown", "metadata": {"nbgrader": {"grade_id": "plain"}},
+              "source": "It cancels."}]
+    found = grade.answer_digests(json.dumps({"cells": cells}).encode())
+    assert found == {
+        "empty": hashlib.sha256(b"").hexdigest(),
+        "odd": hashlib.sha256("half \ud800 a pair".encode("utf-8", "replace")).hexdigest(),
+        "plain": hashlib.sha256(b"It cancels.").hexdigest()}
+
+
+def test_a_task_is_never_left_blank_and_only_its_own_id_makes_it_one():
+    """A hand-graded answer left as released scores 0 with nothing to grade; a task
+    (nbgrader's "task" cell, which a person reads in the notebook) never does, and one
+    task does not make another cell a task."""
+    source = new_notebook(cells=[new_markdown_cell("Describe."), new_markdown_cell("Why?")])
+    source.cells[0].metadata["nbgrader"] = {"grade_id": "describe", "task": True}
+    source.cells[1].metadata["nbgrader"] = {"grade_id": "why", "solution": True}
+    released = {"describe": "r1", "why": "r2"}
+    assert grade._left_blank(source, "describe", {"describe": "r1"}, released) is False
+    assert grade._left_blank(source, "describe", {}, released) is False
+    assert grade._left_blank(source, "why", {"why": "r2"}, released) is True
+    assert grade._left_blank(source, "why", {}, released) is True
+    assert grade._left_blank(source, "why", {"why": "written"}, released) is False
 
 
 def test_an_answer_a_person_grades_is_blank_only_when_left_as_released(course, fake):
