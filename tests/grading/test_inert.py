@@ -37,6 +37,11 @@ def _graded_notebook():
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("show()")
     cell.outputs = [nbformat.v4.new_output("display_data", data=data) for data in SCRIPTS.values()]
+    # nbconvert writes an image's width into its tag unquoted
+    cell.outputs.append(nbformat.v4.new_output(
+        "display_data", data={"image/png": "iVBORw0KGgo="},
+        metadata={"image/png": {"width": "1 src=x onerror=window.ran.push('png_width')",
+                                "height": 20}}))
     nb.cells = [
         nbformat.v4.new_markdown_cell("My answer: x < y and\n> a quote\n\n"
                                       "<script>window.ran.push('markdown_cell')</script>"),
@@ -84,7 +89,7 @@ def test_the_formgrader_runs_nothing_of_the_hand_ins(browser):
     ran_before = _scripts_that_ran(browser, _as_the_formgrader_renders_it(nb))
     # the test sees them run when they can (raw cells nbconvert cleans itself)
     assert ran_before == ["html_handler", "html_script", "javascript", "markdown_cell",
-                          "markdown_output"]
+                          "markdown_output", "png_width"]
     assert _scripts_that_ran(browser, _as_the_formgrader_renders_it(
         inert_graded_notebook(nb))) == []
 
@@ -92,13 +97,32 @@ def test_the_formgrader_runs_nothing_of_the_hand_ins(browser):
 def test_what_can_be_shown_is_kept():
     nb = inert_graded_notebook(_graded_notebook())
     markdown, raw, code = nb.cells
-    assert markdown.source.startswith("My answer: x &lt; y and\n&gt; a quote")
+    assert markdown.source.startswith("<p>My answer: x &lt; y and</p>\n<blockquote>")
     assert "<script" not in markdown.source + json.dumps(code.outputs)
     assert "onerror" not in markdown.source + json.dumps(code.outputs)
     assert raw.source == "<script>window.ran.push('raw_cell')</script>"  # shown as text
     assert "raw_mimetype" not in raw.metadata
     shown = [sorted(o.data) for o in code.outputs]
     assert shown == [["text/html"], ["text/html"], ["text/plain"], ["text/plain"],
-                     ["text/markdown"]]
+                     ["text/markdown"], ["image/png"]]
+    assert code.outputs[5].metadata == {"image/png": {"height": 20}}
     assert code.outputs[0].data["text/html"] == "<p>plot</p>"
     assert code.outputs[3].data["text/plain"].startswith("(an output the grader does not")
+
+
+def test_markdown_links_and_images_are_cleaned_as_they_render():
+    """Markdown is no HTML until rendered: a [link](javascript:...) or a remote
+    ![image](http://...) in a markdown cell or output is cleaned as the formgrader
+    renders it (no script to click, nothing loaded), and a pasted image whose
+    attachment the inert copy drops no longer breaks the page."""
+    nb = nbformat.v4.new_notebook()
+    text = ("[click](javascript:void(window.ran.push('link'))) "
+            "![x](http://evil.example/a.png) ![y](//evil.example/b.png)\n\n"
+            "[r]: javascript:alert(1)\n\n[ref][r] ![p](attachment:p.png)")
+    cell = nbformat.v4.new_code_cell("show()")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": text})]
+    nb.cells = [nbformat.v4.new_markdown_cell(text, attachments={"p.png": {
+        "image/png": "iVBORw0KGgo="}}), cell]
+    page = _as_the_formgrader_renders_it(inert_graded_notebook(nb))
+    assert "javascript:" not in page and "evil.example" not in page
+    assert "click" in page and "ref" in page
