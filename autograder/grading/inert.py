@@ -108,21 +108,13 @@ def sanitize_html(fragment):
     return _CLEANER.clean(fragment)
 
 
-# Markdown that can make a tag, a link or an image once rendered.
-_RENDERS_TO_MARKUP = re.compile(r"<|\]\s*[(\[:]|!\[")
 _SIZE = re.compile(r"\d{1,5}")
 
 
 def _inert_markdown(text):
-    """Markdown that draws nothing unsafe: one that can make a tag, a link or an image
-    is rendered to HTML (mistune, as nbconvert renders it) and that HTML sanitized, so
-    a [link](javascript:...) or a remote ![image](http://...) is cleaned as rendered,
-    not as written; plain markdown is left alone, so its maths and characters stay."""
-    if not _RENDERS_TO_MARKUP.search(text):
-        return text
-    import mistune
-
-    return sanitize_html(mistune.html(text))
+    """Markdown with any HTML in it cleaned (markdown without tags is left alone, so
+    that quotes and comparisons keep their characters)."""
+    return sanitize_html(text) if _MARKUP.search(text) else text
 
 
 def _inert_output_metadata(output):
