@@ -234,9 +234,11 @@ def test_a_comment_and_score_typed_in_the_formgrader_survive_a_regrade_into_ever
         # the token on every request, the page's own API calls included
         page = browser.new_page(extra_http_headers={"Authorization": f"token {lab.token}"})
         page.goto(lab.url(f"formgrader/submissions/{submission}/?index=0"))
-        # the page's views are bound once a score box shows its auto score as placeholder
-        page.wait_for_function("() => document.querySelector('#ln_handles_batches')"
-                               "?.getAttribute('placeholder') > ''", timeout=60_000)
+        # the page fetches grades and comments separately and binds a view to each box
+        # when its fetch returns; a comment typed before its view is bound is overwritten
+        # by the stored (empty) one, so wait for both, as the page's own flags say
+        page.wait_for_function("() => window.formgrader?.grades?.loaded"
+                               " && window.formgrader?.comments?.loaded", timeout=60_000)
         page.fill("#token_var_answer-comment", comment)
         page.press("#token_var_answer-comment", "Tab")  # the change event saves it
         page.fill("#ln_handles_batches", "1.5")  # of 2
