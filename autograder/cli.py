@@ -39,6 +39,7 @@ from autograder.grading.grade import SandboxUnavailable, grade_assignment
 from autograder.grading.runner import RunSettings
 from autograder.grading.sandbox import Limits
 from autograder.results import report
+from autograder.results.gradescope import register as register_gradescope
 from autograder.term.cli_class import register as register_class_commands
 from autograder.term.collect import collect
 
@@ -342,6 +343,7 @@ def build_parser():
     site.add_argument("--site", default=None,
                       help="a site built for this edition by `make site` (default: build one)")
     site.add_argument("--no-site", action="store_true", help="an edition without the site")
+    register_gradescope(add)
     register_class_commands(sub, add)
     return parser
 
