@@ -910,9 +910,10 @@ def grade_assignment(*, course, assignment, settings=None, workers=None, force=F
     finally:
         bar.close()
     results = load_results(course, assignment)
-    flagged = sum(1 for r in results if r["flags"])
-    failed = sum(1 for r in results if r["status"] != "graded")
-    print(f"graded {len(results) - failed}, failed {failed}, flagged {flagged}, "
+    this_run = [r for r in results if r["student_id"] in set(todo)]  # not the skipped ones
+    flagged = sum(1 for r in this_run if r["flags"])
+    failed = sum(1 for r in this_run if r["status"] != "graded")
+    print(f"graded {len(this_run) - failed}, failed {failed}, flagged {flagged}, "
           f"in {time.monotonic() - started:.1f} s with {workers} workers", file=progress)
     return results
 

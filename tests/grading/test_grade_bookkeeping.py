@@ -1434,6 +1434,7 @@ def test_a_second_run_skips_current_results_and_regrades_changed_ones(course, fa
     results, log = _grade_all(course, workers=2)
     assert fake.calls == [] and len(engine.made) == 1  # no engine for nobody
     assert log.splitlines()[0] == "2 of 2 already graded (unchanged hand-ins): skipped"
+    assert log.splitlines()[-1].startswith("graded 0, failed 0, flagged 0, in ")
     assert [r["score"] for r in results] == [5.0, 0.0]
     _write(course.submitted / "bob" / ASSIGNMENT / NOTEBOOK, handin_nb(RIGHT))
     results, log = _grade_all(course)
@@ -1465,6 +1466,8 @@ def test_chosen_students_are_regraded_and_the_others_kept(course, fake, engine):
     assert [c["nb"].cells[1].source for c in fake.calls] == [WRONG]
     assert "already graded" not in log
     assert log.splitlines()[0].startswith("[1/1] bob: 0/6 graded")
+    # the summary counts this run's hand-ins, not the class's kept results
+    assert log.splitlines()[-1].startswith("graded 1, failed 0, flagged 1, in ")
     assert [r["student_id"] for r in results] == ["ada", "bob"]
     with pytest.raises(ValueError, match="no hand-in of ps from eve, zed in submitted/"):
         _grade_all(course, students=["bob", "zed", "eve"])
