@@ -434,23 +434,34 @@ def _write_class_exports(*, course, assignment, results, folder):
         roster = None
     if roster is None:
         return
-    not_in_canvas = summary.write_canvas_import(results, roster=roster, assignment=assignment,
-                                                max_score=found["max_score"],
-                                                path=folder / "canvas_import.csv")
-    not_in_moodle = summary.write_moodle_import(results, roster=roster, assignment=assignment,
-                                                path=folder / "moodle_import.csv")
+    # The import of the LMS the roster came from (both from a plain list): a Canvas
+    # class list has no e-mail or ID number for Moodle to map, and its 30 lines of
+    # "not in moodle_import.csv" would bury who handed in nothing.
+    lms = ("canvas", "moodle") if roster.source not in ("canvas", "moodle") else (roster.source,)
+    not_in = {}
+    if "canvas" in lms:
+        not_in["canvas"] = summary.write_canvas_import(
+            results, roster=roster, assignment=assignment, max_score=found["max_score"],
+            path=folder / "canvas_import.csv")
+    if "moodle" in lms:
+        not_in["moodle"] = summary.write_moodle_import(
+            results, roster=roster, assignment=assignment, path=folder / "moodle_import.csv")
+    for other in {"canvas", "moodle"} - set(lms):  # one written for an earlier roster
+        (folder / f"{other}_import.csv").unlink(missing_ok=True)
     graded = {r["student_id"] for r in results}
     nothing = sorted(s["id"] for s in roster.students if s["id"] not in graded)
     lines = []
-    if not_in_canvas:
-        lines += ["Not in canvas_import.csv (no Canvas user id in the roster):",
-                  *sorted(not_in_canvas)]
-    if not_in_moodle:
-        lines += ["Not in moodle_import.csv (no e-mail or Moodle ID number in the roster):",
-                  *sorted(not_in_moodle)]
     if nothing:
-        lines += ["Handed in nothing (an empty cell in canvas_import.csv, which Canvas "
-                  "leaves as it is; not in moodle_import.csv):", *nothing]
+        where = " and ".join(
+            {"canvas": "an empty cell in canvas_import.csv, which Canvas leaves as it is",
+             "moodle": "not in moodle_import.csv"}[name] for name in lms)
+        lines += [f"Handed in nothing ({where}):", *nothing]
+    if not_in.get("canvas"):
+        lines += ["Not in canvas_import.csv (no Canvas user id in the roster):",
+                  *sorted(not_in["canvas"])]
+    if not_in.get("moodle"):
+        lines += ["Not in moodle_import.csv (no e-mail or Moodle ID number in the roster):",
+                  *sorted(not_in["moodle"])]
     if roster.source == "canvas" and roster.lms_column(assignment) is None:
         lines += [f"canvas_import.csv heads its column {assignment}: the roster's Canvas "
                   "export has no column of that name, so Canvas would make a new "

@@ -945,6 +945,29 @@ def test_lms_notes_name_who_handed_in_nothing_and_a_column_canvas_would_not_know
     report._write_class_exports(course=tiny_course, assignment="hw", results=results,
                                 folder=folder)
     text = (folder / "lms_import_left_out.txt").read_text()
-    assert "Handed in nothing" in text and text.count("\nzoe\n") == 1
+    assert text.startswith("Handed in nothing (an empty cell in canvas_import.csv")
+    assert text.count("\nzoe\n") == 1
+    # a Canvas roster has no field Moodle maps users by: no Moodle file, no line per student
+    assert not (folder / "moodle_import.csv").exists() and "moodle" not in text
     assert "heads its column hw" in text and "new assignment" in text
     assert _csv(folder / "canvas_import.csv")[-1][0] == "zoe"
+
+
+def test_a_moodle_roster_gets_the_moodle_import_alone(tiny_course, tmp_path):
+    """A Moodle participants list has no Canvas ids: canvas_import.csv would be a header
+    and a line per student in the notes; only Moodle's file is written, and one left
+    over from an earlier roster is removed."""
+    results = [{**r, "final_score": r["score"], "pending": []} for r in _hw_results()]
+    students = [{"id": r["student_id"], "name": r["student_id"],
+                 "email": f"{r['student_id']}@uni.edu"} for r in results]
+    students.append({"id": "zoe", "name": "Zoe", "email": "zoe@uni.edu"})
+    (Path(tiny_course.root) / "roster.json").write_text(json.dumps(
+        {"source": "moodle", "students": students}))
+    (tmp_path / "canvas_import.csv").write_text("from an earlier roster\n")
+    report._write_class_exports(course=tiny_course, assignment="hw", results=results,
+                                folder=tmp_path)
+    assert not (tmp_path / "canvas_import.csv").exists()
+    assert [row[1] for row in _csv(tmp_path / "moodle_import.csv")[1:]] == [
+        "ada@uni.edu", "bob@uni.edu"]
+    assert (tmp_path / "lms_import_left_out.txt").read_text() == (
+        "Handed in nothing (not in moodle_import.csv):\nzoe\n")
