@@ -425,13 +425,15 @@ def _write_class_exports(*, course, assignment, results, folder):
     """summary.html/.txt for the class, and with a roster, the LMS import files."""
     from autograder.term.roster import RosterError, load_roster
 
-    found = summary.class_summary(results)
-    (folder / "summary.txt").write_text(summary.summary_text(assignment, found) + "\n")
-    (folder / "summary.html").write_text(summary.summary_html(assignment, found))
     try:
         roster = load_roster(course)
     except RosterError:
         roster = None
+    graded = {r["student_id"] for r in results}
+    nothing = sorted(s["id"] for s in roster.students if s["id"] not in graded) if roster else []
+    found = summary.class_summary(results, absent=nothing)
+    (folder / "summary.txt").write_text(summary.summary_text(assignment, found) + "\n")
+    (folder / "summary.html").write_text(summary.summary_html(assignment, found))
     if roster is None:
         return
     # The import of the LMS the roster came from (both from a plain list): a Canvas
@@ -448,8 +450,6 @@ def _write_class_exports(*, course, assignment, results, folder):
             results, roster=roster, assignment=assignment, path=folder / "moodle_import.csv")
     for other in {"canvas", "moodle"} - set(lms):  # one written for an earlier roster
         (folder / f"{other}_import.csv").unlink(missing_ok=True)
-    graded = {r["student_id"] for r in results}
-    nothing = sorted(s["id"] for s in roster.students if s["id"] not in graded)
     lines = []
     if nothing:
         where = " and ".join(

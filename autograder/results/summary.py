@@ -35,10 +35,30 @@ def _failure_kind(reason):
     return _NUMBERS.sub("#", first)[:160]
 
 
-def class_summary(results):
+def students_to_look_at(results, *, absent=()):
+    """[(student, why)]: who an instructor should look at before grades go out: results
+    not graded (and why), flagged, late, with hand grading pending, and the roster's
+    students who handed in nothing (absent)."""
+    rows = []
+    for r in sorted(results, key=lambda r: r["student_id"]):
+        student = r["student_id"]
+        if r["status"] != "graded":
+            rows.append((student, f"{r['status']}: {r.get('reason') or 'no reason given'}"))
+        rows += [(student, f"flagged: {flag}") for flag in r.get("flags", ())]
+        lateness = r.get("lateness") or {}
+        if lateness.get("late"):
+            rows.append((student, f"late: {lateness.get('note', '')}".rstrip(": ")))
+        if r.get("pending"):
+            rows.append((student, f"to grade by hand: {', '.join(r['pending'])}"))
+    rows += [(student, "handed in nothing") for student in sorted(absent)]
+    return rows
+
+
+def class_summary(results, *, absent=()):
     """{"students", "graded", "unsandboxed" (graded with --no-sandbox), "scores",
     "max_score", "exercises": [{grade_id, max_points, passed, attempted, mean}],
-    "failures": [(message, count)]} for one assignment."""
+    "failures": [(message, count)], "look_at": [(student, why)]} for one assignment;
+    absent: the roster's students without a hand-in."""
     graded = [r for r in results if r["status"] == "graded"]
     exercises = {}
     failures = Counter()
@@ -60,7 +80,8 @@ def class_summary(results):
             "pending": len(pending), "pending_cells": sum(len(r["pending"]) for r in pending),
             "scores": [r.get("final_score", r["score"]) for r in graded],
             "max_score": max((r["max_score"] for r in results), default=0.0),
-            "exercises": table, "failures": failures.most_common(_COMMON_FAILURES)}
+            "exercises": table, "failures": failures.most_common(_COMMON_FAILURES),
+            "look_at": students_to_look_at(results, absent=absent)}
 
 
 def summary_text(assignment, summary):
@@ -86,6 +107,9 @@ def summary_text(assignment, summary):
         lines.append("most frequent failures:")
         lines += [f"  {count:>4} x {gid}: {message}"
                   for (gid, message), count in summary["failures"]]
+    if summary.get("look_at"):
+        lines.append("students to look at:")
+        lines += [f"  {student}: {why}" for student, why in summary["look_at"]]
     return "\n".join(lines)
 
 
@@ -117,6 +141,8 @@ def summary_html(assignment, summary):
         f"<td>{r['mean']:.2f} / {r['max_points']:g}</td></tr>" for r in summary["exercises"])
     failures = "".join(f"<tr><td>{count}</td><td>{esc(gid)}</td><td>{esc(message)}</td></tr>"
                        for (gid, message), count in summary["failures"])
+    look_at = "".join(f"<tr><td>{esc(student)}</td><td>{esc(why)}</td></tr>"
+                      for student, why in summary.get("look_at", ()))
     picture = (f"<img alt='score histogram' src='data:image/png;base64,"
                f"{_histogram_png(summary['scores'], summary['max_score'])}'>"
                if summary["scores"] else "<p>No graded hand-ins yet.</p>")
@@ -133,7 +159,10 @@ def summary_html(assignment, summary):
         f"{rows}</table><h2>Most frequent failures</h2>"
         "<table border='1' style='border-collapse:collapse'>"
         "<tr><th>students</th><th>exercise</th><th>message (numbers as #)</th></tr>"
-        f"{failures}</table></body></html>\n")
+        f"{failures}</table><h2>Students to look at</h2>"
+        "<table border='1' style='border-collapse:collapse'>"
+        "<tr><th>student</th><th>why</th></tr>"
+        f"{look_at}</table></body></html>\n")
 
 
 def _score_by_student(results):

@@ -84,6 +84,8 @@ def test_class_summary_counts_per_exercise_and_groups_failures():
             (("norm", "partial credit # of #"), 1),
             (("mean", "NameError: name 'mu' is not defined"), 1),
         ],
+        "look_at": [("bob", "to grade by hand: essay, task"),
+                    ("dee", "invalid: no reason given"), ("dee", "to grade by hand: essay")],
     }
 
 
@@ -100,7 +102,7 @@ def test_class_summary_of_nothing_and_of_many_kinds():
     """No hand-in: zeros, not a crash; many kinds of failure: the 8 most frequent."""
     assert summary.class_summary([]) == {
         "students": 0, "graded": 0, "unsandboxed": 0, "pending": 0, "pending_cells": 0,
-        "scores": [], "max_score": 0.0, "exercises": [], "failures": []}
+        "scores": [], "max_score": 0.0, "exercises": [], "failures": [], "look_at": []}
     many = [_graded(f"s{i}", [_cell(f"ex{i}", 0.0, 1.0, "wrong")]) for i in range(10)]
     many.append(_graded("again", [_cell("ex9", 0.0, 1.0, "wrong")]))
     failures = summary.class_summary(many)["failures"]
@@ -119,7 +121,11 @@ SUMMARY_TEXT = (  # the exercise lines end in the padding of their columns
     "most frequent failures:\n"
     "     2 x var: token_var: yours # at index (#,), the answer #\n"
     "     1 x norm: partial credit # of #\n"
-    "     1 x mean: NameError: name 'mu' is not defined"
+    "     1 x mean: NameError: name 'mu' is not defined\n"
+    "students to look at:\n"
+    "  bob: to grade by hand: essay, task\n"
+    "  dee: invalid: no reason given\n"
+    "  dee: to grade by hand: essay"
 )
 
 
@@ -221,9 +227,12 @@ def test_summary_page_shows_the_table_failures_and_histogram():
     assert img["alt"] == "score histogram"
     assert img["src"].startswith("data:image/png;base64,")
     assert _png_size(img["src"].split(",", 1)[1]) == (600, 260)
-    assert [h.get_text() for h in soup.find_all("h2")] == ["Exercises",
-                                                            "Most frequent failures"]
-    exercises, failures = soup.find_all("table")
+    assert [h.get_text() for h in soup.find_all("h2")] == [
+        "Exercises", "Most frequent failures", "Students to look at"]
+    exercises, failures, look_at = soup.find_all("table")
+    assert [[c.get_text() for c in tr.find_all(["td", "th"])]
+            for tr in look_at.find_all("tr")][:2] == [
+        ["student", "why"], ["bob", "to grade by hand: essay, task"]]
     assert [[c.get_text() for c in tr.find_all(["td", "th"])]
             for tr in exercises.find_all("tr")] == [
         ["exercise", "full points", "mean"], ["mean", "2 / 3 (67%)", "0.67 / 1"],
@@ -237,6 +246,24 @@ def test_summary_page_shows_the_table_failures_and_histogram():
         ["1", "x<y>", "a <b> message"]]
     for table in (exercises, failures):
         assert [s for s in table.find_all(string=True, recursive=False) if s.strip()] == []
+
+
+def test_the_students_to_look_at_are_the_failed_flagged_late_pending_and_absent():
+    """Before grades go out, the summary names each student who needs a person: not
+    graded (with the reason), flagged (each flag), late (the note), hand grading
+    pending, and the roster's students who handed in nothing."""
+    results = [
+        _graded("ada", [], flags=["the hand-in's kernel wrote to the grader's record"]),
+        _graded("bob", [], lateness={"late": True, "note": "1 d 2 h late; penalty 10%"}),
+        _graded("cy", [], lateness={"late": False, "note": "on time"}),
+        {"student_id": "dee", "status": "failed", "reason": "the kernel died", "score": 0,
+         "max_score": 5.0, "cells": []},
+    ]
+    assert summary.students_to_look_at(results, absent=["zoe"]) == [
+        ("ada", "flagged: the hand-in's kernel wrote to the grader's record"),
+        ("bob", "late: 1 d 2 h late; penalty 10%"),
+        ("dee", "failed: the kernel died"),
+        ("zoe", "handed in nothing")]
 
 
 def test_summary_page_before_any_grade_says_so():
