@@ -299,19 +299,24 @@ def import_submission_times(*, course, assignment, path):
     zone = course_zone(course)
     times, left = {}, []
     for line, ident, when_text in rows:
-        if when_text is None:
-            continue  # not submitted: Canvas lists every student
         entry = roster and (roster.get(ident) or roster.match(name="", uid=ident)[0])
         student = entry["id"] if entry else (ident if roster is None else None)
-        if student is None:
-            left.append(f"entry {line}: {ident} is not in the roster (by id or LMS user id)")
+        if student is None:  # said even without a time: a roster of another section?
+            left.append(f"entry {line}: {ident} is not in the roster (by id or LMS user id)"
+                        + ("; it has no submission time either" if when_text is None else ""))
             continue
+        if when_text is None:
+            continue  # not submitted: Canvas lists every student
         try:
             when = parse_time(str(when_text).replace("Z", "+00:00"), zone)
         except DeadlinesError:
             left.append(f"entry {line}: {when_text!r} is not an ISO date and time")
             continue
         times[student] = when.astimezone(UTC).isoformat()
+    untimed = [s for s in course.students(assignment) if s not in times]
+    if untimed:
+        left.append(f"handed in, but without a time in {Path(path).name} (lateness falls back "
+                    f"to the LMS's late marker): {', '.join(untimed)}")
     target = submission_times_path(course, assignment)
     target.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomically(target, {"source": source, "file": Path(path).name, "times": times})

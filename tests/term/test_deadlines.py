@@ -204,11 +204,16 @@ def test_the_lms_submission_times_decide_lateness_over_zip_dates_and_the_late_ma
     export.write_text(_canvas_submissions((12345, "2026-10-01T12:11:00Z", True),
                                           (23456, "2026-10-02T14:00:00Z", True),
                                           (34567, None, False), (99999, "2026-10-01T09:00:00Z",
-                                                                 False)))
+                                                                 False), (88888, None, False)))
     assert _deadlines_cli(course, "times", ASSIGNMENT, str(export)) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"{ASSIGNMENT}: 2 submission time(s) imported\n")
     assert "left out: entry 4: 99999 is not in the roster" in out
+    # an id of another section says so even without a time; a hand-in without a time too
+    assert "entry 5: 88888 is not in the roster (by id or LMS user id); it has no " \
+        "submission time either" in out
+    assert "handed in, but without a time in submissions.json (lateness falls back to " \
+        "the LMS's late marker): hopperg_34567" in out
     ada = lateness(course=course, assignment=ASSIGNMENT, student="lovelaceada_12345")
     assert (ada["late"], ada["penalty_fraction"]) == (False, 0.0)
     assert ada["submitted_at"] == "2026-10-01T12:11:00+00:00"
