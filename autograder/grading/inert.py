@@ -12,7 +12,9 @@ student's markdown and raw cells are cleaned the same way. The feedback pages
 """
 
 import copy
+import html
 import re
+from html.parser import HTMLParser
 
 import nh3
 
@@ -54,7 +56,6 @@ _DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp|svg\+xml);base64,[A-Za-
                          re.IGNORECASE)
 _NUMBER = re.compile(r"\d{1,5}(\.\d{1,3})?(px|%)?")
 _MATH_VALUE = re.compile(r"[A-Za-z0-9 .%#:/_-]{0,80}")
-_MARKUP = re.compile(r"<[A-Za-z!/?]")
 
 
 # The attributes that may stay, each then checked by value (safe_attribute).
@@ -111,10 +112,111 @@ def sanitize_html(fragment):
 _SIZE = re.compile(r"\d{1,5}")
 
 
-def _inert_markdown(text):
-    """Markdown with any HTML in it cleaned (markdown without tags is left alone, so
-    that quotes and comparisons keep their characters)."""
-    return sanitize_html(text) if _MARKUP.search(text) else text
+_CHECKBOX = {"class", "type", "disabled", "checked"}  # a task list's box, as mistune writes it
+_RASTER_ATTACHMENTS = ("image/png", "image/jpeg", "image/gif")
+
+
+def _harmless_target(tag, value):
+    """A link anywhere but a script (http, https, mailto, a fragment, a file of the
+    hand-in); an image that loads nothing from elsewhere (a file of the hand-in or
+    data:). `javascript:` runs in the formgrader's logged-in page when clicked, a remote
+    image tells its server who opened the page and when."""
+    squashed = re.sub(r"[`\x00-\x20\x7f-\xa0\s]+", "", value).lower()
+    scheme = re.match(r"^([a-z][a-z0-9+.-]*):", squashed)
+    if scheme is None:
+        return not squashed.startswith(("//", "\\\\", "/\\", "\\/"))  # //host is remote
+    if tag == "a":
+        return scheme.group(1) in ("http", "https", "mailto")
+    return _DATA_IMAGE.fullmatch(value.strip()) is not None
+
+
+def _harmless_style(value):
+    for declaration in filter(str.strip, value.split(";")):
+        name, _, setting = declaration.partition(":")
+        if name.strip().lower() not in SAFE_CSS_PROPERTIES or not re.fullmatch(
+                r"[A-Za-z0-9 #%.,()-]*", setting.strip()) or "url" in setting.lower():
+            return False
+    return True
+
+
+class _Inspection(HTMLParser):
+    """Whether HTML holds only what the sanitizer would keep, and where it links to."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.harmless = True
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "input":
+            self.harmless &= all(name in _CHECKBOX for name, _ in attrs) and \
+                ("type", "checkbox") in attrs
+            return
+        if tag not in SAFE_TAGS:
+            self.harmless = False
+            return
+        allowed = ALLOWED_ATTRIBUTES["*"] | ALLOWED_ATTRIBUTES.get(tag, set())
+        for name, value in attrs:
+            value = value or ""
+            if (tag, name) in (("a", "href"), ("img", "src")):
+                self.harmless &= _harmless_target(tag, value)
+            elif name == "style":
+                self.harmless &= _harmless_style(value)
+            else:
+                self.harmless &= name in allowed and safe_attribute(tag, name, value)
+
+    handle_startendtag = handle_starttag
+
+    def handle_comment(self, data):
+        self.harmless = False
+
+    def handle_decl(self, decl):
+        self.harmless = False
+
+    def handle_pi(self, data):
+        self.harmless = False
+
+    def unknown_decl(self, data):
+        self.harmless = False
+
+
+def _rendered_as_nbgrader_does(text, attachments):
+    """The HTML nbconvert makes of markdown `text` (the formgrader's renderer, which
+    keeps `javascript:` links, remote images and raw HTML as they are)."""
+    from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+
+    return MarkdownWithMath(renderer=IPythonRenderer(
+        escape=False, attachments=attachments or {})).render(text)
+
+
+def _raster_attachments(cell):
+    """A markdown cell's pasted images, PNG, JPEG or GIF only (nbconvert draws them as
+    data: images; an SVG could carry a script)."""
+    kept = {}
+    for name, bundle in (cell.get("attachments") or {}).items():
+        images = {mime: data for mime, data in (bundle or {}).items()
+                  if mime in _RASTER_ATTACHMENTS and isinstance(data, str)}
+        if images:
+            kept[name] = images
+    return kept
+
+
+def _inert_markdown(text, attachments=None):
+    """Markdown that can neither run nor fetch anything when nbgrader renders it.
+
+    Rendered as the formgrader renders it: when the HTML holds only what the sanitizer
+    keeps, with links that run nothing and images from the hand-in itself, the cell is
+    left as it is (quotes, comparisons and maths keep their characters); otherwise it
+    becomes that HTML sanitized. What nbconvert cannot render (an image of a missing
+    attachment) would break the formgrader's page, and is shown as text.
+    """
+    try:
+        rendered = _rendered_as_nbgrader_does(text, attachments)
+    except Exception:  # noqa: BLE001 - whatever nbconvert trips on, the page must not
+        return f"<pre>{html.escape(text)}</pre>"
+    inspection = _Inspection()
+    inspection.feed(rendered)
+    inspection.close()
+    return text if inspection.harmless else sanitize_html(rendered)
 
 
 def _inert_output_metadata(output):
@@ -140,8 +242,11 @@ def inert_graded_notebook(nb):
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = _inert_markdown(cell.source)
+            attachments = _raster_attachments(cell)
             cell.pop("attachments", None)
+            if attachments:
+                cell.attachments = attachments
+            cell.source = _inert_markdown(cell.source, attachments)
         elif cell.cell_type == "raw":
             cell.metadata.pop("raw_mimetype", None)
             cell.metadata.pop("format", None)
