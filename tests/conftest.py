@@ -56,6 +56,30 @@ def tiny_course(root, assignment, *, extra=b""):
     return Course(root)
 
 
+def moodle_download_name(full_name, participant_id, file_name):
+    """Moodle's name for a submitted file in "Download all submissions" (flat, as
+    before folders were the default): mod/assign/locallib.php, download_submissions,
+    the full name with "_" as " ", the participant id, the plugin and the file name."""
+    return f"{full_name.replace('_', ' ')}_{participant_id}_assignsubmission_file_{file_name}"
+
+
+def canvas_reads(member):
+    """(user id, attachment id) as Canvas reads them from a re-uploaded file's name
+    (app/models/assignment.rb, infer_comment_context_from_filename: split at "_", the
+    first two all-digit fields)."""
+    fields = [f for f in member.split("_") if f.isdigit() and f.isascii()]
+    return int(fields[0]), int(fields[1])
+
+
+def moodle_reads(member):
+    """(participant id, plugin subtype, plugin type) as Moodle reads an uploaded name
+    (mod/assign/feedback/file/importziplib.php, is_valid_filename_for_import:
+    explode("_", name, 5))."""
+    info = member.split("_", 4)
+    assert len(info) == 5
+    return int(info[1]), info[2], info[3]
+
+
 @pytest.fixture
 def venv_env():
     """The environment for subprocesses: this interpreter's bin/ first on PATH."""

@@ -17,32 +17,21 @@ import zipfile
 
 from autograder import cli
 from autograder.term.collect import collect
-from conftest import canvas_download_name, tiny_course, tiny_notebook, zip_of
+from conftest import (
+    canvas_download_name,
+    canvas_reads,
+    moodle_download_name,
+    moodle_reads,
+    tiny_course,
+    tiny_notebook,
+    zip_of,
+)
 
 A = "01_hw"
 NB = f"{A}.ipynb"
 CANVAS_CLASS = [("Müller, Jürgen", 4713, 103713, False), ("Nguyễn, Thị Hoa", 4714, 103714, True),
                 ("Lovelace, Ada", 12345, 67890, False)]
 MOODLE_CLASS = [("Dee Blank", 4242), ("Anne_Marie Roux", 4243)]
-
-
-def moodle_download_name(full_name, participant_id, file_name):
-    """Moodle's name for a submitted file in "Download all submissions" (flat, as
-    before folders were the default)."""
-    return f"{full_name.replace('_', ' ')}_{participant_id}_assignsubmission_file_{file_name}"
-
-
-def canvas_reads(member):
-    """(user id, attachment id) as Canvas reads them from an uploaded file's name."""
-    fields = [f for f in member.split("_") if f.isdigit() and f.isascii()]
-    return int(fields[0]), int(fields[1])
-
-
-def moodle_reads(member):
-    """(participant id, plugin subtype, plugin type) as Moodle reads an uploaded name."""
-    info = member.split("_", 4)
-    assert len(info) == 5
-    return int(info[1]), info[2], info[3]
 
 
 def _pages(course, students):
