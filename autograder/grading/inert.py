@@ -233,6 +233,25 @@ def _inert_output_metadata(output):
         output["metadata"] = kept
 
 
+_CELL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # nbformat 4.5's rule
+
+
+def _valid_cell_ids(nb):
+    """Every cell id as nbformat requires it (valid and unique): one that is not stops
+    nbconvert, and with it the formgrader's page and Generate Feedback."""
+    seen = set()
+    for number, cell in enumerate(nb.cells):
+        if "id" not in cell:
+            continue
+        cell_id = cell["id"]
+        if not isinstance(cell_id, str) or not _CELL_ID.fullmatch(cell_id) or cell_id in seen:
+            cell_id = f"graded-{number}"
+            while cell_id in seen:
+                cell_id += "-again"
+            cell["id"] = cell_id
+        seen.add(cell_id)
+
+
 def inert_graded_notebook(nb):
     """A copy of graded notebook `nb` that runs nothing when rendered: outputs keep
     only SHOWN_MIMETYPES (HTML and markdown sanitized, SVG dropped, as it can carry
@@ -240,6 +259,7 @@ def inert_graded_notebook(nb):
     and the notebook's widget state is gone."""
     nb = copy.deepcopy(nb)
     nb.metadata.pop("widgets", None)
+    _valid_cell_ids(nb)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             attachments = _raster_attachments(cell)

@@ -159,3 +159,20 @@ def test_answers_with_maths_local_images_and_pasted_pictures_are_kept_and_render
     assert f"data:image/png;base64,{PNG_1x1}" in html
     with pytest.raises(Exception, match="missing attachment"):
         _as_the_formgrader_renders_it(nb.__class__({**nb, "cells": nb.cells[2:]}))
+
+
+def test_cell_ids_that_would_stop_nbconvert_are_replaced():
+    """An invalid or repeated cell id (a hand-in edited as text) stops nbconvert, and
+    with it the formgrader's page and Generate Feedback: each gets a valid, unique one;
+    valid ids are kept."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)
+                                         for text in ("a", "b", "c", "d")])
+    nb.cells[0]["id"] = "kept"
+    nb.cells[1]["id"] = "bad id <script>"
+    nb.cells[2]["id"] = "kept"
+    nb.cells[3]["id"] = "graded-1"
+    inert = inert_graded_notebook(nb)
+    ids = [cell["id"] for cell in inert.cells]
+    assert ids[0] == "kept" and len(set(ids)) == 4
+    nbformat.validate(inert)
+    assert "<p>b</p>" in _as_the_formgrader_renders_it(inert)
