@@ -9,7 +9,7 @@ def _pins(lines):
     pins = {}
     for line in lines:
         line = line.split("#")[0].strip().lstrip("- ").strip()
-        match = re.match(r"^([A-Za-z0-9_.-]+)\s*==\s*([^\s;]+)$", line)
+        match = re.match(r"^([A-Za-z0-9_.-]+)\s*==\s*([^\s;]+)\s*(;.*)?$", line)
         if match:
             pins[match.group(1).lower()] = match.group(2)
     return pins
@@ -34,3 +34,14 @@ def test_required_student_packages_are_pinned():
     for name in ("jupyterlab", "ipywidgets", "numpy", "matplotlib", "nbgrader", "torch",
                  "triton"):
         assert name in requirements
+
+
+def _lines(lines):
+    return sorted(line.split("#")[0].strip().lstrip("- ").strip() for line in lines
+                  if re.match(r"^\s*-?\s*[A-Za-z0-9_.-]+\s*==", line))
+
+
+def test_environment_yml_and_requirements_txt_have_the_same_platform_markers():
+    """A pin for some platforms only (Triton, on Linux) is so in both files."""
+    assert _lines((REPO / "requirements.txt").read_text().splitlines()) == \
+        _lines((REPO / "environment.yml").read_text().splitlines())

@@ -50,13 +50,15 @@ class PublishError(RuntimeError):
 # -- the files of the edition ------------------------------------------------------------
 
 def _pins(course):
-    """[(name, version)] of the course's requirements.txt: the student packages."""
+    """[pin] of the course's requirements.txt, `name==version` with its platform marker
+    where it has one: the student packages."""
     pins = []
     for line in (course.root / "requirements.txt").read_text().splitlines():
         line = line.split("#")[0].strip()
         if line:
-            name, version = re.fullmatch(r"([A-Za-z0-9_.-]+)\s*==\s*(\S+)", line).groups()
-            pins.append((name, version))
+            name, version, marker = re.fullmatch(
+                r"([A-Za-z0-9_.-]+)\s*==\s*([^\s;]+)\s*(?:;\s*(.+))?", line).groups()
+            pins.append(f"{name}=={version}" + (f"; {marker}" if marker else ""))
     return pins
 
 
@@ -72,9 +74,10 @@ def environment_yml(course):
 
 
 def requirements_txt(course):
-    lines = "".join(f"{name}=={version}\n" for name, version in _pins(course))
+    lines = "".join(f"{pin}\n" for pin in _pins(course))
     return ("# The course's Python packages, pinned (environment.yml names the same).\n"
             "# pip install -r requirements.txt, in a Python 3.11 virtual environment.\n"
+            "# Triton only on Linux: it has no wheels for macOS or Windows.\n"
             + lines)
 
 
@@ -163,7 +166,9 @@ questions) and an **assignment** that is graded when you hand it in.
   unit 07 Triton if the runtime lacks it) and does nothing anywhere else. Unit 07
   compiles its kernels on a GPU: choose *Runtime > Change runtime type > GPU*;
   on a CPU runtime it runs them in Triton's interpreter instead.
-- **Your own machine** (Python 3.11):
+- **Your own machine** (Python 3.11; Linux on x86-64 or ARM, macOS 14 or later on
+  Apple silicon, or Windows on x86-64: PyTorch has no build for Intel Macs, use Colab
+  or Binder there). On Linux or macOS:
 
   ```bash
   git clone {repo.url}.git
@@ -173,9 +178,16 @@ questions) and an **assignment** that is graded when you hand it in.
   jupyter lab
   ```
 
-  or `conda env create -f environment.yml` then `conda activate layernorm-course`.
-  On Linux, `pip install` takes PyTorch's large GPU build; for the CPU build add
-  `--extra-index-url https://download.pytorch.org/whl/cpu`.
+  On Windows, in PowerShell: `py -3.11 -m venv .venv`, then
+  `.venv\\Scripts\\Activate.ps1`, then the same `pip install -r requirements.txt` and
+  `jupyter lab`. Or, anywhere, with conda: `conda env create -f environment.yml` then
+  `conda activate layernorm-course`.
+  On Linux, `pip install` takes PyTorch's GPU build (several GB); if you have no
+  NVIDIA GPU, add `--extra-index-url https://download.pytorch.org/whl/cpu` for the
+  much smaller CPU build (environment.yml already does).
+  Units 01 to 06 need no GPU. Unit 07 writes GPU kernels in Triton, which installs
+  on Linux only: there it runs them on an NVIDIA GPU, or in Triton's interpreter on
+  the CPU; on macOS and Windows, open unit 07 on Colab or Binder.
 
 ## Work and hand in
 
