@@ -33,9 +33,10 @@ from autograder.publishing.edition import ASSIGNMENTS_DIR, LESSONS_DIR, SITE_DIR
 
 MANIFEST = ".edition-files.json"  # the files the last run wrote, to update in place
 # Top-level entries the edition is made of; publishing refuses anything else.
+LICENCES = ("LICENSE", "LICENSE-TEXT.md")  # the code's (MIT) and the text's (CC BY 4.0)
 EDITION_ENTRIES = {"README.md", "environment.yml", "requirements.txt", "postBuild",
                    "nbgrader_config.py", ".gitignore", MANIFEST, LESSONS_DIR,
-                   ASSIGNMENTS_DIR, SITE_DIR}
+                   ASSIGNMENTS_DIR, SITE_DIR, *LICENCES}
 # What a new GitHub repository may already hold: replaced or left alone, not refused.
 FRESH_REPOSITORY = {".git", ".github", "README.md", ".gitignore", "LICENSE", "LICENSE.md",
                     "LICENSE.txt"}
@@ -137,7 +138,9 @@ def readme(course, repo, *, with_site=True):
     if with_site:
         layout.append((f"{SITE_DIR}/", "the site: the lessons as web pages, run and rendered"))
     layout += [("environment.yml", "the course's Python packages, pinned (also in "
-                "requirements.txt)"), ("postBuild", "Binder's finishing step")]
+                "requirements.txt)"), ("postBuild", "Binder's finishing step"),
+               ("LICENSE", "the code's licence (MIT)"),
+               ("LICENSE-TEXT.md", "the text's licence (CC BY 4.0)")]
     layout_text = "\n".join(f"{name:<17}{what}" for name, what in layout)
     example = (first.assignment or first.lesson).name
     return f"""# Layer Normalization, from the recipe to the fused kernel
@@ -208,6 +211,11 @@ check's message.
 ```
 {layout_text}
 ```
+
+## Licence
+
+The text (lessons, assignments, site) is CC BY 4.0 and the code MIT: see
+`LICENSE-TEXT.md` and `LICENSE`.
 """
 
 
@@ -223,6 +231,9 @@ def _stage(*, course, repo, folder, site):
     }
     for name, content in text.items():
         (folder / name).write_text(content)
+    for name in LICENCES:
+        if (course.root / name).is_file():
+            shutil.copyfile(course.root / name, folder / name)
     (folder / "postBuild").chmod(0o755)
     (folder / LESSONS_DIR).mkdir()
     for unit in units(course):

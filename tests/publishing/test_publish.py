@@ -38,7 +38,8 @@ REPO_URL = "https://github.com/example-course/layernorm-student"
 EDITION_REPO = Repository.parse(REPO_URL)
 PYTHON_REGEX = re.compile(r"python\s*=+\s*([\d\.]*)")  # repo2docker's own pattern
 COLAB_IPYWIDGETS = "7.7.1"  # what Colab's runtime ships
-TOP_LEVEL = {"README.md", "environment.yml", "requirements.txt", "postBuild",
+TOP_LEVEL = {"README.md", "environment.yml", "requirements.txt", "postBuild", "LICENSE",
+             "LICENSE-TEXT.md",
              "nbgrader_config.py", ".gitignore", MANIFEST, LESSONS_DIR, ASSIGNMENTS_DIR}
 # Words of the grading side that no file of the edition may hold.
 GRADING_WORDS = (*LEAK_MARKERS, "autograder", "checkserver", "grader.key", "gradebook",
@@ -298,7 +299,9 @@ def test_publish_refuses_a_folder_that_is_not_an_edition_and_the_course_itself(t
     (fresh_clone / "README.md").write_text("# placeholder\n")
     done = _publish(fresh_clone, "--no-site")
     assert done.returncode == 0, done.stderr
-    assert (fresh_clone / "LICENSE").read_text() == "a licence\n"
+    # the course's licences are the edition's: the code's replaces GitHub's placeholder
+    assert (fresh_clone / "LICENSE").read_bytes() == (REPO / "LICENSE").read_bytes()
+    assert (fresh_clone / "LICENSE-TEXT.md").read_text().startswith("# Licence")
     assert (fresh_clone / "README.md").read_text().startswith("# Layer Normalization")
 
 
