@@ -299,6 +299,14 @@ def test_each_lesson_links_to_its_neighbours_and_to_binder_and_colab(opened):
             assert SITE_REPO.binder(unit.assignment_path) in hrefs
 
 
+def test_no_page_shows_a_librarys_run_time_noise(site):
+    """A lesson's page shows what its cells print, not what a library writes on each run
+    (torch's profiler printed a line at each start and stop, so every build differed)."""
+    for page in (site[0] / "notebooks").glob("*.html"):
+        text = page.read_text()
+        assert "profiler_start" not in text and "USDT:" not in text, page.name
+
+
 def test_the_site_shows_no_grading_material(site):
     folder = site[0]
     assert find_edition_leaks(course=Course.at(REPO), folder=folder) == []
