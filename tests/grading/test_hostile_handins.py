@@ -85,13 +85,16 @@ def make_handin(release_nb, *, cells=None, delete=(), append=(), metadata=None,
     source or (source, nbgrader metadata), and `notes` markdown cells at the end."""
     replaced = {**HONEST, **(cells or {})}
     nb = nbformat.from_dict(json.loads(json.dumps(release_nb)))
-    kept = []
+    kept, placed = [], set()
     for cell in nb.cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
         if gid in delete:
             continue
+        if gid is None and cell.cell_type == "code" and cell.source.startswith("# A scratch"):
+            gid = "scratch_answer"  # the release's scratch cell: the student's own
         if gid in replaced:
             cell.source = replaced[gid].strip("\n")
+            placed.add(gid)
         cell.metadata.get("nbgrader", {}).update((metadata or {}).get(gid, {}))
         kept.append(cell)
     for item in append:
@@ -101,6 +104,8 @@ def make_handin(release_nb, *, cells=None, delete=(), append=(), metadata=None,
             kept[-1].metadata["nbgrader"] = meta
     kept += [nbformat.v4.new_markdown_cell(f"note {i}: " + "x" * 120) for i in range(notes)]
     nb.cells = kept
+    unplaced = set(cells or {}) - placed
+    assert not unplaced, f"no cell of the release to hold {unplaced}: the attack would vanish"
     return nb
 
 
@@ -672,7 +677,8 @@ def test_a_display_updated_after_the_hidden_tests_shows_nothing_of_them(graded):
 def test_a_flood_of_added_cells_is_cut_and_flagged(graded):
     _, results, _ = graded
     [flag] = [f for f in results["cell_flooder"]["flags"] if "cells of its own" in f]
-    assert flag.startswith("the hand-in added 100000 cells of its own; the grader kept")
+    # its 100,000 cells and the scratch cell it wrote in (the student's own, ungraded)
+    assert flag.startswith("the hand-in added 100001 cells of its own; the grader kept")
 
 
 def test_patched_comparisons_do_not_pass_wrong_answers(graded):
