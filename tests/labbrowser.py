@@ -70,8 +70,10 @@ def free_port():
 class JupyterLab:
     """`jupyter lab` serving `root`, started by start() and stopped by stop()."""
 
-    def __init__(self, root, scratch, *, start_timeout=120.0):
+    def __init__(self, root, scratch, *, start_timeout=120.0, python=None):
+        """python: the interpreter of the environment that serves (default this one's)."""
         self.root = Path(root)
+        self.bin_dir = Path(python or sys.executable).parent
         self.scratch = Path(scratch)
         self.start_timeout = start_timeout
         self.port = free_port()
@@ -84,7 +86,7 @@ class JupyterLab:
         dirs = {name: self.scratch / name for name in ("config", "data", "runtime", "ipython")}
         for folder in dirs.values():
             folder.mkdir(parents=True, exist_ok=True)
-        bin_dir = str(Path(sys.executable).parent)
+        bin_dir = str(self.bin_dir)
         env = {key: value for key, value in os.environ.items()
                if not key.startswith(("JUPYTER", "JPY_"))}
         env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
@@ -102,7 +104,7 @@ class JupyterLab:
 
     def start(self):
         settings = self._write_settings()
-        jupyter = Path(sys.executable).parent / "jupyter"
+        jupyter = self.bin_dir / "jupyter"
         command = [
             str(jupyter if jupyter.exists() else shutil.which("jupyter")), "lab",
             "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",

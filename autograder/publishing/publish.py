@@ -82,19 +82,21 @@ def requirements_txt(course):
             + lines)
 
 
-POST_BUILD = """#!/bin/bash
-# Binder runs this once, after it has installed environment.yml. nbgrader's
-# Validate button stays; its menus for running a course are switched off.
-set -euo pipefail
-jupyter labextension disable --level=sys_prefix \\
-    @jupyter/nbgrader:formgrader @jupyter/nbgrader:create-assignment \\
-    @jupyter/nbgrader:course-list @jupyter/nbgrader:assignment-list \\
-    @jupyter/nbgrader:menu
-jupyter server extension disable --sys-prefix \\
-    nbgrader.server_extensions.formgrader \\
-    nbgrader.server_extensions.assignment_list \\
-    nbgrader.server_extensions.course_list
-"""
+# nbgrader's parts for running a course; a student keeps Validate and nothing else.
+INSTRUCTOR_LAB_EXTENSIONS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                             "@jupyter/nbgrader:course-list", "@jupyter/nbgrader:assignment-list",
+                             "@jupyter/nbgrader:menu")
+INSTRUCTOR_SERVER_EXTENSIONS = ("nbgrader.server_extensions.formgrader",
+                                "nbgrader.server_extensions.assignment_list",
+                                "nbgrader.server_extensions.course_list")
+STUDENT_TOOLS_ONLY = (
+    "jupyter labextension disable --level=sys_prefix " + " ".join(INSTRUCTOR_LAB_EXTENSIONS),
+    "jupyter server extension disable --sys-prefix " + " ".join(INSTRUCTOR_SERVER_EXTENSIONS))
+
+POST_BUILD = ("#!/bin/bash\n"
+              "# Binder runs this once, after it has installed environment.yml. nbgrader's\n"
+              "# Validate button stays; its menus for running a course are switched off.\n"
+              "set -euo pipefail\n" + "\n".join(STUDENT_TOOLS_ONLY) + "\n")
 
 NBGRADER_CONFIG = '''"""nbgrader's settings for the Validate button in JupyterLab."""
 
@@ -143,6 +145,7 @@ def readme(course, repo, *, with_site=True):
                ("LICENSE-TEXT.md", "the text's licence (CC BY 4.0)")]
     layout_text = "\n".join(f"{name:<17}{what}" for name, what in layout)
     example = (first.assignment or first.lesson).name
+    student_tools = "\n  ".join(STUDENT_TOOLS_ONLY)
     return f"""# Layer Normalization, from the recipe to the fused kernel
 
 {binder_badge} {colab_badge}
@@ -188,6 +191,13 @@ questions) and an **assignment** that is graded when you hand it in.
   On Linux, `pip install` takes PyTorch's GPU build (several GB); if you have no
   NVIDIA GPU, add `--extra-index-url https://download.pytorch.org/whl/cpu` for the
   much smaller CPU build (environment.yml already does).
+  Once, after installing, switch off nbgrader's menus for running a course (Binder
+  does the same; the Validate button stays), in the same terminal:
+
+  ```
+  {student_tools}
+  ```
+
   Units 01 to 06 need no GPU. Unit 07 writes GPU kernels in Triton, which installs
   on Linux only: there it runs them on an NVIDIA GPU, or in Triton's interpreter on
   the CPU; on macOS and Windows, open unit 07 on Colab or Binder.

@@ -9,6 +9,7 @@ COURSE_SKIP_EDITION_VENV=1 skips them.
 
 import json
 import re
+import shlex
 import subprocess
 
 import nbformat
@@ -24,8 +25,10 @@ from test_publish import (  # noqa: F401 - the fixtures edition and edition_env
     edition_env,
 )
 
+import labbrowser
 from autograder.course import Course
 from autograder.publishing.edition import ASSIGNMENTS_DIR, units
+from autograder.publishing.publish import STUDENT_TOOLS_ONLY
 from conftest import LESSONS, REPO
 
 
@@ -83,3 +86,40 @@ def test_binders_post_build_keeps_validate_and_switches_off_the_course_menus(
     text = re.sub(r"\x1b\[[0-9;]*m", "", listing.stdout + listing.stderr)  # no colours
     assert re.search(r"nbgrader\.server_extensions\.validate_assignment\s+enabled", text)
     assert re.search(r"nbgrader\.server_extensions\.formgrader\s+disabled", text)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    yield from labbrowser.chromium_session()
+
+
+@SKIP_VENV
+def test_the_laptop_steps_leave_validate_and_no_course_menu_in_jupyterlab(
+        edition, edition_env, browser, tmp_path):
+    """A student on a laptop runs the README's two commands once; JupyterLab, in
+    Chromium, then shows an assignment with its Validate button and no nbgrader menu
+    for running a course (no Formgrader, Course List or Assignment List)."""
+    readme = (edition / "README.md").read_text()
+    env = _bare_env(edition_env["prefix"], edition_env["scratch"])
+    for command in STUDENT_TOOLS_ONLY:
+        assert command in readme
+        done = subprocess.run([str(edition_env["prefix"] / "bin" / "jupyter"),
+                               *shlex.split(command)[1:]], capture_output=True, text=True,
+                              env=env, timeout=600, cwd=edition)
+        assert done.returncode == 0, done.stdout + done.stderr
+    (assignment,) = sorted((edition / ASSIGNMENTS_DIR).glob("01_*/*.ipynb"))
+    lab = labbrowser.JupyterLab(edition, tmp_path / "lab",
+                                python=edition_env["python"]).start()
+    try:
+        page = browser.new_page()
+        page.goto(lab.url(f"lab/tree/{assignment.relative_to(edition).as_posix()}"))
+        page.get_by_role("button", name="Validate").first.wait_for(timeout=120_000)
+        menus = page.locator(".lm-MenuBar-itemLabel").all_inner_texts()
+        assert "File" in menus and not any("nbgrader" in m.lower() for m in menus), menus
+        page.keyboard.press("Control+Shift+C")  # the command palette lists every command
+        palette = page.locator(".lm-CommandPalette-content").inner_text(timeout=30_000)
+        for tool in ("Formgrader", "Course List", "Assignment List"):
+            assert tool not in palette, tool
+        page.close()
+    finally:
+        lab.stop()

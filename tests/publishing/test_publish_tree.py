@@ -40,7 +40,8 @@ REQUIREMENTS = ("# The student environment, pinned.\n"
                 "numpy==1.26.4\n"
                 "\n"
                 "PyYAML == 6.0.1   # upper-case name, spaces around ==\n"
-                "torch==2.1.0+cpu\n")
+                "torch==2.1.0+cpu\n"
+                'triton==3.7.1 ;sys_platform == "linux"  # a platform marker kept\n')
 ENVIRONMENT = {"name": "layernorm-course", "channels": ["conda-forge"],
                "dependencies": ["python=3.11", "pip",
                                 {"pip": ["numpy==1.26.4", "PyYAML==6.0.1"]}]}
@@ -133,13 +134,13 @@ def _publish(course, dest, **kwargs):
 def test_requirements_pin_every_package_of_the_course_and_nothing_else(course):
     """A parser that keeps comments, blank lines, or mangles `PyYAML == 6.0.1` (case,
     spaces) pins the wrong packages for students."""
-    assert pub._pins(course) == [("numpy", "1.26.4"), ("PyYAML", "6.0.1"),
-                                 ("torch", "2.1.0+cpu")]
+    pinned = ["numpy==1.26.4", "PyYAML==6.0.1", "torch==2.1.0+cpu",
+              'triton==3.7.1; sys_platform == "linux"']
+    assert pub._pins(course) == pinned
     text = pub.requirements_txt(course)
-    pins = [line for line in text.splitlines() if not line.startswith("#")]
-    assert pins == ["numpy==1.26.4", "PyYAML==6.0.1", "torch==2.1.0+cpu"]
+    assert [line for line in text.splitlines() if not line.startswith("#")] == pinned
     header = [line for line in text.splitlines() if line.startswith("#")]
-    assert len(header) == 2 and text.startswith("# ")
+    assert len(header) == 3 and text.startswith("# ")
     assert "pip install -r requirements.txt" in header[1] and "Python 3.11" in header[1]
     assert "The course's Python packages, pinned" in header[0]
     assert "environment.yml" in header[0]
