@@ -54,7 +54,8 @@ def write_grades_csv(results, path):
 
 
 def gradescope_results(result):
-    """Gradescope's results.json for one student: one test per grade cell."""
+    """Gradescope's results.json for one student: one test per grade cell, and the
+    flags, if any, in a test only course staff see (visibility "hidden")."""
     tests = []
     for cell in result["cells"]:
         lines = [c["message"] for c in cell["checks"]]
@@ -68,6 +69,9 @@ def gradescope_results(result):
                       "max_score": cell["max_points"], "visibility": "visible",
                       "output": "graded by hand" if cell["points"] is not None
                       else "pending: graded by hand later"})
+    if result.get("flags"):  # for a person to read: Gradescope shows hidden tests to staff only
+        tests.append({"name": "flags for the instructor", "score": 0.0, "max_score": 0.0,
+                      "output": "\n".join(result["flags"]), "visibility": "hidden"})
     late = result.get("lateness") or {}
     summary = [result.get("reason") or "", late.get("note", "") if late.get("late") else ""]
     summary += result.get("notes", [])

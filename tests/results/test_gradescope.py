@@ -185,3 +185,15 @@ def test_notebooks_are_matched_by_name_when_an_assignment_has_several():
         match_notebooks([part1, extra], ["part1.ipynb", "part2.ipynb"])
     with pytest.raises(ValueError, match="no notebook was uploaded"):
         match_notebooks([], ["hw.ipynb"])
+
+
+def test_a_flagged_upload_shows_its_flags_to_the_staff_only(tmp_path, autograder_zip):
+    """A flag is for a person to read, and the container is thrown away after the run:
+    results.json carries the flags in a test that Gradescope shows to course staff only
+    (visibility "hidden"), worth nothing."""
+    root = gradescope_container(tmp_path, autograder_zip, {f"{A}.ipynb": example("hal_cheats")})
+    results, _ = run_autograder(root)
+    assert results["score"] == sum(EXPECTED["hal_cheats"].values())
+    [flags] = [t for t in results["tests"] if t["name"] == "flags for the instructor"]
+    assert flags["visibility"] == "hidden" and flags["max_score"] == 0 and flags["output"]
+    assert all(t["visibility"] == "visible" for t in results["tests"] if t is not flags)
