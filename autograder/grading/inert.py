@@ -67,6 +67,11 @@ ALLOWED_ATTRIBUTES = {
 }
 
 
+def _squashed(url):
+    """A URL as a browser reads its scheme: blanks and controls ignored, any case."""
+    return re.sub(r"[`\x00-\x20\x7f-\xa0\s]+", "", url).lower()
+
+
 def safe_attribute(tag, name, value):
     """Whether attribute `name`="`value`" of `tag` may stay: a short allow-list, links
     and images checked by value (style: only SAFE_CSS_PROPERTIES are kept of it)."""
@@ -76,8 +81,7 @@ def safe_attribute(tag, name, value):
     if name in ("class", "id", "title", "style"):  # style: only SAFE_CSS_PROPERTIES stay of it
         return True
     if tag == "a" and name == "href":
-        squashed = re.sub(r"[`\x00-\x20\x7f-\xa0\s]+", "", value).lower()
-        return squashed.startswith(("http://", "https://", "mailto:", "#"))
+        return _squashed(value).startswith(("http://", "https://", "mailto:", "#"))
     if tag == "img" and name == "src":
         return _DATA_IMAGE.fullmatch(value) is not None
     if tag == "img" and name == "alt":
@@ -121,7 +125,7 @@ def _harmless_target(tag, value):
     hand-in); an image that loads nothing from elsewhere (a file of the hand-in or
     data:). `javascript:` runs in the formgrader's logged-in page when clicked, a remote
     image tells its server who opened the page and when."""
-    squashed = re.sub(r"[`\x00-\x20\x7f-\xa0\s]+", "", value).lower()
+    squashed = _squashed(value)
     scheme = re.match(r"^([a-z][a-z0-9+.-]*):", squashed)
     if scheme is None:
         return not squashed.startswith(("//", "\\\\", "/\\", "\\/"))  # //host is remote

@@ -223,18 +223,21 @@ def grade_submission(*, course, assignment, submission, results, metadata=None,
         for name, path in chosen.items():
             shutil.copyfile(path, handin / name)
         settings = settings or RunSettings()
-        grade = dict(course=course, assignment=assignment, students=[student], workers=1,
-                     engine="pool", scale_timeouts=False, progress=log)
+
+        def graded(run_settings):
+            (result,) = [r for r in grade_assignment(
+                course=course, assignment=assignment, settings=run_settings,
+                students=[student], workers=1, engine="pool", scale_timeouts=False,
+                progress=log) if r["student_id"] == student]
+            return result
+
         try:
-            (result,) = [r for r in grade_assignment(settings=settings, **grade)
-                         if r["student_id"] == student]
+            result = graded(settings)
         except SandboxUnavailable as problem:
             print(f"bubblewrap cannot run in this container ({problem}); grading under "
                   "the resource limits, as an unprivileged user, in Gradescope's "
                   "container", file=log)
-            unboxed = dataclasses.replace(settings, use_bwrap=False)
-            (result,) = [r for r in grade_assignment(settings=unboxed, **grade)
-                         if r["student_id"] == student]
+            result = graded(dataclasses.replace(settings, use_bwrap=False))
         outcome = gradescope_results(result)
     results.write_text(json.dumps(outcome, indent=1))
     print(f"{assignment}: {outcome['score']:g} points; results in {results}", file=log)
