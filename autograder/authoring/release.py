@@ -11,6 +11,7 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.authoring import rules_cell
 from autograder.course import path_with_tools
 
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
@@ -126,6 +127,13 @@ def release(*, course, assignments=None, log=sys.stderr):
         if not (course.source / assignment).is_dir():
             raise ReleaseError(f"no assignment {assignment!r}: source/ has "
                                f"{', '.join(course.assignments()) or 'none'}")
+        for name in course.notebook_names(assignment):
+            try:
+                refreshed = rules_cell.refresh(course.source / assignment / name, assignment)
+            except ValueError as error:
+                raise ReleaseError(str(error)) from None
+            if refreshed:
+                print(f"{assignment}: wrote the rules cell of {name} from the policy", file=log)
         with tempfile.TemporaryDirectory(prefix="release-") as scratch:
             built = generate(course=course, assignment=assignment, into=Path(scratch), log=log)
             leaks = find_leaks(course=course, assignment=assignment, release_dir=built)

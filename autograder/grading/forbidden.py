@@ -8,6 +8,11 @@ break it:
         "rule": "While the grader calls your layer_norm, it must not ...",
         "forbidden": ["torch.*layer_norm*", "aten::*layer_norm*", ...]}}}
 
+A cell may also list "library_functions", {file: [function names]}: Python
+functions (numpy's and the statistics module's variances) that the unit's own
+check refuses by watching calls; the policy holds them only so that the
+assignment's rules cell (authoring.rules_cell) can tell a student when validating.
+
 The names come from the recorder in normref/checks/_runner.py, which notes
 what torch executed while a check called the student's code: torch functions
 by qualified name ("torch.nn.functional.layer_norm", "torch.Tensor.backward"),
@@ -57,7 +62,8 @@ def policy_path(assignment, policies_dir=POLICIES_DIR):
     return policies_dir / f"{assignment}.json"
 
 
-def _read_policy_file(assignment, policies_dir):
+def read_policy(assignment, policies_dir=POLICIES_DIR):
+    """{grade_id: {"rule", "forbidden", and optionally "library_functions"}} as written."""
     path = policy_path(assignment, policies_dir)
     if not path.exists():
         return {}
@@ -72,13 +78,13 @@ def _read_policy_file(assignment, policies_dir):
 def load_policy(assignment, policies_dir=POLICIES_DIR):
     """{grade_id: [forbidden patterns]} for `assignment` (empty when no policy file)."""
     return {gid: list(cell.get("forbidden", []))
-            for gid, cell in _read_policy_file(assignment, policies_dir).items()}
+            for gid, cell in read_policy(assignment, policies_dir).items()}
 
 
 def load_rules(assignment, policies_dir=POLICIES_DIR):
     """{grade_id: rule sentence} for `assignment`, for the assignment text and reports."""
     return {gid: str(cell.get("rule", ""))
-            for gid, cell in _read_policy_file(assignment, policies_dir).items()}
+            for gid, cell in read_policy(assignment, policies_dir).items()}
 
 
 def pattern_matches(pattern, name):
