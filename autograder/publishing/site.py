@@ -5,9 +5,11 @@ Each lesson runs top to bottom in a fresh kernel (nbclient, which also saves the
 widgets' state); Jupyter Book (1.x, Sphinx with MyST-NB) renders the results:
 figures, printed tables, and every widget in the state the lesson leaves it in,
 drawn by the ipywidgets HTML manager (the sliders sit at their defaults, the figure
-they drive is the one drawn for those values). Each page links to its notebook on
-Binder and Colab (the book's launch buttons), to the previous and the next unit,
-and to the whole table of contents.
+they drive is the one drawn for those values). No kernel answers a widget there, so
+its controls are disabled and a note above each cell's widgets says so, with links
+to run that lesson on Binder and Colab (the lessons themselves are left as they are).
+Each page links to its notebook on Binder and Colab (the book's launch buttons), to
+the previous and the next unit, and to the whole table of contents.
 
 The pages load nothing from other sites: MathJax and the widget manager come from the
 npm registry at build time (pinned below, kept in npm's own cache) and are served
@@ -18,8 +20,10 @@ GitHub Pages included, serves it as it is.
 """
 
 import argparse
+import copy
 import fnmatch
 import hashlib
+import html
 import json
 import os
 import shutil
@@ -49,6 +53,8 @@ NPM_ASSETS = {
 }
 SITE_INFO = "site.json"  # in the built site: what it was built from
 DEFAULT_OUT = Path("build") / "site"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 # Seconds per cell. A whole lesson runs in 5 to 30 s here; a kernel that stops
 # answering (it happens, rarely, and then for minutes) is stopped and the lesson
 # run again, up to RUNS times in all.
@@ -131,6 +137,16 @@ if (window.MathJax && !window.MathJax.Hub) {
 }
 """
 
+COURSE_CSS = """/* The note above a lesson's widgets: present, not in the way of the lesson. */
+.course-static-widgets {
+  margin: 0.25rem 0;
+  padding: 0.3rem 0.75rem;
+  border-left: 3px solid var(--pst-color-info, #459db9);
+  background: var(--pst-color-surface, #f3f4f5);
+  font-size: 0.85em;
+}
+"""
+
 FAVICON_SVG = """<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32">
 <rect width="32" height="32" rx="6" fill="#2b5b84"/>
 <text x="16" y="22" font-family="sans-serif" font-size="15" font-weight="bold"
@@ -138,9 +154,9 @@ FAVICON_SVG = """<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32">
 </svg>
 """
 
-# A Sphinx extension of the book: our script; no Thebe (the pages link to Binder
-# and Colab instead; its settings script, added twice, stops the page's scripts);
-# each script or style sheet once.
+# A Sphinx extension of the book: our script and style sheet; no Thebe (the pages
+# link to Binder and Colab instead; its settings script, added twice, stops the
+# page's scripts); each script or style sheet once.
 PAGES_EXTENSION = '''"""The course site's own adjustments to each page's scripts and styles."""
 
 
@@ -171,6 +187,7 @@ def tidy(app, pagename, templatename, context, doctree):
 def setup(app):
     # After MathJax (priority 500), before the widget manager draws (on load).
     app.add_js_file("course.js", defer="defer", priority=600)
+    app.add_css_file("course.css")
     app.connect("html-page-context", tidy, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 '''
@@ -267,6 +284,37 @@ def _toc(course):
                          for unit in units(course)]}
 
 
+def _static_widgets_note(binder, colab):
+    text = ("The controls below are static on this page: they show the lesson's default "
+            "values. Moving them needs a running notebook: open this lesson on {binder} "
+            "or {colab}.")
+    return nbformat.v4.new_output("display_data", data={
+        "text/html": '<div class="course-static-widgets" role="note">' + text.format(
+            binder=f'<a href="{html.escape(binder)}">Binder</a>',
+            colab=f'<a href="{html.escape(colab)}">Colab</a>') + "</div>",
+        "text/plain": text.format(binder=f"Binder ({binder})", colab=f"Colab ({colab})")})
+
+
+def with_static_widgets(notebook, repo, lesson_path):
+    """The executed lesson as its page shows it. A page keeps the widgets' saved
+    state but no kernel, so a control moved there would change nothing it drives:
+    every control in the state is disabled, and above each cell's first widget a note
+    says so and links to the lesson (`lesson_path` in the edition) on Binder and Colab.
+    A lesson without widgets comes back equal to `notebook`, which is left as it is."""
+    shown = copy.deepcopy(notebook)
+    for cell in shown.cells:
+        views = [index for index, output in enumerate(cell.get("outputs", []))
+                 if WIDGET_VIEW in output.get("data", {})]
+        if views:
+            cell.outputs.insert(views[0], _static_widgets_note(repo.binder(lesson_path),
+                                                               repo.colab(lesson_path)))
+    saved = shown.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    for model in saved.values():
+        if "disabled" in model["state"]:
+            model["state"]["disabled"] = True
+    return shown
+
+
 def execute_lesson(path, out, log=sys.stderr):
     """Run one lesson top to bottom in a fresh kernel (its own scratch folder as the
     working directory) and write it, with its outputs and its widgets' state, to
@@ -300,14 +348,19 @@ def execute_lesson(path, out, log=sys.stderr):
 
 def stage(*, course, repo, folder, asset_cache, log=sys.stderr):
     """Write the book's sources into `folder`: configuration, table of contents, the
-    first page, every lesson as it is after a run, and the static files."""
+    first page, every lesson as it is after a run (its widgets shown as static), and
+    the static files."""
     if not units(course):
         raise SiteError(f"no lessons in {course.root / LESSONS_DIR}")
     (folder / LESSONS_DIR).mkdir(parents=True, exist_ok=True)
     for unit in units(course):
-        execute_lesson(unit.lesson, folder / LESSONS_DIR / unit.lesson.name, log)
+        staged = folder / LESSONS_DIR / unit.lesson.name
+        execute_lesson(unit.lesson, staged, log)
+        executed = nbformat.read(staged, as_version=4)
+        nbformat.write(with_static_widgets(executed, repo, unit.lesson_path), staged)
     folders = install_assets(folder / "_assets", asset_cache, log)
     (folder / "_assets" / "course.js").write_text(COURSE_JS)
+    (folder / "_assets" / "course.css").write_text(COURSE_CSS)
     (folder / "_assets" / "favicon.svg").write_text(FAVICON_SVG)
     (folder / "_ext").mkdir()
     (folder / "_ext" / "course_pages.py").write_text(PAGES_EXTENSION)

@@ -4,9 +4,11 @@ headless Chromium, served over HTTP from 127.0.0.1 as a static web server would.
 A page passes if it loads with no console error, no uncaught exception, no failed
 request and no request to any other host; every figure on it is drawn (the plain
 figures and those inside the slider cells, which the widget manager renders from the
-saved widget state); the sliders stand at their defaults; every link into the site
-resolves, with its #anchor; every lesson links to the previous and the next unit and
-to its notebook on Binder and Colab in the public repository.
+saved widget state); the sliders stand at their defaults and cannot be moved (no
+kernel answers them), and a note just above each cell's widgets says so, with links
+to run that lesson on Binder and Colab; every link into the site resolves, with its
+#anchor; every lesson links to the previous and the next unit and to its notebook on
+Binder and Colab in the public repository.
 
 The build runs every lesson (about a minute on 2 quiet cores, more when they are
 busy), once for the whole module. COURSE_SITE_DIR=PATH tests an already built site
@@ -52,22 +54,43 @@ PAGE_READY = """() => {
   return document.readyState === 'complete' && drawn && images;
 }"""
 
-PAGE_FACTS = """() => ({
-  images: [...document.querySelectorAll('article img')].map(i => ({
-      src: i.getAttribute('src').slice(0, 60), width: i.naturalWidth,
-      inWidget: !!i.closest('.jupyter-widgets, .widget-output')})),
-  links: [...document.querySelectorAll('a[href]')].map(a => ({
-      href: a.getAttribute('href'), text: a.innerText.trim(),
-      rel: a.getAttribute('rel') || '', cls: a.className})),
-  ids: [...document.querySelectorAll('[id]')].map(e => e.id),
-  sliders: [...document.querySelectorAll('.widget-slider')].map(s => ({
-      label: (s.querySelector('.widget-label') || {innerText: ''}).innerText.trim(),
-      readout: (s.querySelector('.widget-readout') || {innerText: ''}).innerText.trim()
-  })),
-  widgetViews: document.querySelectorAll(
-      'script[type="application/vnd.jupyter.widget-view+json"]').length,
-  widgetsDrawn: document.querySelectorAll('.widget-subarea .jupyter-widgets').length,
-})"""
+PAGE_FACTS = """() => {
+  const NOTE = '.course-static-widgets';
+  // The note in a widget's cell output, and where it stands from the widget.
+  const note = (output, widget) => {
+    const found = output && output.querySelector(NOTE);
+    return found && {
+      text: found.innerText.trim(),
+      links: [...found.querySelectorAll('a[href]')].map(
+          a => [a.innerText.trim(), a.getAttribute('href')]),
+      visible: found.checkVisibility() && found.getBoundingClientRect().height > 0,
+      above: found.getBoundingClientRect().bottom <= widget.getBoundingClientRect().top,
+    };
+  };
+  return {
+    images: [...document.querySelectorAll('article img')].map(i => ({
+        src: i.getAttribute('src').slice(0, 60), width: i.naturalWidth,
+        inWidget: !!i.closest('.jupyter-widgets, .widget-output')})),
+    links: [...document.querySelectorAll('a[href]')].map(a => ({
+        href: a.getAttribute('href'), text: a.innerText.trim(),
+        rel: a.getAttribute('rel') || '', cls: a.className})),
+    ids: [...document.querySelectorAll('[id]')].map(e => e.id),
+    sliders: [...document.querySelectorAll('.widget-slider')].map(s => ({
+        label: (s.querySelector('.widget-label') || {innerText: ''}).innerText.trim(),
+        readout: (s.querySelector('.widget-readout') || {innerText: ''}).innerText.trim(),
+        disabled: !!s.querySelector('.noUi-target[disabled]'),
+        note: note(s.closest('.cell_output'), s),
+    })),
+    widgetViews: document.querySelectorAll(
+        'script[type="application/vnd.jupyter.widget-view+json"]').length,
+    widgetsDrawn: document.querySelectorAll('.widget-subarea .jupyter-widgets').length,
+    notes: document.querySelectorAll(NOTE).length,
+    notesByWidgetOutput: [...document.querySelectorAll('.cell_output')]
+        .filter(o => o.querySelector(
+            'script[type="application/vnd.jupyter.widget-view+json"]'))
+        .map(o => o.querySelectorAll(NOTE).length),
+  };
+}"""
 
 
 def _clean_checkout(target):
@@ -163,9 +186,38 @@ def _open(browser, base, page_path):
             shots = REPO / "artifacts" / "site"
             shots.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(shots / (Path(page_path).stem + ".png")))
+        facts["slidersTried"] = _try_to_move_sliders(page)
     finally:
         context.close()
     return facts, problems
+
+
+def _try_to_move_sliders(page):
+    """Drag each slider's handle along its track to the far end, then press the arrow
+    key that points there: [{label, before, after, dragged (pixels)}]. (A vertical
+    slider would be dragged across its narrow track, a few pixels: the test that reads
+    `dragged` would say so.)"""
+    tried = []
+    for slider in page.locator(".widget-slider").all():
+        slider.scroll_into_view_if_needed()
+        handle = slider.locator(".noUi-handle").first
+        box, track = handle.bounding_box(), slider.locator(".noUi-target").bounding_box()
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        start, end = track["x"], track["x"] + track["width"]
+        far = end if x - start < end - x else start
+        readout = slider.locator(".widget-readout")
+        before = readout.inner_text().strip()
+        page.mouse.move(x, y)
+        page.mouse.down()
+        page.mouse.move(far, y, steps=8)
+        page.mouse.up()
+        handle.focus()
+        page.keyboard.press("ArrowRight" if far > x else "ArrowLeft")
+        page.wait_for_timeout(100)
+        tried.append({"label": slider.locator(".widget-label").inner_text().strip(),
+                      "before": before, "after": readout.inner_text().strip(),
+                      "dragged": abs(far - x)})
+    return tried
 
 
 def _widget_state(html_text):
@@ -236,6 +288,44 @@ def test_sliders_stand_at_their_defaults(site, opened):
     assert readouts["gamma"] == "1.00" and readouts["beta"] == "0.00"
     assert readouts["k"] == "1.00" and readouts["c"] == "0.00"
     assert readouts["eps"] == "1e-5"
+
+
+def test_sliders_cannot_be_moved_on_the_site(opened):
+    """No kernel answers a slider on the site, so moving one would change nothing it
+    drives: each is disabled, and dragging its handle across its track or pressing an
+    arrow key on it leaves its value where the lesson set it."""
+    with_sliders = {path: facts for path, (facts, _) in opened.items() if facts["sliders"]}
+    assert with_sliders, "no page has a slider"
+    for path, facts in with_sliders.items():
+        assert len(facts["slidersTried"]) == len(facts["sliders"]), path
+        for slider, tried in zip(facts["sliders"], facts["slidersTried"]):
+            assert slider["disabled"], f"{path}: slider {slider['label']} is not disabled"
+            # A drag that never left the handle would prove nothing.
+            assert tried["dragged"] > 20, f"{path}: {tried}"
+            assert tried["after"] == tried["before"] == slider["readout"], \
+                f"{path}: slider {tried['label']} moved: {tried}"
+
+
+def test_each_widget_says_it_is_static_and_links_to_its_lesson_live(site, opened):
+    """Just above the widgets of each cell, a note says they are static on this page
+    and links to this same lesson on Binder and Colab; pages without widgets have no
+    note."""
+    lessons = {unit.page: unit for unit in units(Course.at(site[2]))}
+    for path, (facts, _) in opened.items():
+        if not facts["widgetViews"]:
+            assert facts["notes"] == 0, f"{path}: a note without widgets"
+            continue
+        assert set(facts["notesByWidgetOutput"]) == {1}, \
+            f"{path}: notes per output with widgets: {facts['notesByWidgetOutput']}"
+        assert facts["notes"] == len(facts["notesByWidgetOutput"]), path
+        unit = lessons[path]
+        for slider in facts["sliders"]:
+            note = slider["note"]
+            assert note and note["visible"] and note["above"], \
+                f"{path}: slider {slider['label']}: note {note}"
+            assert note["links"] == [["Binder", SITE_REPO.binder(unit.lesson_path)],
+                                     ["Colab", SITE_REPO.colab(unit.lesson_path)]], path
+            assert "static on this page" in note["text"], note["text"]
 
 
 def test_every_link_into_the_site_resolves(site, opened):

@@ -8,11 +8,13 @@ process (it writes a few HTML files). The course is the tiny one of
 tests/publishing/test_publish_tree.py.
 """
 
+import copy
 import io
 import json
 import os
 import sys
 import tarfile
+from html.parser import HTMLParser
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,7 +25,7 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError
 from test_publish_tree import make_course
 
 from autograder.publishing import site
-from autograder.publishing.edition import Repository
+from autograder.publishing.edition import Repository, units
 
 URL = "https://github.com/example-course/layernorm-student"
 REPO_ = Repository.parse(URL)
@@ -266,6 +268,123 @@ def test_toc_lists_every_lesson_in_order_with_a_plain_title(course):
                      {"file": "notebooks/03_gamma", "title": "03 · PyTorch's LayerNorm"}]}
 
 
+# -- the widgets on the pages ----------------------------------------------------------
+
+VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _model(name, module="@jupyter-widgets/controls", **state):
+    return {"model_module": module, "model_module_version": "2.0.0", "model_name": name,
+            "state": {"_model_name": name, **state}}
+
+
+def _view(model_id):
+    return nbformat.v4.new_output("display_data", data={
+        VIEW: {"model_id": model_id, "version_major": 2, "version_minor": 0},
+        "text/plain": f"Widget({model_id})"})
+
+
+def _executed_with_widgets():
+    """A lesson as nbclient leaves it: a cell that prints, then shows an interact
+    (slider and output) and a button; a cell with a figure; the widgets' saved state."""
+    code = nbformat.v4.new_code_cell
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Lesson 01: The alpha recipe"),
+        code("interact(...); display(button)", outputs=[
+            nbformat.v4.new_output("stream", text="before the sliders\n"),
+            _view("box"), _view("button")]),
+        code("plt.plot(x)", outputs=[nbformat.v4.new_output(
+            "display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"})]),
+        code("x = 1")])
+    notebook.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {
+        "version_major": 2, "version_minor": 0, "state": {
+            "box": _model("VBoxModel", children=["IPY_MODEL_gamma", "IPY_MODEL_out"]),
+            "gamma": _model("FloatSliderModel", value=1.0, disabled=False,
+                            layout="IPY_MODEL_layout"),
+            "button": _model("ButtonModel", description="draw", disabled=False),
+            "choice": _model("DropdownModel", index=0, disabled=False),
+            "ticked": _model("CheckboxModel", value=True, disabled=True),
+            "out": _model("OutputModel", "@jupyter-widgets/output", outputs=[]),
+            "layout": _model("LayoutModel", "@jupyter-widgets/base", width="50%")}}}
+    nbformat.validate(notebook)
+    return notebook
+
+
+class _Markup(HTMLParser):
+    """The text of an HTML fragment and its links, [(text, href)]."""
+
+    def __init__(self, markup):
+        super().__init__()
+        self.text, self.links = "", []
+        self._in_link = False
+        self.feed(markup)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self.links.append(("", dict(attrs)["href"]))
+            self._in_link = True
+
+    def handle_endtag(self, tag):
+        self._in_link = self._in_link and tag != "a"
+
+    def handle_data(self, data):
+        self.text += data
+        if self._in_link:
+            self.links[-1] = (self.links[-1][0] + data, self.links[-1][1])
+
+
+def _saved_state(notebook):
+    return notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+
+
+@pytest.mark.parametrize("lesson_path", ["notebooks/01_alpha.ipynb",
+                                         # a name that reads as an HTML entity
+                                         "notebooks/01_q&amp;a.ipynb"])
+def test_widgets_on_a_page_are_disabled_and_announced_with_links_to_run_the_lesson(
+        lesson_path):
+    """Just above a cell's first widget, a note says the controls are static on the
+    page and links to this lesson on the repository's Binder and Colab; every control
+    in the saved state (whatever model has `disabled`) is disabled, nothing else in it
+    changes; the rest of the lesson, and the notebook given, stay as they were."""
+    repo = Repository.parse(URL, branch="term2/week-3")
+    executed = _executed_with_widgets()
+    before = copy.deepcopy(executed)
+    shown = site.with_static_widgets(executed, repo, lesson_path)
+    assert executed == before
+    nbformat.validate(shown)
+    widget_cell = shown.cells[1]
+    assert [output.output_type for output in widget_cell.outputs] == [
+        "stream", "display_data", "display_data", "display_data"]
+    assert widget_cell.outputs[0] == before.cells[1].outputs[0]
+    assert widget_cell.outputs[2:] == before.cells[1].outputs[1:]
+    note = widget_cell.outputs[1]
+    markup = _Markup(note.data["text/html"])
+    assert markup.links == [("Binder", repo.binder(lesson_path)),
+                            ("Colab", repo.colab(lesson_path))]
+    assert "static on this page" in markup.text and "default values" in markup.text
+    assert repo.binder(lesson_path) in note.data["text/plain"]
+    assert repo.colab(lesson_path) in note.data["text/plain"]
+    assert shown.cells[0] == before.cells[0] and shown.cells[2:] == before.cells[2:]
+    state, saved = _saved_state(shown), _saved_state(before)
+    assert state.keys() == saved.keys()
+    for model_id, model in state.items():
+        expected = copy.deepcopy(saved[model_id])
+        if "disabled" in expected["state"]:
+            expected["state"]["disabled"] = True
+        assert model == expected, model_id
+    assert sorted(i for i, m in state.items() if m["state"].get("disabled") is True) == [
+        "button", "choice", "gamma", "ticked"]
+
+
+def test_a_lesson_without_widgets_is_shown_as_it_ran():
+    """No widget shown, no widget state: no note and nothing changed."""
+    executed = _executed_with_widgets()
+    executed.cells[1].outputs = executed.cells[1].outputs[:1]
+    del executed.metadata["widgets"]
+    assert site.with_static_widgets(executed, REPO_, "notebooks/01_alpha.ipynb") == executed
+
+
 class FakeClient:
     """Stands in for nbclient: each execute() takes the next outcome of `plan`."""
 
@@ -384,6 +503,7 @@ def test_stage_writes_the_books_sources(course, tmp_path, monkeypatch):
         (course.root / "notebooks" / "02_beta.ipynb").read_bytes()
     assert (book / "_assets" / "vendor" / "mathjax" / "tex-chtml-full.js").is_file()
     assert (book / "_assets" / "course.js").read_text() == site.COURSE_JS
+    assert (book / "_assets" / "course.css").read_text() == site.COURSE_CSS
     assert (book / "_assets" / "favicon.svg").read_text() == site.FAVICON_SVG
     assert (book / "_ext" / "course_pages.py").read_text() == site.PAGES_EXTENSION
     config_text = (book / "_config.yml").read_text()
@@ -395,6 +515,26 @@ def test_stage_writes_the_books_sources(course, tmp_path, monkeypatch):
     assert toc_text.startswith("format: jb-book")
     assert yaml.safe_load(toc_text) == site._toc(course)
     assert (book / "index.md").read_text() == site._index_page(course, REPO_)
+
+
+def test_stage_shows_each_lessons_widgets_as_static_with_links_to_that_lesson(
+        course, tmp_path, monkeypatch, no_npm):
+    """Each lesson, once run, goes into the book with its controls disabled and its
+    note linking to that lesson, not another, on Binder and Colab."""
+    def execute(path, out, log):
+        nbformat.write(_executed_with_widgets(), out)
+
+    monkeypatch.setattr(site, "execute_lesson", execute)
+    book = tmp_path / "book"
+    site.stage(course=course, repo=REPO_, folder=book, asset_cache=npm_cache(tmp_path / "npm"),
+               log=io.StringIO())
+    for unit in units(course):
+        staged = nbformat.read(book / "notebooks" / unit.lesson.name, as_version=4)
+        note = staged.cells[1].outputs[1]
+        assert _Markup(note.data["text/html"]).links == [
+            ("Binder", f"{BINDER}?urlpath=lab/tree/notebooks/{unit.lesson.name}"),
+            ("Colab", f"{COLAB}notebooks/{unit.lesson.name}")]
+        assert _saved_state(staged)["gamma"]["state"]["disabled"] is True
 
 
 def test_stage_refuses_a_course_without_lessons(tmp_path):
