@@ -20,7 +20,8 @@ source notebook before each release, so the rules a student validates against
 are the grader's.
 """
 
-import pprint
+import json
+import textwrap
 
 import nbformat
 
@@ -99,11 +100,15 @@ def _noting_torch(executed):
                 executed.add("autograd")
             return func(*args, **(kwargs or {}))
 
+    def note_called(module, args):
+        executed.update(_torch_classes(type(module)))
+
+    def note_held(module, name, submodule):
+        executed.update(_torch_classes(type(submodule)))
+
     modules = torch.nn.modules.module
-    hooks = [modules.register_module_forward_pre_hook(
-                 lambda module, args: executed.update(_torch_classes(type(module)))),
-             modules.register_module_module_registration_hook(
-                 lambda module, name, sub: executed.update(_torch_classes(type(sub))))]
+    hooks = [modules.register_module_forward_pre_hook(note_called),
+             modules.register_module_module_registration_hook(note_held)]
     try:
         with NoteFunctions(), NoteOps():
             yield
@@ -166,8 +171,39 @@ def rules_source(assignment, *, policies_dir=forbidden.POLICIES_DIR):
     rules = {gid: {key: cell[key] for key in ("rule", "forbidden", "library_functions")
                    if key in cell}
              for gid, cell in cells.items()}
-    return (_HEADER + "RULES = " + pprint.pformat(rules, width=79, sort_dicts=False)
-            + "\n" + _FUNCTIONS).rstrip("\n")
+    return (_HEADER + "RULES = " + _as_python(rules) + "\n" + _FUNCTIONS).rstrip("\n")
+
+
+def _wrapped_items(items, indent):
+    """Python literals, comma-separated, wrapped to the notebook's 79 columns."""
+    return textwrap.wrap(", ".join(items) + ",", width=79 - indent, break_on_hyphens=False,
+                         break_long_words=False)
+
+
+def _as_python(rules):
+    """RULES as Python source within 79 columns (the course's notebooks stay in 80)."""
+    lines = ["{"]
+    for gid, cell in rules.items():
+        lines.append(f"    {json.dumps(gid)}: {{")
+        lines.append('        "rule": (')
+        pieces = textwrap.wrap(cell["rule"], width=64, drop_whitespace=False,
+                               break_on_hyphens=False, break_long_words=False)
+        lines += [f"            {json.dumps(piece, ensure_ascii=False)}" for piece in pieces]
+        lines[-1] += "),"
+        lines.append('        "forbidden": [')
+        lines += ["            " + line for line in _wrapped_items(
+            [json.dumps(p) for p in cell["forbidden"]], 12)]
+        lines.append("        ],")
+        if "library_functions" in cell:
+            lines.append('        "library_functions": {')
+            for where, names in cell["library_functions"].items():
+                lines.append(f"            {json.dumps(where)}: [")
+                lines += ["                " + line for line in _wrapped_items(
+                    [json.dumps(name) for name in names], 16)]
+                lines.append("            ],")
+            lines.append("        },")
+        lines.append("    },")
+    return "\n".join(lines + ["}"])
 
 
 def refresh(notebook_path, assignment, *, policies_dir=forbidden.POLICIES_DIR):
