@@ -9,6 +9,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 EXAMPLES_DIR = PACKAGE_DIR / "examples"
 POLICIES_DIR = PACKAGE_DIR / "policies"
 REPO_ROOT = PACKAGE_DIR.parent
+# A lesson is notebooks/NN_slug_lesson.ipynb: never the name of its assignment's notebook.
+LESSON_SUFFIX = "_lesson"
 
 
 def path_with_tools():

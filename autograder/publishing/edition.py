@@ -5,8 +5,11 @@ repository's address.
 The edition is a separate, public repository that holds the lessons, the released
 assignments and the student environment, and nothing of the grading side. Its layout:
 
-    notebooks/NN_slug.ipynb                 the lessons
+    notebooks/NN_slug_lesson.ipynb          the lessons
     assignments/NN_slug/NN_slug.ipynb       the released assignments
+
+A lesson's file name ends in "_lesson", so that a unit's lesson and assignment never
+share a name (two JupyterLab tabs, or the lesson handed in for the assignment).
     docs/                                   the site (static HTML, for GitHub Pages)
 """
 
@@ -15,6 +18,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
+
+from autograder.course import LESSON_SUFFIX
 
 LESSONS_DIR = "notebooks"
 ASSIGNMENTS_DIR = "assignments"
@@ -35,7 +40,7 @@ class Unit:
 
     slug: str  # "01_the_recipe"
     title: str  # "The layer-norm recipe"
-    lesson: Path  # notebooks/01_the_recipe.ipynb in the course
+    lesson: Path  # notebooks/01_the_recipe_lesson.ipynb in the course
     assignment: Path | None  # release/01_the_recipe/01_the_recipe.ipynb in the course
 
     @property
@@ -75,12 +80,12 @@ def notebook_title(path):
 
 
 def units(course):
-    """The course's units, in order: every lesson in notebooks/, paired with the
-    released assignment of the same name."""
+    """The course's units, in order: every lesson in notebooks/ (NN_slug_lesson.ipynb),
+    paired with the released assignment NN_slug/NN_slug.ipynb."""
     found = []
     for lesson in sorted((course.root / LESSONS_DIR).glob("*.ipynb")):
-        slug = lesson.stem
-        released = course.release / slug / lesson.name
+        slug = lesson.stem.removesuffix(LESSON_SUFFIX)
+        released = course.release / slug / f"{slug}.ipynb"
         found.append(Unit(slug=slug, title=notebook_title(lesson), lesson=lesson,
                           assignment=released if released.is_file() else None))
     return found

@@ -168,8 +168,9 @@ questions) and an **assignment** that is graded when you hand it in.
   Binder builds the environment. Sessions are temporary: download your work before
   you close the tab.
 - **Colab** (a Google account): press a Colab link in the table. Run the notebook's
-  first cell before the others: it prepares Colab (its widget manager, and for
-  unit 07 Triton if the runtime lacks it) and does nothing anywhere else. Unit 07
+  first code cell (under the title) before the others: it prepares Colab (its widget
+  manager, and for unit 07 Triton if the runtime lacks it) and does nothing anywhere
+  else. Unit 07
   compiles its kernels on a GPU: choose *Runtime > Change runtime type > GPU*;
   on a CPU runtime it runs them in Triton's interpreter instead.
 - **Your own machine** (Python 3.11; Linux on x86-64 or ARM, macOS 14 or later on

@@ -32,6 +32,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 
 import nbformat
@@ -53,6 +54,10 @@ NPM_ASSETS = {
 }
 SITE_INFO = "site.json"  # in the built site: what it was built from
 DEFAULT_OUT = Path("build") / "site"
+DEFAULT_RUNS = Path("build") / "lesson-runs"  # each lesson's last run, reused while unchanged
+# A lesson's outputs depend on these besides its own text.
+LESSON_PACKAGES = ("numpy", "torch", "triton", "matplotlib", "ipywidgets", "ipykernel",
+                   "nbclient", "nbformat")
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 # Seconds per cell. A whole lesson runs in 5 to 30 s here; a kernel that stops
@@ -233,8 +238,8 @@ them; they move only in a running notebook.
 ## How to work
 
 1. Read a lesson here, or run it: on Binder everything is installed; on Colab, run
-   the first cell before the others (it prepares Colab and does nothing anywhere
-   else). Unit 07 compiles its kernels on a GPU: on Colab choose
+   the first code cell (under the title) before the others (it prepares Colab and
+   does nothing anywhere else). Unit 07 compiles its kernels on a GPU: on Colab choose
    *Runtime > Change runtime type > GPU*; without a GPU it runs them in Triton's
    interpreter on the CPU.
 2. Open the unit's assignment. Replace each `raise NotImplementedError()` with your
@@ -279,7 +284,7 @@ def _book_config(repo, static_folders):
 
 def _toc(course):
     return {"format": "jb-book", "root": "index",
-            "chapters": [{"file": f"{LESSONS_DIR}/{unit.slug}",
+            "chapters": [{"file": f"{LESSONS_DIR}/{unit.lesson.stem}",
                           "title": f"{unit.number} · {unit.title.replace('`', '')}"}
                          for unit in units(course)]}
 
@@ -346,16 +351,51 @@ def execute_lesson(path, out, log=sys.stderr):
     raise SiteError(f"{path.name}: the kernel stopped answering {RUNS} times")
 
 
-def stage(*, course, repo, folder, asset_cache, log=sys.stderr):
+def _run_key(lesson):
+    """What a lesson's run depends on: its bytes, the interpreter and the versions of
+    the packages that draw its outputs."""
+    digest = hashlib.sha256(lesson.read_bytes())
+    digest.update(sys.version.encode())
+    for package in LESSON_PACKAGES:
+        try:
+            version = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            version = "absent"
+        digest.update(f"{package}={version};".encode())
+    return digest.hexdigest()[:24]
+
+
+def run_lesson(unit, out, *, runs, log=sys.stderr):
+    """Write the lesson as it is after a run to `out`: the last run kept in `runs`
+    when neither the lesson nor the packages changed since (a lesson takes up to a
+    minute), else a new run, which replaces the kept one. runs=None: always run."""
+    if runs is None:
+        execute_lesson(unit.lesson, out, log)
+        return
+    kept = runs / f"{unit.slug}-{_run_key(unit.lesson)}.ipynb"
+    if kept.is_file():
+        shutil.copyfile(kept, out)
+        print(f"{unit.lesson.name}: unchanged since its last run, which is reused", file=log)
+        return
+    execute_lesson(unit.lesson, out, log)
+    runs.mkdir(parents=True, exist_ok=True)
+    for older in runs.glob(f"{unit.slug}-*.ipynb"):
+        older.unlink()
+    partial = kept.with_suffix(".partial")
+    shutil.copyfile(out, partial)
+    partial.replace(kept)
+
+
+def stage(*, course, repo, folder, asset_cache, runs=None, log=sys.stderr):
     """Write the book's sources into `folder`: configuration, table of contents, the
-    first page, every lesson as it is after a run (its widgets shown as static), and
-    the static files."""
+    first page, every lesson as it is after a run (its widgets shown as static; an
+    unchanged lesson's last run is taken from `runs`), and the static files."""
     if not units(course):
         raise SiteError(f"no lessons in {course.root / LESSONS_DIR}")
     (folder / LESSONS_DIR).mkdir(parents=True, exist_ok=True)
     for unit in units(course):
         staged = folder / LESSONS_DIR / unit.lesson.name
-        execute_lesson(unit.lesson, staged, log)
+        run_lesson(unit, staged, runs=runs, log=log)
         executed = nbformat.read(staged, as_version=4)
         nbformat.write(with_static_widgets(executed, repo, unit.lesson_path), staged)
     folders = install_assets(folder / "_assets", asset_cache, log)
@@ -370,15 +410,18 @@ def stage(*, course, repo, folder, asset_cache, log=sys.stderr):
     (folder / "index.md").write_text(_index_page(course, repo))
 
 
-def build_site(*, course, repo, out, asset_cache=None, log=sys.stderr):
-    """Execute every lesson and write the site to `out` (replaced); returns seconds."""
+def build_site(*, course, repo, out, asset_cache=None, runs=DEFAULT_RUNS, log=sys.stderr):
+    """Run every lesson (reusing the runs kept under course.root / `runs` of lessons
+    that did not change; runs=None runs them all) and write the site to `out`
+    (replaced); returns seconds."""
     started = time.monotonic()
     out = Path(out).resolve()
     asset_cache = Path(asset_cache or course.root / "build" / "npm")
     with tempfile.TemporaryDirectory(prefix="site-") as scratch:
         book = Path(scratch) / "book"
-        print("building the site: every lesson runs (a few minutes)", file=log)
-        stage(course=course, repo=repo, folder=book, asset_cache=asset_cache, log=log)
+        print("building the site: every changed lesson runs (up to a minute each)", file=log)
+        stage(course=course, repo=repo, folder=book, asset_cache=asset_cache,
+              runs=None if runs is None else course.root / runs, log=log)
         env = {**os.environ, "PATH": path_with_tools(),
                "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
         command = [sys.executable, "-c", "from jupyter_book.cli.main import main; main()",
@@ -438,11 +481,15 @@ def main(argv=None):
                              "GitHub Pages address)")
     parser.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_OUT})")
     parser.add_argument("--course", default=None, help="course directory (default: here)")
+    parser.add_argument("--rerun", action="store_true",
+                        help=f"run every lesson again, even those unchanged since the run "
+                             f"kept in {DEFAULT_RUNS}/")
     args = parser.parse_args(argv)
     course = Course.at(args.course)
     try:
         repo = Repository.parse(args.repo_url, branch=args.branch, site_url=args.site_url)
-        build_site(course=course, repo=repo, out=args.out or course.root / DEFAULT_OUT)
+        build_site(course=course, repo=repo, out=args.out or course.root / DEFAULT_OUT,
+                   runs=None if args.rerun else DEFAULT_RUNS)
     except (SiteError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from autograder.course import LESSON_SUFFIX
 from autograder.term import deadlines as deadlines_module
 from autograder.term.roster import load_roster
 
@@ -532,11 +533,21 @@ class _Renamed(str):
     """A note that a notebook was saved under the assignment's name (shown as "renamed")."""
 
 
+def _lesson_notes(names, notes):
+    """A note for each notebook named as a lesson is (NN_slug_lesson.ipynb): a student
+    who hands in the unit's lesson instead of its assignment gets no points for it."""
+    for name in names:
+        if name and Path(_plain_name(name)).stem.endswith(LESSON_SUFFIX):
+            notes.append(f"{_shown(name)} is named as a lesson, not as the assignment: "
+                         "was the lesson handed in by mistake?")
+
+
 def _notebook_targets(handin, expected, notes):
     """[(candidate, path parts inside the hand-in's folder)] for its notebooks."""
     if not handin.folder_layout:
         candidate = handin.notebooks[0]
         original = candidate.ident.original if candidate.ident else None
+        _lesson_notes([original], notes)
         if len(expected) == 1:
             target = expected[0]
         elif original and _plain_name(original) in expected:
@@ -548,6 +559,7 @@ def _notebook_targets(handin, expected, notes):
             notes.append(_Renamed(f"{_shown(original)} saved as {target}"))
         return [(candidate, (target,))]
     names = [candidate.rel[0] for candidate in handin.notebooks]
+    _lesson_notes(names, notes)
     if len(expected) == 1 and len(names) == 1 and names[0] != expected[0]:
         notes.append(_Renamed(f"{_shown(names[0])} saved as {expected[0]}"))
         return [(handin.notebooks[0], (expected[0],))]

@@ -10,6 +10,7 @@ every way of starting a process replaced by a recorder: nothing is ever installe
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -105,6 +106,18 @@ def _pip_installs(call, python):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_notebook_opens_on_its_title_then_the_colab_cell(path):
+    """The README's "run the first code cell" holds everywhere: the title cell, in one
+    style ("# Lesson 01: ..." or "# Assignment 01: ..."), then the Colab cell."""
+    cells = nbformat.read(path, as_version=4).cells
+    kind = "Lesson" if path.parent.name == "notebooks" else "Assignment"
+    number = path.name[:2]
+    assert cells[0].cell_type == "markdown"
+    assert re.match(rf"# {kind} {number}: \S", cells[0].source), cells[0].source[:80]
+    assert cells[1].cell_type == "code" and "google.colab" in cells[1].source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(REPO)))
 def test_first_cell_does_nothing_outside_colab(path):
     outcome = _run_first_cell(path, colab=False)
     assert outcome["calls"] == [] and outcome["widget_manager"] == 0
@@ -140,7 +153,7 @@ def test_first_cell_on_colab_without_triton_installs_triton_alone(path):
         f"{requirements[0]} on Colab must allow the course's pin"
 
 
-KERNEL_LESSON = REPO / "notebooks" / "07_fused_kernel.ipynb"
+KERNEL_LESSON = REPO / "notebooks" / "07_fused_kernel_lesson.ipynb"
 
 
 @pytest.mark.parametrize("cuda", [True, False], ids=["gpu-runtime", "cpu-runtime"])

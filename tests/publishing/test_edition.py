@@ -24,12 +24,12 @@ def _notebook(path, *cells):
 def test_unit_paths_in_the_edition():
     """A unit's number, its lesson's and assignment's paths in the edition, its page."""
     unit = Unit(slug="01_the_recipe", title="The recipe",
-                lesson=Path("/course/notebooks/01_the_recipe.ipynb"),
+                lesson=Path("/course/notebooks/01_the_recipe_lesson.ipynb"),
                 assignment=Path("/course/release/01_the_recipe/01_the_recipe.ipynb"))
     assert unit.number == "01"
-    assert unit.lesson_path == "notebooks/01_the_recipe.ipynb"
+    assert unit.lesson_path == "notebooks/01_the_recipe_lesson.ipynb"
     assert unit.assignment_path == "assignments/01_the_recipe/01_the_recipe.ipynb"
-    assert unit.page == "notebooks/01_the_recipe.html"
+    assert unit.page == "notebooks/01_the_recipe_lesson.html"
     alone = Unit(slug="08_extra_bits", title="x", lesson=Path("08_extra_bits.ipynb"),
                  assignment=None)
     assert alone.assignment_path is None and alone.number == "08"
@@ -63,16 +63,18 @@ def test_notebook_title_without_a_heading_comes_from_the_file_name(tmp_path):
 
 def test_units_pair_each_lesson_with_its_released_assignment(tmp_path):
     """Every lesson of notebooks/, in order, with the released assignment of its name
-    if there is one."""
+    (less the lesson's "_lesson") if there is one."""
     course = Course(tmp_path)
     _notebook(tmp_path / "notebooks" / "02_rows.ipynb", ("markdown", "# 02 Rows"))
-    _notebook(tmp_path / "notebooks" / "01_recipe.ipynb", ("markdown", "# Lesson 01: Recipe"))
+    _notebook(tmp_path / "notebooks" / "01_recipe_lesson.ipynb",
+              ("markdown", "# Lesson 01: Recipe"))
     (tmp_path / "notebooks" / "notes.txt").write_text("not a lesson")
     _notebook(course.release / "01_recipe" / "01_recipe.ipynb")
     (course.release / "02_rows").mkdir(parents=True)
     found = units(course)
     assert found == [
-        Unit(slug="01_recipe", title="Recipe", lesson=tmp_path / "notebooks" / "01_recipe.ipynb",
+        Unit(slug="01_recipe", title="Recipe",
+             lesson=tmp_path / "notebooks" / "01_recipe_lesson.ipynb",
              assignment=course.release / "01_recipe" / "01_recipe.ipynb"),
         Unit(slug="02_rows", title="Rows", lesson=tmp_path / "notebooks" / "02_rows.ipynb",
              assignment=None),

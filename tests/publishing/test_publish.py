@@ -213,8 +213,8 @@ def _pins(lines):
 # -- refusing -----------------------------------------------------------------------------
 
 LEAKS = {
-    "hidden-test line in a lesson": ("notebooks/01_the_recipe.ipynb", "hidden"),
-    "hidden-test marker in a lesson": ("notebooks/02_rows_versus_columns.ipynb",
+    "hidden-test line in a lesson": ("notebooks/01_the_recipe_lesson.ipynb", "hidden"),
+    "hidden-test marker in a lesson": ("notebooks/02_rows_versus_columns_lesson.ipynb",
                                        "### BEGIN HIDDEN TESTS"),
     "solution line in an assignment": ("release/01_the_recipe/01_the_recipe.ipynb",
                                        "solution"),
@@ -328,16 +328,16 @@ def test_a_second_run_updates_the_edition_in_place(tmp_path):
     (dest / "LICENSE").write_text("a licence\n")
     (dest / ".ipynb_checkpoints").mkdir()
 
-    lesson = course / "notebooks" / "02_rows_versus_columns.ipynb"
+    lesson = course / "notebooks" / "02_rows_versus_columns_lesson.ipynb"
     notebook = nbformat.read(lesson, as_version=4)
     notebook.cells.append(nbformat.v4.new_markdown_cell("One more note for the students."))
     nbformat.write(notebook, lesson)
-    (course / "notebooks" / "07_fused_kernel.ipynb").unlink()
+    (course / "notebooks" / "07_fused_kernel_lesson.ipynb").unlink()
 
     done = _publish(dest, "--no-site", course=course)
     assert done.returncode == 0, done.stderr
     assert (dest / "notebooks" / lesson.name).read_bytes() == lesson.read_bytes()
-    assert not (dest / "notebooks" / "07_fused_kernel.ipynb").exists()
+    assert not (dest / "notebooks" / "07_fused_kernel_lesson.ipynb").exists()
     assert not (dest / ASSIGNMENTS_DIR / "07_fused_kernel").exists()
     assert "07" not in re.findall(r"^\| (\d\d) ", (dest / "README.md").read_text(), re.M)
     assert (dest / "LICENSE").read_text() == "a licence\n"

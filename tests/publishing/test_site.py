@@ -34,7 +34,7 @@ import labbrowser
 from autograder.course import Course
 from autograder.publishing.edition import Repository, units
 from autograder.publishing.publish import find_edition_leaks
-from conftest import LESSONS, REPO
+from conftest import REPO
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
@@ -243,8 +243,8 @@ def opened(site, server, browser):
 
 def test_the_site_has_a_page_per_lesson_and_the_build_time_is_known(site):
     folder, seconds, _ = site
-    for lesson in LESSONS:
-        assert (folder / "notebooks" / f"{lesson.stem}.html").is_file()
+    for unit in units(Course.at(REPO)):
+        assert (folder / unit.page).is_file()
     assert (folder / "index.html").is_file() and (folder / ".nojekyll").is_file()
     info = json.loads((folder / "site.json").read_text())
     assert info["repo_url"] == SITE_REPO.url
@@ -259,8 +259,8 @@ def test_every_page_loads_cleanly_and_from_the_site_alone(opened):
 
 def test_every_figure_is_drawn(site, opened):
     folder = site[0]
-    for lesson in LESSONS:
-        path = f"notebooks/{lesson.stem}.html"
+    for unit in units(Course.at(REPO)):
+        path = unit.page
         facts, _ = opened[path]
         broken = [image for image in facts["images"] if image["width"] == 0]
         assert not broken, f"{path}: images not drawn: {broken}"
@@ -275,14 +275,14 @@ def test_every_figure_is_drawn(site, opened):
 
 def test_sliders_stand_at_their_defaults(site, opened):
     folder = site[0]
-    for lesson in LESSONS:
-        path = f"notebooks/{lesson.stem}.html"
+    for unit in units(Course.at(REPO)):
+        path = unit.page
         state = _widget_state((folder / path).read_text())
         models = [m for m in state.values() if m["model_name"] in SLIDER_MODELS]
         facts, _ = opened[path]
         assert len(facts["sliders"]) == len(models), \
             f"{path}: {len(facts['sliders'])} sliders drawn, {len(models)} in the state"
-    facts, _ = opened["notebooks/01_the_recipe.html"]
+    facts, _ = opened["notebooks/01_the_recipe_lesson.html"]
     readouts = {s["label"]: s["readout"] for s in facts["sliders"]}
     # The defaults that lesson 01's code gives its sliders.
     assert readouts["gamma"] == "1.00" and readouts["beta"] == "0.00"
@@ -364,26 +364,26 @@ def test_each_lesson_links_to_its_neighbours_and_to_binder_and_colab(opened):
     course = Course.at(REPO)
     all_units = units(course)
     for index, unit in enumerate(all_units):
-        path = f"notebooks/{unit.slug}.html"
+        path = unit.page
         facts, _ = opened[path]
         hrefs = [link["href"] for link in facts["links"]]
         assert SITE_REPO.binder(unit.lesson_path) in hrefs, f"{path}: no Binder link"
         assert SITE_REPO.colab(unit.lesson_path) in hrefs, f"{path}: no Colab link"
         for other in all_units:  # the table of contents
-            assert any(h.split("#")[0].endswith(f"{other.slug}.html") for h in hrefs) \
+            assert any(h.split("#")[0].endswith(Path(other.page).name) for h in hrefs) \
                 or other is unit, f"{path}: no link to {other.slug}"
         neighbours = {link["href"].split("#")[0] for link in facts["links"]
                       if {"left-prev", "right-next"} & set(link["cls"].split())}
         if index > 0:
-            assert any(h.endswith(f"{all_units[index - 1].slug}.html") for h in neighbours), \
+            assert any(h.endswith(Path(all_units[index - 1].page).name) for h in neighbours), \
                 f"{path}: no link to the previous unit"
         if index + 1 < len(all_units):
-            assert any(h.endswith(f"{all_units[index + 1].slug}.html") for h in neighbours), \
+            assert any(h.endswith(Path(all_units[index + 1].page).name) for h in neighbours), \
                 f"{path}: no link to the next unit"
     index_facts, _ = opened["index.html"]
     hrefs = [link["href"] for link in index_facts["links"]]
     for unit in all_units:
-        assert any(h.endswith(f"notebooks/{unit.slug}.html") for h in hrefs)
+        assert any(h.endswith(unit.page) for h in hrefs)
         if unit.assignment_path:
             assert SITE_REPO.colab(unit.assignment_path) in hrefs
             assert SITE_REPO.binder(unit.assignment_path) in hrefs
@@ -413,7 +413,7 @@ def test_the_site_is_published_with_the_edition(site, tmp_path):
     assert (dest / "docs" / "index.html").read_bytes() == (folder / "index.html").read_bytes()
     assert (dest / "docs" / ".nojekyll").is_file()
     readme = (dest / "README.md").read_text()
-    assert SITE_REPO.site("notebooks/01_the_recipe.html") in readme
+    assert SITE_REPO.site("notebooks/01_the_recipe_lesson.html") in readme
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     files = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
     (REPO / "artifacts" / "site").mkdir(parents=True, exist_ok=True)

@@ -517,6 +517,39 @@ def test_stage_writes_the_books_sources(course, tmp_path, monkeypatch):
     assert (book / "index.md").read_text() == site._index_page(course, REPO_)
 
 
+def test_an_unchanged_lesson_reuses_its_last_run_and_a_changed_one_runs_again(
+        course, tmp_path, monkeypatch):
+    """A second build runs no lesson that is unchanged, with the same packages, since a
+    kept run, and writes that run; an edited lesson, or a newer numpy, runs again and
+    its older kept run goes; runs=None runs every lesson."""
+    calls = []
+    monkeypatch.setattr(site, "execute_lesson", _fake_execute(calls))
+    runs = tmp_path / "runs"
+    alpha = units(course)[0]
+
+    def build(**kwargs):
+        log = io.StringIO()
+        out = tmp_path / "out.ipynb"
+        site.run_lesson(alpha, out, log=log, **kwargs)
+        return log.getvalue(), out.read_bytes()
+
+    first_log, first = build(runs=runs)
+    assert first_log == "01_alpha.ipynb: ran\n" and len(calls) == 1
+    second_log, second = build(runs=runs)
+    assert second == first and len(calls) == 1
+    assert second_log == "01_alpha.ipynb: unchanged since its last run, which is reused\n"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 2")]),
+                   alpha.lesson)
+    edited_log, edited = build(runs=runs)
+    assert edited_log == "01_alpha.ipynb: ran\n" and edited == alpha.lesson.read_bytes()
+    assert len(list(runs.iterdir())) == 1, "the run of the old text is not kept"
+    real_version = site.metadata.version
+    monkeypatch.setattr(site.metadata, "version", lambda package: "9.9" if package == "numpy"
+                        else real_version(package))
+    assert build(runs=runs)[0] == "01_alpha.ipynb: ran\n"
+    assert build(runs=None)[0] == "01_alpha.ipynb: ran\n" and len(calls) == 4
+
+
 def test_stage_shows_each_lessons_widgets_as_static_with_links_to_that_lesson(
         course, tmp_path, monkeypatch, no_npm):
     """Each lesson, once run, goes into the book with its controls disabled and its
@@ -619,7 +652,8 @@ def test_build_site_runs_jupyter_book_and_keeps_only_what_browsers_read(
                                                  "layernorm-student/",
                                      "lessons": site.lessons_digest(course)}
     assert info_text.startswith('{\n "repo_url"') and info_text.endswith("}\n")
-    assert log.getvalue() == ("building the site: every lesson runs (a few minutes)\n"
+    assert log.getvalue() == ("building the site: every changed lesson runs (up to a minute "
+                              "each)\n"
                               "01_alpha.ipynb: ran\n02_beta.ipynb: ran\n03_gamma.ipynb: ran\n"
                               f"site written to {out.resolve()} in 12 s\n")
     assert site.check_site(course=course, repo=REPO_, site=out) == []
@@ -697,17 +731,20 @@ def test_check_site_names_every_mismatch(course, tmp_path):
 
 def test_main_passes_its_options_to_build_site(course, tmp_path, monkeypatch, capsys):
     """`python -m autograder.publishing.site`: the repository, branch, address and output folder
-    reach build_site (default out: build/site in the course); a bad address exits 1."""
+    reach build_site (default out: build/site in the course; kept runs reused unless
+    --rerun); a bad address exits 1."""
     calls = []
     monkeypatch.setattr(site, "build_site", lambda **kwargs: calls.append(kwargs))
     assert site.main(["--repo-url", URL, "--course", str(course.root)]) == 0
     assert calls == [{"course": course, "repo": REPO_,
-                      "out": course.root / "build" / "site"}]
+                      "out": course.root / "build" / "site", "runs": site.DEFAULT_RUNS}]
     calls.clear()
     assert site.main(["--repo-url", URL, "--course", str(course.root), "--branch", "term2",
-                      "--site-url", "https://course.example.org/", "--out", "elsewhere"]) == 0
-    assert calls == [{"course": course, "out": "elsewhere", "repo": Repository.parse(
-        URL, branch="term2", site_url="https://course.example.org/")}]
+                      "--site-url", "https://course.example.org/", "--out", "elsewhere",
+                      "--rerun"]) == 0
+    assert calls == [{"course": course, "out": "elsewhere", "runs": None,
+                      "repo": Repository.parse(URL, branch="term2",
+                                               site_url="https://course.example.org/")}]
     assert site.main(["--repo-url", "https://gitlab.com/a/b", "--course",
                       str(course.root)]) == 1
     assert capsys.readouterr().err.startswith("error: --repo-url must be")

@@ -914,6 +914,23 @@ def test_a_renamed_lms_notebook_is_noted(course2, course, tmp_path):
     assert _sidecar(course, "ben_3")["notes"] == [f"Copy.ipynb saved as {NB}"]
 
 
+def test_a_lesson_handed_in_for_the_assignment_is_noted(course, tmp_path):
+    """A unit's lesson is NN_slug_lesson.ipynb: handed in by mistake, on an LMS or in a
+    student's folder, it is collected (and will score what it answers) with a note
+    that says what it looks like."""
+    report = _run(course, _zip(tmp_path / "a.zip", {
+        f"ada_1_2_{A}_lesson.ipynb": b"{}", f"ben_3_4_{A}_lesson-1.ipynb": b"{}",
+        f"cy_5_6_{A}.ipynb": b"{}"}))
+    assert _sidecar(course, "ada_1")["notes"] == [
+        f"{A}_lesson.ipynb is named as a lesson, not as the assignment: was the lesson "
+        f"handed in by mistake?", f"{A}_lesson.ipynb saved as {NB}"]
+    assert _sidecar(course, "ben_3")["notes"][0].startswith(f"{A}_lesson-1.ipynb is named as")
+    assert _sidecar(course, "cy_5")["notes"] == []
+    report = _run(course, _folder(tmp_path, {f"dee/{A}_lesson.ipynb": tiny_notebook("d")}))
+    assert report.collected == ["dee"]
+    assert _sidecar(course, "dee")["notes"][0].startswith(f"{A}_lesson.ipynb is named as")
+
+
 def test_extras_of_a_hand_in_over_the_file_count_are_listed(course, tmp_path, monkeypatch):
     monkeypatch.setattr(collect_module, "MAX_FILES_PER_HANDIN", 3)
     inbox = _folder(tmp_path, {f"ada/{A}/{NB}": tiny_notebook("ada"),
