@@ -115,7 +115,7 @@ def cmd_grade(args):
     try:
         _grade_and_report(course=Course.at(args.course), assignment=args.assignment,
                           args=args)
-    except (ValueError, WorkerMismatch) as problem:
+    except (ValueError, WorkerMismatch, FileNotFoundError) as problem:
         print(f"grade: {problem}", file=sys.stderr)
         return 2
     return 0

@@ -166,6 +166,15 @@ def test_a_grading_error_exits_2_with_its_message(tmp_path, grading, capsys, err
     assert capsys.readouterr().err == f"grade: {error}\n"
 
 
+def test_grading_an_assignment_without_a_source_notebook_says_so(tmp_path, capsys):
+    """An assignment whose source/ folder holds no notebook (a typo, a half-copied
+    course) is one line and exit status 2, not a traceback."""
+    (tmp_path / "source" / "01_x").mkdir(parents=True)
+    (tmp_path / "submitted" / "ada" / "01_x").mkdir(parents=True)
+    assert cli.main(["grade", "01_x", "--course", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "grade: source/01_x holds no notebook\n"
+
+
 # -- sample classes --------------------------------------------------------------------
 
 def test_expected_totals_and_example_assignments(examples):
