@@ -19,6 +19,8 @@
                                them into nbgrader's exchange
   bench [--handins N]          time stock nbgrader against this pipeline on unit 01
                                (--one-student: grade --student X on a class of 300)
+  similarity ASSIGNMENT        rank similar answers per exercise (this term, earlier
+                               terms, known solutions) for a person to look at
   publish DIR --repo-url URL   write the student edition (lessons, released assignments,
                                student environment, README, site) into DIR
 
@@ -40,6 +42,7 @@ from autograder.grading.runner import RunSettings
 from autograder.grading.sandbox import Limits
 from autograder.results import report
 from autograder.results.gradescope import register as register_gradescope
+from autograder.results.similarity import register as register_similarity
 from autograder.term.cli_class import register as register_class_commands
 from autograder.term.collect import collect
 
@@ -344,6 +347,7 @@ def build_parser():
                       help="a site built for this edition by `make site` (default: build one)")
     site.add_argument("--no-site", action="store_true", help="an edition without the site")
     register_gradescope(add)
+    register_similarity(add)
     register_class_commands(sub, add)
     return parser
 
