@@ -144,6 +144,9 @@ INTERNAL_ATTRIBUTES = {"__globals__", "__closure__", "cell_contents", "__code__"
 # Autograd's graph: calling its nodes by hand runs torch's own derivative formulas
 # without the autograd engine, so a rule against autograd cannot see it.
 AUTOGRAD_GRAPH_ATTRIBUTES = {"grad_fn", "next_functions", "saved_tensors"}
+# ...but ctx.saved_tensors in a torch.autograd.Function of the student's own is what it
+# saved itself: `saved_tensors` on the first parameter of one of these methods is fine.
+FUNCTION_CONTEXT_METHODS = {"forward", "backward", "setup_context", "jvp", "vjp"}
 
 # The course's vocabulary: what an answer needs (arrays, torch, Triton, plots and
 # the standard library's maths, containers and clocks). An import from outside
@@ -314,6 +317,7 @@ class _Scanner(ast.NodeVisitor):
         self.depth = depth
         self.check_names = check_names
         self.own = []  # the first parameter of each enclosing function (self, cls)
+        self.functions = []  # the name of each enclosing function
         self.callees = set()  # ids of Name nodes that are called directly
 
     def flag(self, what):
@@ -341,14 +345,18 @@ class _Scanner(ast.NodeVisitor):
             self.flag(f"defines {node.name}, the name of one of the grader's checks")
         params = node.args.posonlyargs + node.args.args
         self.own.append(params[0].arg if params else None)
+        self.functions.append(node.name)
         self.generic_visit(node)
+        self.functions.pop()
         self.own.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Lambda(self, node):
         self.own.append(None)
+        self.functions.append(None)
         self.generic_visit(node)
+        self.functions.pop()
         self.own.pop()
 
     def visit_ClassDef(self, node):
@@ -469,7 +477,9 @@ class _Scanner(ast.NodeVisitor):
         """Flag reading (or with `store`, setting) attribute `name` of `base`."""
         if name in INTERNAL_ATTRIBUTES:
             self.flag(f"reads .{name}, which reaches into the interpreter's internals")
-        elif name in AUTOGRAD_GRAPH_ATTRIBUTES:
+        elif name in AUTOGRAD_GRAPH_ATTRIBUTES and not (
+                name == "saved_tensors" and self.is_own(base)
+                and self.functions[-1] in FUNCTION_CONTEXT_METHODS):
             self.flag(f"reads .{name}, autograd's graph, whose nodes compute gradients "
                       "without the autograd engine")
         elif name == "__dict__" and self.is_module(base):

@@ -291,16 +291,15 @@ def _dx_mistakes(case):
     block = 1 << (n - 1).bit_length()
     mean_gx = (g * x_hat).mean(-1, keepdims=True)
     mistakes = [
-        ("only the direct path is there: x also moves rstd, which adds "
-         "-x_hat * mean(g * x_hat) inside the bracket", rstd * g),
+        ("only the direct path is there: x also moves rstd, which adds a second "
+         "term (the one your assignment-04 derivation gets through rstd)", rstd * g),
         ("g = dy * w: the weight scales the incoming gradient",
          rstd * (dy - x_hat * (dy * x_hat).mean(-1, keepdims=True))),
         ("RMSNorm subtracts no mean, so its dx has no -mean(g) term (that is layer "
          "norm's)", rstd * (g - g.mean(-1, keepdims=True) - x_hat * mean_gx)),
-        ("the correction term has the wrong sign: dx = rstd * (g - x_hat * mean(g * x_hat))",
-         rstd * (g + x_hat * mean_gx)),
-        ("the bracket is multiplied by rstd once: dx = rstd * (g - x_hat * mean(g * x_hat))",
-         g - x_hat * mean_gx),
+        ("the term that comes through rstd has the wrong sign (check it against your "
+         "assignment-04 derivation)", rstd * (g + x_hat * mean_gx)),
+        ("the factor rstd in front of the whole result is missing", g - x_hat * mean_gx),
     ]
     if block != n:
         mistakes.append(("the mean in mean(g * x_hat) divides by N, not by BLOCK_SIZE",
@@ -471,6 +470,75 @@ def _no_inputs(rng):
     return [("your answer", {})]
 
 
+# --- the autograd.Function --------------------------------------------------------------
+
+def _function_case(rng, shape, dtype="float32", x_width=None, dy_width=None, eps=1e-5):
+    n = shape[-1]
+    return {
+        "x": _rounded(rng.normal(0.5, 1.5, shape), dtype),
+        "dy": _rounded(rng.normal(0.0, 1.0, shape), dtype),
+        "gamma": _rounded(rng.normal(1.0, 0.5, n), dtype),
+        "shape": np.array(shape),
+        "eps": np.array(eps),
+        "dtype": np.array(dtype),
+        "x_width": np.array(x_width or n),
+        "dy_width": np.array(dy_width or n),
+    }
+
+
+def _function_cases(rng):
+    return [
+        ("x of shape (2, 3, 40): a batch of 2 sequences of 3 tokens",
+         _function_case(rng, (2, 3, 40))),
+        ("4 rows of 48 features, x and dy slices of tensors 64 wide",
+         _function_case(rng, (4, 48), x_width=64, dy_width=64)),
+        ("float16, x of shape (3, 2, 64)", _function_case(rng, (3, 2, 64), "float16")),
+        ("one row of 100 features with eps = 0.1, dy a slice of a tensor 128 wide",
+         _function_case(rng, (1, 100), dy_width=128, eps=0.1)),
+    ]
+
+
+def _function_reference(case):
+    """float64 y, dx and dW for the case's x (..., N), w and dy."""
+    n = case["x"].shape[-1]
+    x = case["x"].astype(np.float64).reshape(-1, n)  # M,N
+    rstd = 1 / np.sqrt((x * x).mean(-1) + float(case["eps"]))  # M
+    rows = {"x": x, "dy": case["dy"].reshape(-1, n), "gamma": case["gamma"], "rstd": rstd}
+    y = x * rstd[:, None] * case["gamma"]
+    return (y.reshape(case["x"].shape), _dx_reference(rows).reshape(case["x"].shape),
+            _dw_reference(rows))
+
+
+def _judge_function(case, output):
+    dtype = str(case["dtype"])
+    if not int(output["forward_calls"]) or not int(output["backward_calls"]):
+        return ("the launchers were not called (rms_norm_forward: "
+                f"{int(output['forward_calls'])} calls, rms_norm_backward: "
+                f"{int(output['backward_calls'])}): forward must run your kernel through "
+                "rms_norm_forward and backward through rms_norm_backward, not recompute "
+                "RMSNorm with torch operations")
+    if int(output["dx_missing"]) or int(output["dw_missing"]):
+        which = " and ".join(name for name, key in (("x.grad", "dx_missing"),
+                                                     ("weight.grad", "dw_missing"))
+                             if int(output[key]))
+        return (f"{which} stayed None: backward returns one gradient per input of forward, "
+                "in order: dx (shaped like x), dW, and None for eps")
+    y_ref, dx_ref, dw_ref = _function_reference(case)
+    problem = mismatch(output["y"], y_ref, dtype=dtype, what="y")
+    if problem:
+        return problem + (". Hint: if your forward kernel passes its own tests (Part 1), "
+                          "look at how forward turns x into rows of N and y back into x's "
+                          "shape")
+    problem = mismatch(output["dx"], dx_ref, dtype=dtype, what="x.grad")
+    if problem is None:
+        problem = mismatch(output["dw"], dw_ref, dtype=dtype, what="weight.grad")
+    if problem is None:
+        return None
+    return problem + (". Hint: if your backward kernel passes its own tests (Part 2), look "
+                      "at what backward hands it: dy as rows of N laid out like the saved "
+                      "x, and the rstd that forward saved")
+
+
 CHECKS = {
     "rms_forward_rows": Check(_rows_cases, _judge_y),
     "rms_forward_ragged": Check(_ragged_cases, _judge_y),
@@ -480,4 +548,5 @@ CHECKS = {
     "rms_backward_partial_dw": Check(_partial_cases, _judge_partial_dw),
     "rms_eager_bytes_ratio": Check(_no_inputs, _judge_eager_ratio),
     "rms_backward_bytes_per_row": Check(_no_inputs, _judge_backward_bytes),
+    "rms_autograd_function": Check(_function_cases, _judge_function),
 }

@@ -513,3 +513,101 @@ def check_eager_bytes_ratio(eager_bytes_ratio):
 def check_backward_bytes_per_row(backward_bytes_per_row):
     """Check the bytes per row that the fused backward reads and writes."""
     run_check("rms_backward_bytes_per_row", backward_bytes_per_row, _answer_as_number)
+
+
+
+# --- the autograd.Function ------------------------------------------------------------
+
+FUNCTION_LAUNCHERS = ("rms_norm_forward", "rms_norm_backward")
+
+
+def _function_class(function):
+    """The student's class, if it is a torch.autograd.Function subclass."""
+    import torch
+
+    if not (isinstance(function, type) and issubclass(function, torch.autograd.Function)):
+        raise TypeError("pass the class itself, a subclass of torch.autograd.Function "
+                        f"(got a {type(function).__name__})")
+    return function
+
+
+def _counting_launchers(function, calls):
+    """Wrap the assignment's launchers, where the class's forward finds them, so that
+    their calls are counted; returns a function that puts the originals back."""
+    namespace = getattr(getattr(function, "forward", None), "__globals__", None)
+    if not isinstance(namespace, dict):
+        return lambda: None
+    originals = {name: namespace[name] for name in FUNCTION_LAUNCHERS
+                 if callable(namespace.get(name))}
+
+    def counted(name, launcher):
+        def launch(*args, **kwargs):
+            calls[name] += 1
+            return launcher(*args, **kwargs)
+        return launch
+
+    for name, launcher in originals.items():
+        namespace[name] = counted(name, launcher)
+
+    def restore():
+        for name, launcher in originals.items():
+            namespace[name] = launcher
+    return restore
+
+
+def _sliced_leaf(values, width, dtype, device):
+    """(leaf, view): a leaf tensor of rows `width` wide, and its first N columns."""
+    import torch
+
+    n = values.shape[-1]
+    wide = torch.zeros(values.shape[:-1] + (width,), dtype=dtype, device=device)
+    wide[..., :n] = values.to(dtype)
+    return wide, wide[..., :n]
+
+
+def _call_function(function, case):
+    """Run RMSNormFunction.apply(x, w, eps), then backward with the case's dy."""
+    import torch
+
+    function = _function_class(function)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = getattr(torch, str(case["dtype"]))
+    shape = tuple(int(s) for s in case["shape"])
+    n = shape[-1]
+    x_values = _tensor(case, "x", device).reshape(shape)
+    x_leaf, x = _sliced_leaf(x_values, int(case["x_width"]), dtype, device)
+    x_leaf.requires_grad_()
+    x = x_leaf[..., :n]
+    w = _tensor(case, "gamma", device).to(dtype).requires_grad_()
+    _, dy = _sliced_leaf(_tensor(case, "dy", device).reshape(shape),
+                         int(case["dy_width"]), dtype, device)
+    namespace = getattr(function.forward, "__globals__", {})
+    for name, signature in (("rms_norm_fwd_kernel", FORWARD_SIGNATURE),
+                            ("rms_norm_bwd_kernel", BACKWARD_SIGNATURE)):
+        if name not in namespace:
+            raise KernelRefused(f"{name} is not defined where RMSNormFunction is")
+        verify_kernel_object(namespace[name], signature)  # what the launchers run
+    calls = dict.fromkeys(FUNCTION_LAUNCHERS, 0)
+    restore = _counting_launchers(function, calls)
+    try:
+        y = function.apply(x, w, float(case["eps"]))
+        if not isinstance(y, torch.Tensor) or tuple(y.shape) != shape:
+            raise TypeError(f"forward returned {type(y).__name__} of shape "
+                            f"{tuple(getattr(y, 'shape', ()))}; it must return y, shaped "
+                            f"like x {shape}")
+        y.backward(dy)
+    finally:
+        restore()
+    missing = np.full(shape, UNWRITTEN, np.float32)
+    dx = x_leaf.grad[..., :n].float() if x_leaf.grad is not None else missing
+    dw = w.grad.float() if w.grad is not None else missing[(0,) * (len(shape) - 1)]
+    return {"y": y.float(), "dx": dx, "dw": dw,
+            "dx_missing": np.array(int(x_leaf.grad is None)),
+            "dw_missing": np.array(int(w.grad is None)),
+            "forward_calls": np.array(calls["rms_norm_forward"]),
+            "backward_calls": np.array(calls["rms_norm_backward"])}
+
+
+def check_rms_autograd_function(RMSNormFunction):
+    """Check y, x.grad and weight.grad of the student's torch.autograd.Function."""
+    run_check("rms_autograd_function", RMSNormFunction, _call_function)

@@ -450,6 +450,18 @@ def test_executed_violations_are_sorted_and_distinct():
     ('for parent, _ in node.next_functions:\n    parent(g)',
      ["reads .next_functions, autograd's graph, whose nodes compute gradients without the "
       "autograd engine."]),
+    # a custom autograd.Function's context holds what the student saved, no graph node
+    ('class F(torch.autograd.Function):\n    @staticmethod\n    def backward(ctx, dy):\n'
+     '        x, rstd = ctx.saved_tensors\n        return dy * rstd',
+     []),
+    ('def grads(node):\n    return node.saved_tensors',
+     ["reads .saved_tensors, autograd's graph, whose nodes compute gradients without the "
+      "autograd engine."]),
+    ('class F(torch.autograd.Function):\n    @staticmethod\n    def backward(ctx, dy):\n'
+     '        return dy.grad_fn.saved_tensors',
+     ["reads .saved_tensors, autograd's graph, whose nodes compute gradients without "
+      "the autograd engine.", "reads .grad_fn, autograd's graph, whose nodes compute "
+      "gradients without the autograd engine."]),
 ])
 
 def test_each_construct_gets_its_sentence(code, endings):

@@ -24,6 +24,7 @@ from normref.checks import (  # noqa: E402
     CheckFailed,
     check_backward_bytes_per_row,
     check_eager_bytes_ratio,
+    check_rms_autograd_function,
     check_rms_backward_dx,
     check_rms_backward_partial_dw,
     check_rms_forward_half_precision,
@@ -944,22 +945,25 @@ CELL_CHECKS = {
     "rms_forward_half_precision": (check_rms_forward_half_precision, "rms_norm_fwd_kernel"),
     "rms_backward_dx": (check_rms_backward_dx, "rms_norm_bwd_kernel"),
     "rms_backward_partial_dw": (check_rms_backward_partial_dw, "rms_norm_bwd_kernel"),
+    "rms_autograd_function": (check_rms_autograd_function, "RMSNormFunction"),
     "eager_bytes_ratio": (check_eager_bytes_ratio, "eager_bytes_ratio"),
     "backward_bytes_per_row": (check_backward_bytes_per_row, "backward_bytes_per_row"),
 }
-ANSWER_CELLS = ("rms_forward_answer", "rms_backward_answer", "eager_bytes_answer",
-                "backward_bytes_answer")
+ANSWER_CELLS = ("rms_forward_answer", "launcher", "rms_backward_answer",
+                "rms_function_answer", "eager_bytes_answer", "backward_bytes_answer")
 
 
 def _notebook_answers(path):
-    """The notebook's answer cells run in one namespace, their source kept where
-    inspect finds it (IPython keeps a cell's source in linecache the same way).
+    """The notebook's answer cells (and the launchers they call) run in one
+    namespace, their source kept where inspect finds it (IPython keeps a cell's
+    source in linecache the same way).
     An answer cell that raises leaves its names undefined, as in a notebook."""
     import json
     import linecache
 
     cells = json.load(open(path))["cells"]
-    namespace = {"triton": triton, "tl": tl, "torch": torch, "F": F, "os": os}
+    namespace = {"triton": triton, "tl": tl, "torch": torch, "F": F, "os": os,
+                 "DEVICE": "cuda" if torch.cuda.is_available() else "cpu"}
     for cell in cells:
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         if gid not in ANSWER_CELLS:

@@ -459,12 +459,13 @@ def test_dx_mistakes_by_hand():
     mean_gx = (g * x_hat).mean(-1, keepdims=True)
     mistakes = kernels_judges._dx_mistakes(BWD)
     assert [text for text, _ in mistakes] == [
-        "only the direct path is there: x also moves rstd, which adds -x_hat * mean(g * x_hat) "
-        "inside the bracket",
+        "only the direct path is there: x also moves rstd, which adds a second term (the one "
+        "your assignment-04 derivation gets through rstd)",
         "g = dy * w: the weight scales the incoming gradient",
         "RMSNorm subtracts no mean, so its dx has no -mean(g) term (that is layer norm's)",
-        "the correction term has the wrong sign: dx = rstd * (g - x_hat * mean(g * x_hat))",
-        "the bracket is multiplied by rstd once: dx = rstd * (g - x_hat * mean(g * x_hat))",
+        "the term that comes through rstd has the wrong sign (check it against your "
+        "assignment-04 derivation)",
+        "the factor rstd in front of the whole result is missing",
         "the mean in mean(g * x_hat) divides by N, not by BLOCK_SIZE"]
     expected = [rstd * g, rstd * (dy - x_hat * (dy * x_hat).mean(-1, keepdims=True)),
                 rstd * (g - g.mean(-1, keepdims=True) - x_hat * mean_gx),
@@ -1606,3 +1607,78 @@ def test_partial_dw_rows_are_added_exactly():
     big = np.full_like(dw, 2.0 ** 24)
     rows = np.stack([big, dw, -big])
     assert _judge_partial_dw(case, {"partial_dw": rows, "partial_overrun": np.array(0)}) is None
+
+
+# ============================================================ the autograd.Function
+
+def _function_torch(case):
+    """y, dx, dW of eager RMSNorm under float64 autograd, for a function case."""
+    x = torch.tensor(case["x"], dtype=torch.float64, requires_grad=True)
+    w = torch.tensor(case["gamma"], dtype=torch.float64, requires_grad=True)
+    y = x * (x.pow(2).mean(-1, keepdim=True) + float(case["eps"])).rsqrt() * w
+    y.backward(torch.tensor(case["dy"], dtype=torch.float64))
+    return y.detach().numpy(), x.grad.numpy(), w.grad.numpy()
+
+
+def _function_out(y, dx, dw, forward_calls=1, backward_calls=1, dx_missing=0, dw_missing=0):
+    return {"y": y, "dx": dx, "dw": dw, "forward_calls": np.array(forward_calls),
+            "backward_calls": np.array(backward_calls),
+            "dx_missing": np.array(dx_missing), "dw_missing": np.array(dw_missing)}
+
+
+FUNCTION_CASES = kernels_judges._function_cases(np.random.default_rng(3))
+
+
+def test_function_cases_are_what_their_labels_say():
+    shapes = [tuple(case["shape"]) for _, case in FUNCTION_CASES]
+    assert shapes == [(2, 3, 40), (4, 48), (3, 2, 64), (1, 100)]
+    widths = [(int(case["x_width"]), int(case["dy_width"])) for _, case in FUNCTION_CASES]
+    assert widths == [(40, 40), (64, 64), (64, 64), (100, 128)]
+    assert [str(case["dtype"]) for _, case in FUNCTION_CASES] == [
+        "float32", "float32", "float16", "float32"]
+    assert float(FUNCTION_CASES[3][1]["eps"]) == 0.1
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_function_reference_is_float64_autograd(index):
+    case = FUNCTION_CASES[index][1]
+    for ours, torchs in zip(kernels_judges._function_reference(case), _function_torch(case)):
+        np.testing.assert_allclose(ours, torchs, rtol=1e-10, atol=1e-12)
+
+
+def test_function_right_answer_passes_and_a_wrong_dx_fails():
+    case = FUNCTION_CASES[0][1]
+    y, dx, dw = _function_torch(case)
+    assert kernels_judges._judge_function(case, _function_out(y, dx, dw)) is None
+    problem = kernels_judges._judge_function(case, _function_out(y, dx * 1.1, dw))
+    assert problem.startswith("x.grad") and "Hint: if your backward kernel passes" in problem
+    problem = kernels_judges._judge_function(case, _function_out(y * 1.1, dx, dw))
+    assert problem.startswith("y") and "Hint: if your forward kernel passes" in problem
+    assert kernels_judges._judge_function(case, _function_out(y, dx, dw * 1.1)).startswith(
+        "weight.grad")
+
+
+def test_function_without_the_launchers_is_named():
+    case = FUNCTION_CASES[0][1]
+    y, dx, dw = _function_torch(case)
+    problem = kernels_judges._judge_function(case, _function_out(y, dx, dw, forward_calls=0))
+    assert problem.startswith("the launchers were not called (rms_norm_forward: 0 calls, "
+                              "rms_norm_backward: 1)")
+    assert kernels_judges._judge_function(
+        case, _function_out(y, dx, dw, backward_calls=0)) is not None
+
+
+def test_function_missing_gradients_are_named():
+    case = FUNCTION_CASES[1][1]
+    y, dx, dw = _function_torch(case)
+    problem = kernels_judges._judge_function(case, _function_out(y, dx, dw, dw_missing=1))
+    assert problem == ("weight.grad stayed None: backward returns one gradient per input of "
+                       "forward, in order: dx (shaped like x), dW, and None for eps")
+    problem = kernels_judges._judge_function(case, _function_out(y, dx, dw, dx_missing=1,
+                                                                 dw_missing=1))
+    assert problem.startswith("x.grad and weight.grad stayed None")
+
+
+def test_function_probe_refuses_what_is_not_a_function_class():
+    with pytest.raises(TypeError, match="subclass of torch.autograd.Function"):
+        kernels_probes._call_function(lambda x, w, eps: x, FUNCTION_CASES[0][1])
