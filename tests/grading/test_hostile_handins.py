@@ -349,9 +349,11 @@ FORGERY_FLAGS = {
 def hostile_handins(course):
     """{student: (hand-in spec, {grade_id: points expected})}."""
     return {
-        "forged_client": (dict(cells={"layer_norm_answer": _FORGED_CLIENT}), points()),
+        # both call torch's layer_norm: the rules cell's visible check now sees it
+        "forged_client": (dict(cells={"layer_norm_answer": _FORGED_CLIENT}),
+                          points(ln_single_token=0, ln_handles_batches=0)),
         "scrubbed_recording": (dict(cells={"layer_norm_answer": _SCRUBBED_RECORDING}),
-                               points()),
+                               points(ln_single_token=0, ln_handles_batches=0)),
         "modes_switched_off": (dict(cells={"layer_norm_answer": _MODES_SWITCHED_OFF}),
                                points()),
         "profile_set_aside": (dict(cells={"token_var_answer": _PROFILE_SET_ASIDE}), points()),
