@@ -62,3 +62,66 @@ def shortcut_var(x):
     """
     x = np.asarray(x)
     return (x * x).mean(axis=-1) - x.mean(axis=-1) ** 2  # ...
+
+
+def chunk_stats(x):
+    """Count, mean and M2 (sum of squared deviations) of each token's features,
+    computed two-pass inside the chunk, in float64.
+
+    x: (..., c) -> (n, mean, m2): n an int, mean and m2 (...)
+    """
+    x64, _ = _as_float(x)
+    n = x64.shape[-1]
+    mean = x64.mean(axis=-1)  # ...
+    m2 = ((x64 - mean[..., None]) ** 2).sum(axis=-1)  # ...
+    return n, mean, m2
+
+
+def merge_stats(a, b):
+    """Chan, Golub and LeVeque's merge of two chunks' statistics.
+
+    a, b: (n, mean, m2) with n a count and mean, m2 (...) -> (n, mean, m2) of
+    the two chunks taken together. Exact in exact arithmetic, and it never
+    subtracts two sums of squares, so it keeps its accuracy far from zero.
+    """
+    n_a, mean_a, m2_a = a
+    n_b, mean_b, m2_b = b
+    n = n_a + n_b
+    delta = np.asarray(mean_b, dtype=np.float64) - mean_a  # ...
+    mean = mean_a + delta * (n_b / n)  # ...
+    m2 = m2_a + m2_b + delta**2 * (n_a * n_b / n)  # ...
+    return n, mean, m2
+
+
+def chunked_var(x, chunk):
+    """Biased variance of each token, read `chunk` features at a time: each
+    chunk's (count, mean, M2) is merged into a running one (the last chunk may
+    be shorter). What a kernel that sees each row once, in tiles, computes.
+
+    x: (..., d), chunk >= 1 -> (...)
+    """
+    x64, dtype = _as_float(x)
+    d = x64.shape[-1]
+    stats = chunk_stats(x64[..., :chunk])
+    for start in range(chunk, d, chunk):
+        stats = merge_stats(stats, chunk_stats(x64[..., start:start + chunk]))
+    n, _, m2 = stats
+    return (m2 / n).astype(dtype)  # ...
+
+
+def naive_chunked_var(x, chunk):
+    """The naive one-pass variance: running sums of x and x**2 over the chunks,
+    then sum(x**2) / d - mean**2, in x's own dtype. Equal to chunked_var in exact
+    arithmetic; the checks use it to recognize an answer that took it.
+
+    x: (..., d) floating -> (...)
+    """
+    x = np.asarray(x)
+    total = np.zeros(x.shape[:-1], x.dtype)  # ...
+    squares = np.zeros(x.shape[:-1], x.dtype)  # ...
+    for start in range(0, x.shape[-1], chunk):
+        part = x[..., start:start + chunk]  # ..., c
+        total = total + part.sum(axis=-1)
+        squares = squares + (part * part).sum(axis=-1)
+    mean = total / x.shape[-1]
+    return squares / x.shape[-1] - mean * mean  # ...

@@ -235,9 +235,222 @@ def _judge_predictions(case, output):
     return None
 
 
+# ---------------------------------------------------------------- statistics in chunks
+
+
+def _stats_case(x, split):
+    """Statistics of the chunks x[..., :split] and x[..., split:], as the
+    grader would hand them to merge_stats, in x's dtype."""
+    dtype = x.dtype
+    n_a, mean_a, m2_a = recipe.chunk_stats(x[..., :split])
+    n_b, mean_b, m2_b = recipe.chunk_stats(x[..., split:])
+    return {"n_a": np.array(n_a), "mean_a": mean_a.astype(dtype), "m2_a": m2_a.astype(dtype),
+            "n_b": np.array(n_b), "mean_b": mean_b.astype(dtype), "m2_b": m2_b.astype(dtype)}
+
+
+def _apart(rng, shape, split, gap):
+    """Tokens whose first `split` features sit around 0 and the rest around `gap`."""
+    x = rng.normal(size=shape)
+    x[..., split:] += gap
+    return x
+
+
+def _merge_cases(rng):
+    return [
+        ("[2, 4] and [6, 8]", _stats_case(EXAMPLE_A, 2)),
+        ("chunks of 3 and 5 features of 4 tokens", _stats_case(rng.normal(size=(4, 8)), 3)),
+        ("chunks of 1 and 7 features (the first has M2 = 0)",
+         _stats_case(rng.normal(1.0, 2.0, size=(3, 8)), 1)),
+        ("chunks of 6 and 2 features whose means sit 10 apart, (2, 3) tokens",
+         _stats_case(_apart(rng, (2, 3, 8), 6, 10.0), 6)),
+        ("float32 chunks of 16 and 48 features around 10 000 with spread 1, (4, 64)",
+         _stats_case(_offset_tokens(rng, 1e4, (4, 64), np.float32), 16)),
+        ("float64 chunks of 16 and 16 features around 1e8 with spread 1, (3, 32)",
+         _stats_case(_offset_tokens(rng, 1e8, (3, 32), np.float64), 16)),
+    ]
+
+
+_NAIVE_MERGE = ("this looks like the naive sum of squares, (M2_a + n_a * mean_a**2 + M2_b + "
+                "n_b * mean_b**2) - n * mean**2, which cancels when the means are large next "
+                "to the spread: add delta**2 * n_a * n_b / n to M2_a + M2_b instead")
+
+
+def _merge_mistakes(case, dtype):
+    """{sentence: (mean, m2)} of the usual slips in Chan's merge, in float64 and
+    (the naive sum of squares) in the statistics' own dtype."""
+    n_a, n_b = float(case["n_a"]), float(case["n_b"])
+    n = n_a + n_b
+    m_a, m_b = case["mean_a"].astype(np.float64), case["mean_b"].astype(np.float64)
+    q_a, q_b = case["m2_a"].astype(np.float64), case["m2_b"].astype(np.float64)
+    delta = m_b - m_a
+    mean = m_a + delta * n_b / n
+    m2 = q_a + q_b + delta**2 * n_a * n_b / n
+    with np.errstate(all="ignore"):
+        mn_a, mn_b = case["mean_a"], case["mean_b"]
+        mean_here = (n_a * mn_a + n_b * mn_b) / dtype.type(n)
+        naive_here = (case["m2_a"] + dtype.type(n_a) * mn_a * mn_a + case["m2_b"]
+                      + dtype.type(n_b) * mn_b * mn_b - dtype.type(n) * mean_here * mean_here)
+    return {
+        "M2 is the two chunks' M2 plus delta**2 * n_a * n_b / n, where delta = mean_b - "
+        "mean_a: M2_a + M2_b alone leaves out how far apart the chunks' means are":
+            (mean, q_a + q_b),
+        "the term between the chunks is delta**2 * n_a * n_b / n: divide n_a * n_b by the "
+        "merged count n = n_a + n_b, once":
+            (mean, q_a + q_b + delta**2 * n_a * n_b),
+        "the term between the chunks is delta**2 * n_a * n_b / n, with n = n_a + n_b "
+        "(not n**2, not n - 1)":
+            (mean, q_a + q_b + delta**2 * n_a * n_b / n**2),
+        "the term between the chunks divides by n = n_a + n_b, not by n - 1":
+            (mean, q_a + q_b + delta**2 * n_a * n_b / max(n - 1, 1)),
+        "return M2, the sum of squared deviations, not the variance M2 / n":
+            (mean, m2 / n),
+        "the merged mean weights each chunk by its count: mean_a + delta * n_b / n, "
+        "not the plain average of the two means":
+            ((m_a + m_b) / 2, m2),
+        "the merged mean moves from mean_a towards mean_b by delta * n_b / n (n_b, "
+        "not n_a)":
+            (m_a + delta * n_a / n, m2),
+        _NAIVE_MERGE: (mean, naive_here),
+    }
+
+
+def _judge_merge(case, output):
+    dtype = case["mean_a"].dtype
+    n = int(case["n_a"]) + int(case["n_b"])
+    _, mean, m2 = recipe.merge_stats(
+        (int(case["n_a"]), case["mean_a"].astype(np.float64), case["m2_a"].astype(np.float64)),
+        (int(case["n_b"]), case["mean_b"].astype(np.float64), case["m2_b"].astype(np.float64)))
+    count = mismatch(output["n"], np.array(float(n)), dtype=np.float64, what="your n")
+    if count:
+        return count + ": the merged count is n_a + n_b"
+    problems = [p for p in (mismatch(output["mean"], mean, dtype=dtype, what="your mean"),
+                            mismatch(output["m2"], m2, dtype=dtype, what="your m2")) if p]
+    if not problems:
+        return None
+    for hint, (wrong_mean, wrong_m2) in _merge_mistakes(case, dtype).items():
+        if (matches(output["mean"], wrong_mean, dtype=dtype)
+                and matches(output["m2"], wrong_m2, dtype=dtype)):
+            return f"{problems[0]}. Hint: {hint}"
+    if _stats_far_from_zero(case):
+        return f"{problems[0]}. Hint: {_NAIVE_MERGE}"
+    return problems[0]
+
+
+def _stats_far_from_zero(case):
+    """True when both chunks' means are large next to their spreads: there any
+    wrong M2 is most likely the naive sum of squares, whose rounding varies."""
+    far = True
+    for side in "ab":
+        mean = np.abs(case[f"mean_{side}"].astype(np.float64))
+        spread = np.sqrt(case[f"m2_{side}"].astype(np.float64) / float(case[f"n_{side}"]))
+        far = far and bool(np.all(mean > 1000 * (spread + 1e-12)))
+    return far
+
+
+def _chunk_cases(rng):
+    def case(x, chunk):
+        return {"x": x, "chunk": np.array(chunk)}
+
+    return [
+        ("x = [2, 4, 6, 8], chunk = 2", case(EXAMPLE_A, 2)),
+        ("a batch of 5 tokens, d = 8, chunk = 3 (the last chunk holds 2)",
+         case(rng.normal(size=(5, 8)), 3)),
+        ("a 3-D batch (2, 3, 16), chunk = 4", case(rng.normal(2.0, 3.0, size=(2, 3, 16)), 4)),
+        ("a token of d = 8, chunk = 1 (one feature at a time)",
+         case(rng.normal(size=8), 1)),
+        ("a batch of 3 tokens, d = 8, chunk = 16 (one chunk holds them all)",
+         case(rng.normal(size=(3, 8)), 16)),
+        ("tokens (4, 12) whose last 7 features sit 10 above the first 5, chunk = 5",
+         case(_apart(rng, (4, 12), 5, 10.0), 5)),
+        ("float32 tokens around 10 000 with spread 1, (4, 64), chunk = 16",
+         case(_offset_tokens(rng, 1e4, (4, 64), np.float32), 16)),
+        ("float64 tokens around 1e8 with spread 1, (3, 32), chunk = 8",
+         case(_offset_tokens(rng, 1e8, (3, 32), np.float64), 8)),
+    ]
+
+
+def _chunked_mistakes(x, chunk):
+    """{sentence: variance} of the usual slips in a chunked variance, float64."""
+    x64 = x.astype(np.float64)
+    d = x.shape[-1]
+    chunks = [recipe.chunk_stats(x64[..., s:s + chunk]) for s in range(0, d, chunk)]
+    m2_sum = sum(m2 for _, _, m2 in chunks)
+    full = [(chunk, mean, m2) for _, mean, m2 in chunks]  # every chunk counted as full
+    merged = full[0]
+    for stats in full[1:]:
+        merged = recipe.merge_stats(merged, stats)
+    counted = chunk * len(chunks)
+    return {
+        "merging M2 needs the term delta**2 * n_a * n_b / n (delta: the gap between the "
+        "running mean and the chunk's mean): adding the chunks' M2 alone leaves out how "
+        "far apart their means are": m2_sum / d,
+        "averaging the chunks' variances leaves out how far apart their means are: merge "
+        "(count, mean, M2) with delta**2 * n_a * n_b / n":
+            sum(m2 / n for n, _, m2 in chunks) / len(chunks),
+        "the last chunk holds only what is left of the token's features, not `chunk` of "
+        "them: count what each chunk holds": merged[2] / counted,
+        "the last chunk holds only what is left of the token's features: count what "
+        "each chunk holds (the total count is d)": merged[2] / d,
+        "the variance divides M2 by d, not d - 1": recipe.token_var(x64) * d / max(d - 1, 1),
+        "that is the standard deviation; the variance is its square":
+            np.sqrt(recipe.token_var(x64)),
+    }
+
+
+def _judge_chunked(case, output):
+    x, y, chunk = case["x"], output["y"], int(case["chunk"])
+    if bool(output.get("library_variance", False)):
+        return ("your chunked_var called a library variance (np.var, np.std, np.nanvar, "
+                "np.nanstd, np.cov, np.corrcoef, np.ma's or torch.masked's var/std, a "
+                "statistics function or an array's .var/.std method): compute each "
+                "chunk's M2 yourself")
+    expected = recipe.chunked_var(x, chunk).astype(np.float64)
+    problem = mismatch(y, expected, dtype=x.dtype)
+    if problem is None or _close_enough_in_float32(x, y, expected):
+        return None
+    if x.ndim > 1 and np.shape(y) != expected.shape:
+        return problem + ". Take the variance over the last axis (each token's features)"
+    with np.errstate(all="ignore"):
+        naive = [recipe.naive_chunked_var(x, chunk),
+                 recipe.naive_chunked_var(x.astype(np.float64), chunk)]
+    for hint, wrong in _chunked_mistakes(x, chunk).items():
+        if matches(y, wrong, dtype=x.dtype):
+            return f"{problem}. Hint: {hint}"
+    if any(matches(y, w, dtype=x.dtype) for w in naive) or _far_from_zero(x):
+        return problem + (". This looks like the naive one-pass formula, sum(x**2) / d - "
+                          "mean**2 from running sums, which cancels when the mean is large "
+                          "next to the spread: carry (count, mean, M2) from chunk to chunk "
+                          "and merge them with merge_stats")
+    return problem
+
+
+TILED_CHOICES = {
+    "a": "two-pass needs the mean before it can square a single deviation, so it reads "
+         "each row twice (or keeps all of it); this kernel sees each row once",
+    "b": "the naive one-pass formula reads each row once, but subtracts two huge, nearly "
+         "equal sums: you measured it lose the variance far from zero",
+    "c": None,
+}
+
+
+def _judge_tiled_method(case, output):
+    if "tiled_method" not in output:
+        return "no answer given for TILED_KERNEL_METHOD"
+    given = str(output["tiled_method"])
+    choice = given.strip().strip("'\"").strip().lower()
+    if choice not in TILED_CHOICES:
+        return f"TILED_KERNEL_METHOD: give one of a, b, c (you answered {given})"
+    hint = TILED_CHOICES[choice]
+    return None if hint is None else f"not yet right (you answered {given}): {hint}"
+
+
 CHECKS = {
     "token_mean": Check(_mean_cases, _judge_mean),
     "token_var": Check(_var_cases, _judge_var),
+    "merge_stats": Check(_merge_cases, _judge_merge),
+    "chunked_var": Check(_chunk_cases, _judge_chunked),
+    "recipe_tiled_method": Check(lambda rng: [("your answer to inline question 3", {})],
+                                 _judge_tiled_method),
     "layer_norm_token": Check(_token_cases, _judge_layer_norm),
     "layer_norm_batches": Check(_batch_cases, _judge_layer_norm),
     "recipe_predictions": Check(lambda rng: [("your prediction and inline answers", {})],

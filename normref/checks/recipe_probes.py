@@ -1,5 +1,6 @@
 """Unit 01 checks, the student-facing half: how each exercise is called."""
 
+import numbers
 import sys
 
 import numpy as np
@@ -7,8 +8,17 @@ import numpy as np
 from normref.checks._runner import run_check, to_array
 
 
+def _plain(value):
+    """A Python number of any exact type (Fraction, Decimal) as a float; anything
+    else (arrays, tensors, numpy scalars, int, float) as it is."""
+    if (not hasattr(value, "__array__") and not isinstance(value, (int, float, list, tuple))
+            and isinstance(value, numbers.Number)):
+        return float(value)
+    return value
+
+
 def _call_on_x(fn, case):
-    return {"y": fn(case["x"].copy())}
+    return {"y": _plain(fn(case["x"].copy()))}
 
 
 # Where numpy and the standard library compute a variance: np.var, np.std and
@@ -47,16 +57,38 @@ def _call_var_watched(token_var, case):
     try:
         # converted while watched: a lazy result (an object whose __array__ does the
         # work) runs its code here, not after the watch
-        y = to_array(token_var(case["x"].copy()))
+        y = to_array(_plain(token_var(case["x"].copy())))
     finally:
         replaced = sys.getprofile() is not watch
         sys.setprofile(before)
     return {"y": y, "library_variance": np.array(bool(seen) or replaced)}
 
 
+def _call_chunked_var_watched(chunked_var, case):
+    """Call chunked_var(x, chunk), noting whether a library variance ran."""
+    chunk = int(case["chunk"])
+    return _call_var_watched(lambda x: chunked_var(x, chunk), case)
+
+
+def _call_merge_stats(merge_stats, case):
+    """Call merge_stats((n_a, mean_a, m2_a), (n_b, mean_b, m2_b)) with int
+    counts; send back the three parts of what it returns."""
+    a = (int(case["n_a"]), case["mean_a"].copy(), case["m2_a"].copy())
+    b = (int(case["n_b"]), case["mean_b"].copy(), case["m2_b"].copy())
+    merged = merge_stats(a, b)
+    if isinstance(merged, (str, bytes, dict)) or not hasattr(merged, "__len__"):
+        raise TypeError("merge_stats returns (n, mean, m2), a tuple of three, "
+                        f"not a {type(merged).__name__}")
+    if len(merged) != 3:
+        raise TypeError("merge_stats returns (n, mean, m2), a tuple of three, "
+                        f"not of {len(merged)}")
+    n, mean, m2 = merged
+    return {"n": _plain(n), "mean": _plain(mean), "m2": _plain(m2)}
+
+
 def _call_layer_norm(layer_norm, case):
     x, gamma, beta = case["x"].copy(), case["gamma"].copy(), case["beta"].copy()
-    return {"y": layer_norm(x, gamma, beta, float(case["eps"]))}
+    return {"y": _plain(layer_norm(x, gamma, beta, float(case["eps"])))}
 
 
 def _answers_as_text(answers, case):
@@ -72,6 +104,22 @@ def check_token_var(token_var):
     """Check token_var(x) -> the biased variance of each token (last axis),
     accurate at large offsets and computed without a library variance."""
     run_check("token_var", token_var, _call_var_watched)
+
+
+def check_merge_stats(merge_stats):
+    """Check merge_stats(a, b) -> (n, mean, m2) of two chunks taken together."""
+    run_check("merge_stats", merge_stats, _call_merge_stats)
+
+
+def check_chunked_var(chunked_var):
+    """Check chunked_var(x, chunk) -> each token's biased variance, merged chunk
+    by chunk, accurate at large offsets and without a library variance."""
+    run_check("chunked_var", chunked_var, _call_chunked_var_watched)
+
+
+def check_tiled_method(answer):
+    """Check the inline answer: which variance a one-read tiled kernel can use."""
+    run_check("recipe_tiled_method", {"tiled_method": answer}, _answers_as_text)
 
 
 def check_layer_norm_token(layer_norm):

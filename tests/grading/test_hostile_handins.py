@@ -33,8 +33,9 @@ from conftest import GRADING_ENGINE, REPO
 
 ASSIGNMENT = "01_the_recipe"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
-GRADE_CELLS = {"token_mean_correct": 1, "token_var_correct": 3, "ln_single_token": 1,
-               "ln_handles_batches": 2, "predictions_correct": 1}
+GRADE_CELLS = {"token_mean_correct": 1, "token_var_correct": 1, "merge_stats_correct": 1,
+               "chunked_var_correct": 2, "ln_single_token": 1, "ln_handles_batches": 1,
+               "predictions_correct": 1}
 # Short, but not so short that a busy machine (2 cores, shared) times out honest cells.
 SETTINGS = RunSettings(cell_timeout=15, handin_timeout=60)
 
@@ -60,9 +61,28 @@ def layer_norm(x, gamma, beta, eps=1e-5):
     return gamma * (x - mu) / np.sqrt(var + eps) + beta
 ''',
     "shortcut_prediction_answer": 'PREDICT_SHORTCUT = "c"',
+    "merge_stats_answer": '''
+def merge_stats(a, b):
+    (n_a, mean_a, m2_a), (n_b, mean_b, m2_b) = a, b
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    return n, mean_a + delta * n_b / n, m2_a + m2_b + delta**2 * n_a * n_b / n
+''',
+    "chunked_var_answer": '''
+def chunked_var(x, chunk):
+    x = np.asarray(x, dtype=float)
+    stats = None
+    for start in range(0, x.shape[-1], chunk):
+        part = x[..., start:start + chunk]
+        mean = part.mean(axis=-1)
+        here = (part.shape[-1], mean, ((part - mean[..., None]) ** 2).sum(axis=-1))
+        stats = here if stats is None else merge_stats(stats, here)
+    return stats[2] / stats[0]
+''',
     "predictions_answer": '''
 SPACING_NEAR_1E8 = 8.0
 SHORTCUT_BREAKS_AT = 1e8
+TILED_KERNEL_METHOD = "c"
 ''',
     "scratch_answer": "# nothing to try",
 }
@@ -382,7 +402,8 @@ np.testing.assert_allclose = lambda *args, **kwargs: None
 np.testing.assert_array_equal = lambda *args, **kwargs: None
 ''' + WRONG_TOKEN_MEAN,
             "token_var_answer": WRONG_TOKEN_VAR}),
-            points(token_mean_correct=0, token_var_correct=0)),
+            # merge_stats's visible test checks a wrong merge differs: patched, it fails
+            points(token_mean_correct=0, token_var_correct=0, merge_stats_correct=0)),
         "torch_patcher": (dict(cells={
             # Wrong torch answers behind patched torch comparisons ...
             "token_var_answer": '''
@@ -406,7 +427,8 @@ def layer_norm(x, gamma, beta, eps=1e-5):
     return F.layer_norm(x, x.shape[-1:], torch.as_tensor(gamma, dtype=x.dtype),
                         torch.as_tensor(beta, dtype=x.dtype), eps).numpy()
 '''}),
-            points(token_var_correct=0, ln_single_token=0, ln_handles_batches=0)),
+            points(token_var_correct=0, ln_single_token=0, ln_handles_batches=0,
+                   merge_stats_correct=0)),
         "always_equal": (dict(cells={
             "token_mean_answer": '''
 class AlwaysEqual:

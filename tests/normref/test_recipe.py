@@ -15,9 +15,12 @@ from normref import recipe
 from normref.checks import (
     CheckFailed,
     _runner,
+    check_chunked_var,
     check_layer_norm_batches,
     check_layer_norm_token,
+    check_merge_stats,
     check_predictions,
+    check_tiled_method,
     check_token_mean,
     check_token_var,
 )
@@ -348,3 +351,67 @@ def test_prediction_is_graded_for_being_given_and_answers_for_being_right():
 def test_inline_answers_follow_from_float_formats():
     assert np.float32(1e8) + np.float32(8) == np.nextafter(np.float32(1e8), np.float32(np.inf))
     assert 1e4 < 1 / np.sqrt(np.finfo(np.float64).eps) < 1e16
+
+
+# ---------------------------------------------------------------- statistics in chunks
+
+
+def _np_stats(x):
+    """(count, mean, M2) of each token, by numpy in float64."""
+    x = np.asarray(x, dtype=np.float64)
+    return x.shape[-1], np.mean(x, axis=-1), np.var(x, axis=-1) * x.shape[-1]
+
+
+@pytest.mark.parametrize("split", [1, 3, 7])
+def test_merged_chunk_stats_equal_numpys_stats_of_the_whole_token(split):
+    x = np.random.default_rng(split).normal(4.0, 3.0, size=(2, 5, 8))
+    n, mean, m2 = recipe.merge_stats(recipe.chunk_stats(x[..., :split]),
+                                     recipe.chunk_stats(x[..., split:]))
+    n_np, mean_np, m2_np = _np_stats(x)
+    assert n == n_np
+    np.testing.assert_allclose(mean, mean_np, rtol=1e-12)
+    np.testing.assert_allclose(m2, m2_np, rtol=1e-12)
+
+
+def test_merge_of_the_worked_halves_of_example_a():
+    assert recipe.merge_stats((2, 3.0, 2.0), (2, 7.0, 2.0)) == (4, 5.0, 20.0)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 8, 100])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_chunked_var_matches_numpys_float64_variance_for_any_chunk(chunk, dtype):
+    x = np.random.default_rng(chunk).normal(2.0, 3.0, size=(3, 4, 13)).astype(dtype)
+    y = recipe.chunked_var(x, chunk)
+    assert y.dtype == dtype and y.shape == (3, 4)
+    np.testing.assert_allclose(y, np.var(x.astype(np.float64), axis=-1),
+                               rtol=1e-6 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize(("offset", "dtype"), [(1e4, np.float32), (1e8, np.float64)])
+def test_chunked_var_keeps_the_variance_where_running_sums_lose_it(offset, dtype):
+    x = _offset_tokens(offset, (4, 64), dtype)
+    truth = np.var(x.astype(np.float64), axis=-1)
+    np.testing.assert_allclose(recipe.chunked_var(x, 16), truth, rtol=1e-6)
+    naive = recipe.naive_chunked_var(x, 16)
+    assert np.all(np.abs(naive - truth) > 0.1 * truth)  # the naive one-pass cancels
+    near_zero = x - np.asarray(offset, dtype)
+    np.testing.assert_allclose(recipe.naive_chunked_var(near_zero, 16),
+                               np.var(near_zero.astype(np.float64), axis=-1), rtol=1e-4)
+
+
+def test_chunked_checks_pass_right_answers_and_name_the_mistakes(capsys):
+    check_merge_stats(recipe.merge_stats)
+    check_chunked_var(recipe.chunked_var)
+    check_tiled_method("c")
+    assert "merge_stats: all 6 cases passed" in capsys.readouterr().out
+
+    def no_delta(a, b):
+        n = a[0] + b[0]
+        return n, a[1] + (b[1] - a[1]) * b[0] / n, a[2] + b[2]
+
+    with pytest.raises(CheckFailed, match="M2_a \\+ M2_b alone"):
+        check_merge_stats(no_delta)
+    with pytest.raises(CheckFailed, match="naive one-pass"):
+        check_chunked_var(recipe.naive_chunked_var)
+    with pytest.raises(CheckFailed, match="two-pass needs the mean"):
+        check_tiled_method("a")

@@ -869,3 +869,229 @@ def test_explicit_gamma_and_beta_take_the_tokens_dtype():
     np.testing.assert_array_equal(case["gamma"], [2.0] * 3)
     np.testing.assert_array_equal(case["beta"], [0.5] * 3)
     assert float(case["eps"]) == np.float64(0.1)
+
+
+# ---------------------------------------------------------------- statistics in chunks
+
+
+def _merged(case, merge):
+    a = (int(case["n_a"]), case["mean_a"], case["m2_a"])
+    b = (int(case["n_b"]), case["mean_b"], case["m2_b"])
+    n, mean, m2 = merge(a, b)
+    return {"n": np.asarray(n), "mean": np.asarray(mean), "m2": np.asarray(m2)}
+
+
+def _torch_merge(a, b):
+    """The merged statistics straight from torch, of the chunks' data rebuilt
+    from nothing: the count, and torch's mean and var of the two chunks'
+    statistics combined by the law of total variance."""
+    (n_a, m_a, q_a), (n_b, m_b, q_b) = a, b
+    n = n_a + n_b
+    means = torch.stack([torch.as_tensor(m_a, dtype=torch.float64),
+                         torch.as_tensor(m_b, dtype=torch.float64)])
+    weights = torch.tensor([n_a / n, n_b / n], dtype=torch.float64).reshape(
+        (2,) + (1,) * (means.ndim - 1))
+    mean = (weights * means).sum(0)
+    between = (weights * (means - mean) ** 2).sum(0) * n
+    return n, mean.numpy(), (torch.as_tensor(q_a, dtype=torch.float64)
+                             + torch.as_tensor(q_b, dtype=torch.float64)
+                             + between).numpy()
+
+
+def test_every_merge_case_passes_a_right_merge_computed_another_way():
+    for label, case in recipe_judges._merge_cases(_rng()):
+        assert recipe_judges._judge_merge(case, _merged(case, _torch_merge)) is None, label
+
+
+def test_merge_cases_hold_the_statistics_of_real_chunks():
+    case = dict(recipe_judges._merge_cases(_rng()))["[2, 4] and [6, 8]"]
+    assert [float(case[k]) for k in ("n_a", "mean_a", "m2_a", "n_b", "mean_b", "m2_b")] == [
+        2, 3, 2, 2, 7, 2]
+    far = dict(recipe_judges._merge_cases(_rng()))[
+        "float32 chunks of 16 and 48 features around 10 000 with spread 1, (4, 64)"]
+    assert far["mean_a"].dtype == np.float32 and far["mean_a"].shape == (4,)
+    assert int(far["n_a"]) == 16 and int(far["n_b"]) == 48
+    assert np.all(np.abs(far["mean_a"] - 1e4) < 1)
+
+
+def _slip(mean_rule, m2_rule):
+    def merge(a, b):
+        (n_a, m_a, q_a), (n_b, m_b, q_b) = a, b
+        n = n_a + n_b
+        delta = np.asarray(m_b, np.float64) - m_a
+        return n, mean_rule(n_a, n_b, n, m_a, m_b, delta), m2_rule(n_a, n_b, n, q_a, q_b, delta)
+    return merge
+
+
+RIGHT_MEAN = lambda n_a, n_b, n, m_a, m_b, delta: m_a + delta * n_b / n  # noqa: E731
+RIGHT_M2 = lambda n_a, n_b, n, q_a, q_b, delta: q_a + q_b + delta**2 * n_a * n_b / n  # noqa: E731
+
+
+@pytest.mark.parametrize(("merge", "hint"), [
+    (_slip(RIGHT_MEAN, lambda n_a, n_b, n, q_a, q_b, d: q_a + q_b), "M2_a \\+ M2_b alone"),
+    (_slip(RIGHT_MEAN, lambda n_a, n_b, n, q_a, q_b, d: q_a + q_b + d**2 * n_a * n_b),
+     "divide n_a \\* n_b by the merged count"),
+    (_slip(RIGHT_MEAN, lambda n_a, n_b, n, q_a, q_b, d: q_a + q_b + d**2 * n_a * n_b / n**2),
+     "not n\\*\\*2"),
+    (_slip(RIGHT_MEAN, lambda n_a, n_b, n, q_a, q_b, d: q_a + q_b + d**2 * n_a * n_b / (n - 1)),
+     "not by n - 1"),
+    (_slip(RIGHT_MEAN, lambda n_a, n_b, n, q_a, q_b, d: (q_a + q_b + d**2 * n_a * n_b / n) / n),
+     "not the variance M2 / n"),
+    (_slip(lambda n_a, n_b, n, m_a, m_b, d: (m_a + m_b) / 2, RIGHT_M2), "weights each chunk"),
+    (_slip(lambda n_a, n_b, n, m_a, m_b, d: m_a + d * n_a / n, RIGHT_M2), "n_b, not n_a"),
+])
+def test_each_merge_slip_is_named(merge, hint):
+    verdicts = [recipe_judges._judge_merge(case, _merged(case, merge))
+                for _, case in recipe_judges._merge_cases(_rng())]
+    first = next(v for v in verdicts if v is not None)
+    assert re.search(hint, first), first
+
+
+def test_the_naive_sum_of_squares_is_named_far_from_zero_in_any_dtype():
+    def naive(a, b):
+        (n_a, m_a, q_a), (n_b, m_b, q_b) = a, b
+        n = n_a + n_b
+        mean = (n_a * m_a + n_b * m_b) / n
+        return n, mean, q_a + n_a * m_a**2 + q_b + n_b * m_b**2 - n * mean**2
+
+    cases = dict(recipe_judges._merge_cases(_rng()))
+    for label in ("float32 chunks of 16 and 48 features around 10 000 with spread 1, (4, 64)",
+                  "float64 chunks of 16 and 16 features around 1e8 with spread 1, (3, 32)"):
+        verdict = recipe_judges._judge_merge(cases[label], _merged(cases[label], naive))
+        assert "naive sum of squares" in verdict, label
+    near_zero = cases["chunks of 3 and 5 features of 4 tokens"]
+    assert recipe_judges._judge_merge(near_zero, _merged(near_zero, naive)) is None
+
+
+def test_a_wrong_count_is_named_before_the_statistics():
+    case = dict(recipe_judges._merge_cases(_rng()))["[2, 4] and [6, 8]"]
+    verdict = recipe_judges._judge_merge(case, {"n": np.array(3), "mean": np.array(5.0),
+                                                "m2": np.array(20.0)})
+    assert verdict.endswith("the merged count is n_a + n_b")
+
+
+def test_a_wrong_merge_with_no_known_slip_gets_no_hint():
+    case = dict(recipe_judges._merge_cases(_rng()))["[2, 4] and [6, 8]"]
+    verdict = recipe_judges._judge_merge(case, {"n": np.array(4), "mean": np.array(5.0),
+                                                "m2": np.array(21.0)})
+    assert verdict.startswith("your m2 is") and "Hint" not in verdict
+
+
+def _chunk_case(label):
+    return dict(recipe_judges._chunk_cases(_rng()))[label]
+
+
+def test_every_chunk_case_passes_torchs_variance_and_names_its_shape_and_chunk():
+    for label, case in recipe_judges._chunk_cases(_rng()):
+        x = case["x"]
+        truth = torch_var(x)
+        assert recipe_judges._judge_chunked(case, {"y": truth}) is None, label
+        assert f"chunk = {int(case['chunk'])}" in label
+        shape = _shape_in_label(label)
+        if shape is not None:
+            assert x.shape == shape, label
+        assert (x.dtype == np.float32) == ("float32" in label), label
+    ragged = _chunk_case("a batch of 5 tokens, d = 8, chunk = 3 (the last chunk holds 2)")
+    assert ragged["x"].shape == (5, 8) and 8 % int(ragged["chunk"]) == 2
+
+
+@pytest.mark.parametrize(("label", "wrong", "hint"), [
+    ("x = [2, 4, 6, 8], chunk = 2", lambda x, c: np.array(1.0), "adding the chunks' M2 alone"),
+    ("a batch of 5 tokens, d = 8, chunk = 3 (the last chunk holds 2)",
+     lambda x, c: np.mean([torch_var(x[:, s:s + c]) for s in range(0, 8, c)], axis=0),
+     "averaging the chunks' variances"),
+    ("a batch of 3 tokens, d = 8, chunk = 16 (one chunk holds them all)",
+     lambda x, c: torch_var(x) * 8 / 16, "not `chunk` of them"),
+    ("a batch of 5 tokens, d = 8, chunk = 3 (the last chunk holds 2)",
+     lambda x, c: torch_var(x) * 8 / 7, "not d - 1"),
+    ("a 3-D batch (2, 3, 16), chunk = 4", lambda x, c: np.sqrt(torch_var(x)),
+     "standard deviation"),
+    ("float32 tokens around 10 000 with spread 1, (4, 64), chunk = 16",
+     lambda x, c: np.asarray(torch_var(x)) * 1.5, "naive one-pass"),
+    ("a 3-D batch (2, 3, 16), chunk = 4", lambda x, c: torch_var(x)[0], "last axis"),
+])
+def test_each_chunked_slip_is_named(label, wrong, hint):
+    case = _chunk_case(label)
+    verdict = recipe_judges._judge_chunked(case, {"y": wrong(case["x"], int(case["chunk"]))})
+    assert verdict is not None and hint in verdict, verdict
+
+
+def test_the_naive_one_pass_is_named_by_its_values_near_zero_too():
+    x = (300 + np.random.default_rng(4).normal(size=(4, 64))).astype(np.float32)
+    from normref import recipe
+    y = recipe.naive_chunked_var(x, 16)
+    assert "naive one-pass" in recipe_judges._judge_chunked(
+        {"x": x, "chunk": np.array(16)}, {"y": y})
+
+
+def test_a_float32_chunked_variance_far_from_zero_within_the_allowance_passes():
+    case = _chunk_case("float32 tokens around 10 000 with spread 1, (4, 64), chunk = 16")
+    truth = np.array([statistics.pvariance(row.tolist()) for row in case["x"]])
+    assert recipe_judges._judge_chunked(case, {"y": (truth * (1 + 9e-3))}) is None
+    assert recipe_judges._judge_chunked(case, {"y": (truth * (1 + 2e-2))}) is not None
+
+
+def test_a_library_variance_in_chunked_var_is_refused_by_name():
+    case = _chunk_case("x = [2, 4, 6, 8], chunk = 2")
+    verdict = recipe_judges._judge_chunked(case, {"y": np.array(5.0),
+                                                  "library_variance": np.array(True)})
+    assert verdict.startswith("your chunked_var called a library variance")
+    out = recipe_probes._call_chunked_var_watched(
+        lambda x, c: np.var(x, axis=-1), {"x": np.arange(4.0), "chunk": np.array(2)})
+    assert bool(out["library_variance"])
+
+
+def test_the_chunk_probe_passes_the_chunk_as_an_int_and_a_copy_of_x():
+    seen = {}
+
+    def spy(x, chunk):
+        seen["chunk"] = chunk
+        x[...] = 0
+        return np.zeros(x.shape[:-1])
+
+    x = np.arange(4.0)
+    recipe_probes._call_chunked_var_watched(spy, {"x": x, "chunk": np.array(2)})
+    assert type(seen["chunk"]) is int and seen["chunk"] == 2
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("merged", [(4, 5.0), [4, 5.0, 20.0, 1.0], "abc", 20.0])
+def test_the_merge_probe_wants_three_values(merged):
+    case = dict(recipe_judges._merge_cases(_rng()))["[2, 4] and [6, 8]"]
+    with pytest.raises(TypeError, match="a tuple of three"):
+        recipe_probes._call_merge_stats(lambda a, b: merged, case)
+
+
+def test_exact_python_numbers_are_read_as_numbers():
+    """Fraction and Decimal results (a count, a single token's variance) are
+    numbers the text allows: the probes send them as floats."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    case = dict(recipe_judges._merge_cases(_rng()))["[2, 4] and [6, 8]"]
+    out = recipe_probes._call_merge_stats(
+        lambda a, b: (Fraction(4), Decimal("5"), Fraction(20)), case)
+    assert {k: float(v) for k, v in out.items()} == {"n": 4.0, "mean": 5.0, "m2": 20.0}
+    assert recipe_judges._judge_merge(case, out) is None
+    assert recipe_probes._plain(Fraction(1, 2)) == 0.5
+    kept = np.float32(2.5)
+    assert recipe_probes._plain(kept) is kept
+    var = recipe_probes._call_var_watched(lambda x: Fraction(5), {"x": np.arange(4.0)})
+    assert float(var["y"]) == 5.0
+
+
+@pytest.mark.parametrize(("answer", "verdict"), [
+    ("c", None), ("C", None), (" 'c' ", None), ('"C"', None),
+    ("a", "not yet right (you answered a): two-pass needs the mean"),
+    ("b", "not yet right (you answered b): the naive one-pass formula reads each row once"),
+    ("None", "TILED_KERNEL_METHOD: give one of a, b, c (you answered None)"),
+    ("welford", "TILED_KERNEL_METHOD: give one of a, b, c (you answered welford)"),
+])
+def test_the_tiled_kernel_question_wants_welford_or_chan(answer, verdict):
+    got = recipe_judges._judge_tiled_method({}, {"tiled_method": np.array(answer)})
+    assert got == verdict if verdict is None else got.startswith(verdict), got
+
+
+def test_a_missing_tiled_answer_is_named():
+    assert recipe_judges._judge_tiled_method({}, {}) == (
+        "no answer given for TILED_KERNEL_METHOD")
