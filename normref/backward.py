@@ -1,4 +1,4 @@
-"""Unit 04, the backward pass: layer norm, RMSNorm and GroupNorm gradients in numpy.
+"""Unit 04, the backward pass: layer norm, RMSNorm, GroupNorm and BatchNorm gradients.
 
 A *token* is one row of d features; every function works on the last axis and
 accepts any leading batch shape (...). Arithmetic is done in float64; results
@@ -21,6 +21,11 @@ group of C / G consecutive channels, over those channels and every position;
 gamma and beta are per channel. Its dx is layer norm's formula applied to
 each group (the means taken over the group's members), with g = dy * gamma
 broadcast per channel; dgamma and dbeta sum over every axis but the channels.
+
+BatchNorm (training mode) works on x: (N, D) and takes its statistics per
+feature over the batch (axis 0), with the biased variance. Its dx is layer
+norm's formula with the means taken over the batch instead of the features;
+dgamma and dbeta sum over the batch as before.
 """
 
 import numpy as np
@@ -119,3 +124,23 @@ def group_norm_backward(dy, x, num_groups, gamma, eps=1e-5):
     dx = rstd * (g - g.mean(axis=-1, keepdims=True)
                  - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))  # N, G, M
     return dx.reshape(x64.shape).astype(dtype), dgamma.astype(dtype), dbeta.astype(dtype)
+
+
+def batch_norm_backward(dy, x, gamma, eps=1e-5):
+    """Gradients of batch norm in training mode, y = gamma * x_hat + beta with
+    x_hat = (x - mean) * rstd, mean and the biased variance per feature over
+    the batch (axis 0), rstd = 1 / sqrt(var + eps).
+
+    dy, x: (N, D); gamma: (D,) -> (dx: (N, D) in dy's dtype, dgamma: (D,), dbeta: (D,))
+    """
+    dy64, dtype = _as_float(dy)
+    x64 = np.asarray(x, dtype=np.float64)  # N, D
+    gamma64 = np.asarray(gamma, dtype=np.float64)  # D
+    mean = x64.mean(axis=0)  # D
+    rstd = 1.0 / np.sqrt(((x64 - mean) ** 2).mean(axis=0) + eps)  # D
+    x_hat = (x64 - mean) * rstd  # N, D
+    dbeta = dy64.sum(axis=0)  # D
+    dgamma = (dy64 * x_hat).sum(axis=0)  # D
+    g = dy64 * gamma64  # N, D
+    dx = rstd * (g - g.mean(axis=0) - x_hat * (g * x_hat).mean(axis=0))  # N, D
+    return dx.astype(dtype), dgamma.astype(dtype), dbeta.astype(dtype)

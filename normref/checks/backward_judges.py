@@ -1,7 +1,8 @@
 """Unit 04 checks, the grader-facing half: inputs, references, diagnoses.
 
 Every verdict compares with normref.backward at the tolerance table's
-precision. When a gradient is wrong, the message also quotes a centred finite
+precision, except BatchNorm's, which compare with torch's autograd through
+F.batch_norm in float64. When a gradient is wrong, the message also quotes a centred finite
 difference of the loss sum(dy * y) at the worst entry: evidence the student
 can reproduce without trusting the reference.
 """
@@ -562,6 +563,166 @@ def _judge_gn_params(case, output):
     return None
 
 
+# ---------------------------------------------------------------- BatchNorm backward
+
+def _bn_case(rng, shape, loc=0.0, scale=1.0, dtype=np.float64):
+    features = shape[1]
+    return {
+        "x": rng.normal(loc, scale, size=shape).astype(dtype),
+        "gamma": rng.normal(1.0, 0.5, size=features).astype(dtype),
+        "beta": rng.normal(size=features).astype(dtype),
+        "dy": rng.normal(size=shape).astype(dtype),
+        "eps": np.array(1e-5),
+    }
+
+
+def _bn_cases(rng):
+    return [
+        ("a batch of 4 examples, 3 features, x of shape (4, 3)", _bn_case(rng, (4, 3))),
+        ("a batch (16, 8) whose features have mean 3", _bn_case(rng, (16, 8), 3.0, 2.0)),
+        ("two examples, shape (2, 5)", _bn_case(rng, (2, 5), 1.0)),
+        ("a square batch (6, 6)", _bn_case(rng, (6, 6), -2.0)),
+        ("a tiny spread, 0.001 * N(0, 1), shape (5, 4), where eps matters",
+         _bn_case(rng, (5, 4), 0.0, 0.001)),
+        ("values near 100, shape (8, 4)", _bn_case(rng, (8, 4), 100.0)),
+        ("a float32 batch (32, 16)", _bn_case(rng, (32, 16), 1.0, dtype=np.float32)),
+    ]
+
+
+def _bn_params_cases(rng):
+    """Non-square batches first: a sum over the wrong axis then shows in the shape."""
+    cases = _bn_cases(rng)
+    return cases[1:] + cases[:1]
+
+
+def _bn_torch_reference(case):
+    """(dx, dgamma, dbeta) from torch's autograd through F.batch_norm in training
+    mode, in float64: a reference independent of normref.backward."""
+    import torch
+    import torch.nn.functional as F
+
+    c = _float64(case)
+    x, gamma, beta = (torch.tensor(c[key], requires_grad=True)
+                      for key in ("x", "gamma", "beta"))
+    with torch.enable_grad():
+        y = F.batch_norm(x, None, None, gamma, beta, training=True, eps=float(case["eps"]))
+        y.backward(torch.from_numpy(c["dy"]))
+    return x.grad.numpy(), gamma.grad.numpy(), beta.grad.numpy()
+
+
+def _bn_loss(c):
+    y, _, _ = batchnorm.batch_norm(c["x"], c["gamma"], c["beta"], None, None, True,
+                                   eps=float(c["eps"]))
+    return float(np.sum(c["dy"] * y))
+
+
+def _bn_x_hat(x, eps, axis=0, ddof=0):
+    mean = x.mean(axis=axis, keepdims=True)
+    var = ((x - mean) ** 2).sum(axis=axis, keepdims=True) / max(x.shape[axis] - ddof, 1)
+    return (x - mean) / np.sqrt(var + eps), 1.0 / np.sqrt(var + eps)
+
+
+def _bn_dx_mistakes(case):
+    c = _float64(case)
+    x, eps, dy = c["x"], float(case["eps"]), c["dy"]
+    n = x.shape[0]
+    g = dy * c["gamma"]
+    x_hat, rstd = _bn_x_hat(x, eps)
+
+    def avg(v, axis=0):
+        return v.mean(axis=axis, keepdims=True)
+
+    def dx_from(g, rstd=rstd, x_hat=x_hat, axis=0):
+        return rstd * (g - avg(g, axis) - x_hat * avg(g * x_hat, axis))
+
+    right = dx_from(g)
+    dvar = -0.5 * rstd**3 * (g * (x - avg(x))).sum(axis=0, keepdims=True)
+    x_hat_u, rstd_u = _bn_x_hat(x, eps, ddof=1)
+    x_hat_ln, rstd_ln = _bn_x_hat(x, eps, axis=-1)
+    with np.errstate(all="ignore"):
+        unbiased_exact = rstd_u * (g - avg(g) - x_hat_u * (g * x_hat_u).sum(
+            axis=0, keepdims=True) / max(n - 1, 1))
+    return {
+        "dx is missing the -mean(g) term: the batch mean depends on every example, "
+        "so it cannot be treated as a constant (mean(g) is taken over the batch)":
+            rstd * (g - x_hat * avg(g * x_hat)),
+        "dx is missing the -x_hat * mean(g * x_hat) term: the variance (and so rstd) "
+        "depends on every example, so it cannot be treated as a constant":
+            rstd * (g - avg(g)),
+        "dx treats the mean and the variance as constants: both depend on every "
+        "example of the batch, and each adds a term": rstd * g,
+        "the variance is the biased one, divided by N (np.var's default, "
+        "torch.var(..., correction=0)), not by N - 1": unbiased_exact,
+        "the variance is the biased one, divided by N, not by N - 1 (x_hat and rstd "
+        "are off)": dx_from(g, rstd_u, x_hat_u),
+        "var = mean(x^2) - mean^2 depends on x through the mean too: its local "
+        "gradient is 2 (x - mean) / N, not 2 x / N":
+            right + dvar * 2 * avg(x) / n,
+        "BatchNorm's statistics are per feature over the batch (axis 0), not per "
+        "example over the features (that is layer norm)":
+            dx_from(g, rstd_ln, x_hat_ln, axis=-1),
+        "the gradient reaching x_hat is g = dy * gamma: dy passes through gamma "
+        "before it reaches x_hat": dx_from(dy),
+        "dx ends with a factor rstd = 1 / sqrt(var + eps)": right / rstd,
+        "the sign of dx is flipped": -right,
+    }
+
+
+def _judge_bn_dx(case, output):
+    x = case["x"]
+    dx, _, _ = _bn_torch_reference(case)
+    problem = mismatch(output["dx"], dx, dtype=x.dtype, what="dx")
+    if problem is None:
+        return None
+    hint = _first_hint(output["dx"], _bn_dx_mistakes(case), x.dtype)
+    evidence = _fd_evidence(_bn_loss, case, "x", "dx", output["dx"], dx)
+    return _with_hint(problem + evidence, hint)
+
+
+def _bn_param_hint(actual, case, name, expected):
+    c = _float64(case)
+    x, dy, eps = c["x"], c["dy"], float(case["eps"])
+    if np.shape(actual) != expected.shape:
+        if np.shape(actual) == (x.shape[0],):
+            return (f"{name} has one entry per feature: sum over the batch (axis 0), "
+                    f"not over the features (axis 1)")
+        if np.shape(actual) == x.shape:
+            return f"{name} is summed over the batch (axis 0), one number per feature"
+        return None
+    x_hat, _ = _bn_x_hat(x, eps)
+    right = (dy * x_hat if name == "dgamma" else dy).sum(axis=0)
+    candidates = {
+        f"{name} sums over the batch (axis 0), not over the features (axis 1)":
+            (dy * x_hat if name == "dgamma" else dy).sum(axis=1),
+        f"{name} is a sum over the batch, not an average": right / x.shape[0],
+        "dgamma and dbeta are swapped": (dy.sum(axis=0) if name == "dgamma"
+                                         else (dy * x_hat).sum(axis=0)),
+    }
+    if name == "dgamma":
+        candidates.update({
+            "dgamma multiplies dy by x_hat (the normalized input), not by x":
+                (dy * x).sum(axis=0),
+            "the variance is the biased one, divided by N, not by N - 1":
+                (dy * _bn_x_hat(x, eps, ddof=1)[0]).sum(axis=0),
+            "x_hat uses each feature's statistics over the batch (axis 0), not each "
+            "example's over its features": (dy * _bn_x_hat(x, eps, axis=-1)[0]).sum(axis=0),
+        })
+    with np.errstate(all="ignore"):
+        return _first_hint(actual, candidates, x.dtype)
+
+
+def _judge_bn_params(case, output):
+    x = case["x"]
+    _, dgamma, dbeta = _bn_torch_reference(case)
+    for name, expected, key in (("dgamma", dgamma, "gamma"), ("dbeta", dbeta, "beta")):
+        problem = mismatch(output[name], expected, dtype=x.dtype, what=name)
+        if problem:
+            hint = _bn_param_hint(output[name], case, name, expected)
+            evidence = _fd_evidence(_bn_loss, case, key, name, output[name], expected)
+            return _with_hint(problem + evidence, hint)
+    return None
+
+
 # ---------------------------------------------------------------- inline answers
 
 def _letters(text):
@@ -611,6 +772,23 @@ def _blind_check_truth():
     return _letter_for(*missed)
 
 
+def _bn_shift_truth():
+    """Which shift leaves BatchNorm's training-mode output unchanged: (a) one
+    number added to every feature of one example, (b) to one feature of every
+    example?"""
+    rng = np.random.default_rng(0)
+    x, gamma, beta = rng.normal(1.0, 2.0, (8, 5)), rng.normal(size=5), rng.normal(size=5)
+
+    def y(x):
+        return batchnorm.batch_norm(x, gamma, beta, None, None, True)[0]
+
+    row, column = x.copy(), x.copy()
+    row[0] += 3.0  # one example, every feature
+    column[:, 0] += 3.0  # one feature, every example
+    return _letter_for(np.allclose(y(row), y(x), atol=1e-12),
+                       np.allclose(y(column), y(x), atol=1e-12))
+
+
 _ANSWERS = {
     "backward_rms_zero_answer": (
         "which quantity is zero for RMSNorm's dx (eps = 0), for every token and every dy",
@@ -620,6 +798,9 @@ _ANSWERS = {
     "backward_blind_check_answer": (
         "which wrong dx a gradient check with dy = 1 and gamma = 1 cannot catch",
         _blind_check_truth),
+    "backward_bn_shift_answer": (
+        "which shift of x leaves BatchNorm's training-mode output unchanged",
+        _bn_shift_truth),
 }
 
 
@@ -645,6 +826,9 @@ CHECKS = {
     "backward_rms_dgamma": Check(_rms_params_cases, _judge_rms_dgamma),
     "backward_gn_dx": Check(_gn_cases, _judge_gn_dx),
     "backward_gn_params": Check(_gn_params_cases, _judge_gn_params),
+    "backward_bn_dx": Check(_bn_cases, _judge_bn_dx),
+    "backward_bn_params": Check(_bn_params_cases, _judge_bn_params),
+    "backward_bn_closed_dx": Check(_bn_cases, _judge_bn_dx),
     **{name: Check(lambda rng: [("your answer", {})], _answer_judge(name))
        for name in _ANSWERS},
 }

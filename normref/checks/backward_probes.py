@@ -1,9 +1,10 @@
 """Unit 04 checks, the student-facing half: how each exercise is called.
 
-The assignment grades RMSNorm's and GroupNorm's backward passes and three
-inline answers; the layer-norm checks grade the lesson's own case (an
-instructor can run them on the lesson's functions) and guard the grader's
-autograd recorder in the test suite.
+The assignment grades RMSNorm's, GroupNorm's and BatchNorm's backward passes
+(BatchNorm's twice: by stages, then in closed form) and four inline answers;
+the layer-norm checks grade the lesson's own case (an instructor can run them
+on the lesson's functions) and guard the grader's autograd recorder in the
+test suite.
 
 A student's cache is theirs to shape (a dict, a tuple, anything): the backward
 probes hand it straight from the student's forward to the student's backward,
@@ -72,6 +73,14 @@ def _call_gn_backward(group_norm_backward, case):
     return {"dx": dx, "dgamma": dgamma, "dbeta": dbeta}
 
 
+def _call_bn_backward(batch_norm_backward, case):
+    result = batch_norm_backward(case["dy"].copy(), case["x"].copy(),
+                                 case["gamma"].copy(), float(case["eps"]))
+    name = getattr(batch_norm_backward, "__name__", "batch_norm_backward")
+    dx, dgamma, dbeta = _unpack(result, name, 3)
+    return {"dx": dx, "dgamma": dgamma, "dbeta": dbeta}
+
+
 def _answer_as_text(answer, case):
     return {"answer": np.array(str(answer))}
 
@@ -115,6 +124,28 @@ def check_group_norm_backward_dx(group_norm_backward):
 def check_group_norm_backward_params(group_norm_backward):
     """Check dgamma and dbeta from group_norm_backward: one number a channel."""
     run_check("backward_gn_params", group_norm_backward, _call_gn_backward)
+
+
+def check_batch_norm_backward_dx(batch_norm_backward):
+    """Check dx from batch_norm_backward(dy, x, gamma, eps) -> (dx, dgamma,
+    dbeta), x: (N, D), statistics over the batch (training mode)."""
+    run_check("backward_bn_dx", batch_norm_backward, _call_bn_backward)
+
+
+def check_batch_norm_backward_params(batch_norm_backward):
+    """Check dgamma and dbeta from batch_norm_backward: one number a feature."""
+    run_check("backward_bn_params", batch_norm_backward, _call_bn_backward)
+
+
+def check_batch_norm_backward_closed_dx(batch_norm_backward_closed):
+    """Check dx from batch_norm_backward_closed(dy, x, gamma, eps) -> (dx,
+    dgamma, dbeta), the closed form of the same gradient."""
+    run_check("backward_bn_closed_dx", batch_norm_backward_closed, _call_bn_backward)
+
+
+def check_bn_shift_answer(answer):
+    """Check the answer to: which shift leaves BatchNorm's output unchanged?"""
+    run_check("backward_bn_shift_answer", answer, _answer_as_text)
 
 
 def check_rms_zero_answer(answer):

@@ -17,7 +17,11 @@ from normref.checks import (
     _runner,
     backward_judges,
     backward_probes,
+    check_batch_norm_backward_closed_dx,
+    check_batch_norm_backward_dx,
+    check_batch_norm_backward_params,
     check_blind_check_answer,
+    check_bn_shift_answer,
     check_gn_zero_sums_answer,
     check_group_norm_backward_dx,
     check_group_norm_backward_params,
@@ -570,6 +574,7 @@ def test_group_norm_check_reports_a_wrong_return():
     (check_rms_zero_answer, ["b", "B", "(b)"], ["a", "c", "d", "", None]),
     (check_gn_zero_sums_answer, ["bc", "cb", "b, c"], ["b", "c", "bcd", "abc", None]),
     (check_blind_check_answer, ["b", " b "], ["a", "c", "d", None]),
+    (check_bn_shift_answer, ["b", "(B)", " b "], ["a", "c", "d", "", None]),
 ])
 def test_inline_answers_are_judged(check, right, wrong):
     for answer in right:
@@ -603,6 +608,7 @@ def _visible_answer_test(grade_id):
     ("gn_zero_sums_correct", "gn_zero_sums", ["bc", "cb", "b, c", "B C", ["b", "c"]],
      [None, "", "b and c"]),
     ("blind_check_correct", "blind_check", ["b", " b ", "B", "(b)"], [None, "", "bc"]),
+    ("bn_shift_correct", "bn_shift", ["b", " (b) ", "B"], [None, "", "ab"]),
 ])
 def test_visible_answer_asserts_accept_what_the_hidden_check_accepts(
         grade_id, name, right, wrong):
@@ -610,7 +616,8 @@ def test_visible_answer_asserts_accept_what_the_hidden_check_accepts(
     code = _visible_answer_test(grade_id)
     hidden = {"rms_zero": check_rms_zero_answer,
               "gn_zero_sums": check_gn_zero_sums_answer,
-              "blind_check": check_blind_check_answer}[name]
+              "blind_check": check_blind_check_answer,
+              "bn_shift": check_bn_shift_answer}[name]
     for answer in right:
         exec(code, {name: answer})
         hidden(answer)
@@ -1854,3 +1861,238 @@ def test_a_complex_dx_is_quoted_by_its_real_part():
     message = _judge("backward_ln_dx", case, {"dx": dx})
     problem = mismatch(2 * right, right, dtype=case["x"].dtype, what="dx")
     _check_evidence(message, problem=problem, name="dx", yours=2 * right, right=right)
+
+
+# ---------------------------------------------------------------- BatchNorm (training mode)
+
+BN_SHAPES = [(2, 3), (4, 3), (7, 5), (6, 6), (32, 16)]
+
+
+def _bn_inputs(seed, shape, loc=1.0, scale=2.0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    d = shape[1]
+    return tuple(a.astype(dtype) for a in (
+        rng.normal(loc, scale, size=shape), rng.normal(1.0, 0.5, size=d),
+        rng.normal(size=d), rng.normal(size=shape)))
+
+
+def _bn_torch_grads(x, gamma, beta, dy, eps=1e-5):
+    leaves = _torch_leaves(x, gamma, beta)
+    F.batch_norm(leaves[0], None, None, leaves[1], leaves[2], training=True,
+                 eps=eps).backward(torch.tensor(np.asarray(dy, dtype=np.float64)))
+    return [leaf.grad.numpy() for leaf in leaves]
+
+
+@pytest.mark.parametrize("seed, shape", list(enumerate(BN_SHAPES)))
+@pytest.mark.parametrize("eps", [1e-5, 1e-1])
+def test_batch_norm_backward_matches_torch_autograd(seed, shape, eps):
+    x, gamma, beta, dy = _bn_inputs(seed, shape)
+    ours = backward.batch_norm_backward(dy, x, gamma, eps)
+    for mine, theirs in zip(ours, _bn_torch_grads(x, gamma, beta, dy, eps)):
+        assert mine.shape == theirs.shape
+        np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed, shape", list(enumerate(BN_SHAPES[:4])))
+def test_batch_norm_gradient_check_agrees(seed, shape):
+    x, gamma, beta, dy = _bn_inputs(seed, shape)
+
+    def loss():
+        return np.sum(dy * batchnorm.batch_norm(x, gamma, beta, None, None, True)[0])
+
+    for grad, wrt in zip(backward.batch_norm_backward(dy, x, gamma), (x, gamma, beta)):
+        assert _relative_error(grad, _centred_differences(loss, wrt)) < 1e-7
+
+
+def test_batch_norm_backward_is_layer_norm_backward_of_the_transpose():
+    """Statistics down the batch are layer norm's statistics along the rows of x.T."""
+    x, gamma, _, dy = _bn_inputs(3, (6, 4))
+    dx, _, _ = backward.batch_norm_backward(dy, x, gamma)
+    _, cache = backward.layer_norm_forward(x.T, np.ones(6), np.zeros(6))
+    dx_t, _, _ = backward.layer_norm_backward((dy * gamma).T, cache)
+    np.testing.assert_allclose(dx, dx_t.T, rtol=1e-12, atol=1e-14)
+
+
+def test_batch_norm_backward_float32_in_float32_out():
+    x, gamma, beta, dy = _bn_inputs(2, (8, 4), dtype=np.float32)
+    grads = backward.batch_norm_backward(dy, x, gamma)
+    assert all(g.dtype == np.float32 for g in grads)
+    for mine, theirs in zip(grads, _bn_torch_grads(x, gamma, beta, dy)):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_batch_norm_dx_sums_to_zero_over_the_batch_but_not_over_the_features():
+    x, gamma, _, dy = _bn_inputs(4, (16, 8))
+    dx, _, _ = backward.batch_norm_backward(dy, x, gamma)
+    assert np.abs(dx.sum(axis=0)).max() < 1e-12 * np.abs(dx).max() * 16
+    assert np.abs(dx.sum(axis=1)).max() > 1e-3
+
+
+def _bn_staged_torch(dy, x, gamma, eps=1e-5):
+    """Unusual but right: the stages in torch tensors, without autograd, as tensors."""
+    x, dy = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(dy, dtype=torch.float64)
+    n = x.shape[0]
+    xc = x - x.mean(0)
+    inv = ((xc**2).mean(0) + eps).rsqrt()
+    dxhat = dy * torch.as_tensor(gamma, dtype=torch.float64)
+    dvar = (dxhat * xc).sum(0) * -0.5 * inv**3
+    dxc = dxhat * inv + dvar * 2 * xc / n
+    return dxc - dxc.mean(0), (dy * xc * inv).sum(0), dy.sum(0)
+
+
+def test_batch_norm_checks_pass_the_reference_and_a_staged_torch_backward():
+    for subject in (backward.batch_norm_backward, _bn_staged_torch):
+        check_batch_norm_backward_dx(subject)
+        check_batch_norm_backward_params(subject)
+        check_batch_norm_backward_closed_dx(subject)
+
+
+def test_batch_norm_checks_pass_the_reference_for_any_seed():
+    probe = backward_probes._call_bn_backward
+    for seed in range(8):
+        for name in ("backward_bn_dx", "backward_bn_params", "backward_bn_closed_dx"):
+            cases = _registry.make_cases(name, seed)
+            outputs, errors = _runner._probe_all(backward.batch_norm_backward, cases, probe)
+            verdict = _registry.judge(name, cases, outputs, errors)
+            assert verdict["passed"], (seed, verdict["message"])
+
+
+def test_the_judges_reference_is_autograd_through_batch_norm():
+    case = backward_judges._bn_cases(np.random.default_rng(0))[1][1]
+    theirs = _bn_torch_grads(case["x"], case["gamma"], case["beta"], case["dy"])
+    for mine, expected in zip(backward_judges._bn_torch_reference(case), theirs):
+        np.testing.assert_array_equal(mine, expected)
+
+
+def test_bn_cases_are_what_their_labels_say():
+    cases = dict(backward_judges._bn_cases(np.random.default_rng(0)))
+    assert cases["two examples, shape (2, 5)"]["x"].shape == (2, 5)
+    assert cases["a square batch (6, 6)"]["x"].shape == (6, 6)
+    assert cases["a float32 batch (32, 16)"]["x"].dtype == np.float32
+    assert np.abs(cases["values near 100, shape (8, 4)"]["x"] - 100).max() < 6
+    tiny = cases["a tiny spread, 0.001 * N(0, 1), shape (5, 4), where eps matters"]["x"]
+    assert tiny.var(axis=0).max() < 1e-5  # below eps: eps changes rstd
+    params = backward_judges._bn_params_cases(np.random.default_rng(0))
+    assert params[0][1]["x"].shape[0] != params[0][1]["x"].shape[1]
+
+
+def _bn_wrong(dx_rule=None, dgamma_rule=None, dbeta_rule=None, ddof=0):
+    """A BatchNorm backward written here, independently of the judge, with one slip."""
+    def batch_norm_backward(dy, x, gamma, eps=1e-5):
+        x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+        n = x.shape[0]
+        mean = x.mean(0)
+        rstd = 1 / np.sqrt(((x - mean) ** 2).sum(0) / (n - ddof) + eps)
+        x_hat = (x - mean) * rstd
+        g = dy * gamma
+        if dx_rule:
+            dx = dx_rule(g=g, dy=dy, x=x, x_hat=x_hat, rstd=rstd, n=n, eps=eps)
+        else:
+            dx = rstd * (g - g.mean(0) - x_hat * (g * x_hat).mean(0))
+        dgamma = dgamma_rule(dy, x_hat) if dgamma_rule else (dy * x_hat).sum(0)
+        dbeta = dbeta_rule(dy) if dbeta_rule else dy.sum(0)
+        return dx, dgamma, dbeta
+
+    return batch_norm_backward
+
+
+def _ln_stats_dx(g, x, eps, **_):
+    mean = x.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt(x.var(-1, keepdims=True) + eps)
+    x_hat = (x - mean) * rstd
+    return rstd * (g - g.mean(-1, keepdims=True)
+                   - x_hat * (g * x_hat).mean(-1, keepdims=True))
+
+
+def _from_squares_dx(g, x, rstd, n, **_):
+    """Staged through var = mean(x^2) - mean^2, with var's path through the mean lost."""
+    dvar = -0.5 * rstd**3 * (g * (x - x.mean(0))).sum(0)
+    dmean = -(g * rstd).sum(0)
+    return g * rstd + dvar * 2 * x / n + dmean / n
+
+
+def _full(g, x_hat, rstd, **_):
+    return rstd * (g - g.mean(0) - x_hat * (g * x_hat).mean(0))
+
+
+BN_DX_SLIPS = {
+    "mean treated as a constant": (
+        _bn_wrong(dx_rule=lambda g, x_hat, rstd, **_: rstd * (g - x_hat * (g * x_hat).mean(0))),
+        "-mean(g) term"),
+    "variance treated as a constant": (
+        _bn_wrong(dx_rule=lambda g, rstd, **_: rstd * (g - g.mean(0))), "the variance (and so"),
+    "both treated as constants": (
+        _bn_wrong(dx_rule=lambda g, rstd, **_: rstd * g), "mean and the variance as constants"),
+    "unbiased variance, exact gradient": (
+        _bn_wrong(ddof=1, dx_rule=lambda g, x_hat, rstd, n, **_: rstd * (
+            g - g.mean(0) - x_hat * (g * x_hat).sum(0) / (n - 1))), "not by N - 1"),
+    "unbiased variance in the closed form": (_bn_wrong(ddof=1, dx_rule=_full), "not by N - 1"),
+    "variance from squares, its mean path lost": (
+        _bn_wrong(dx_rule=_from_squares_dx), "depends on x through the mean too"),
+    "layer norm's axis": (_bn_wrong(dx_rule=_ln_stats_dx), "that is layer norm"),
+    "no gamma": (_bn_wrong(dx_rule=lambda dy, x_hat, rstd, **_: _full(dy, x_hat, rstd)),
+                 "g = dy * gamma"),
+    "no rstd": (_bn_wrong(dx_rule=lambda g, x_hat, rstd, **_: _full(g, x_hat, rstd) / rstd),
+                "factor rstd"),
+    "sign flipped": (_bn_wrong(dx_rule=lambda **kw: -_full(**kw)), "sign of dx"),
+}
+
+
+@pytest.mark.parametrize("slip", list(BN_DX_SLIPS))
+@pytest.mark.parametrize("check", [check_batch_norm_backward_dx,
+                                   check_batch_norm_backward_closed_dx])
+def test_batch_norm_dx_slips_are_named_with_finite_difference_evidence(slip, check):
+    wrong, hint = BN_DX_SLIPS[slip]
+    with pytest.raises(CheckFailed, match="Hint") as failure:
+        check(wrong)
+    assert hint in str(failure.value)
+    assert "A centred finite difference" in str(failure.value)
+
+
+def test_a_right_batch_norm_dx_with_wrong_parameters_passes_the_dx_checks():
+    wrong_params = _bn_wrong(dgamma_rule=lambda dy, xh: dy.sum(0), dbeta_rule=lambda dy: 0 * dy)
+    check_batch_norm_backward_dx(wrong_params)
+    check_batch_norm_backward_closed_dx(wrong_params)
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (_bn_wrong(dgamma_rule=lambda dy, xh: (dy * xh).sum(1)), "not over the features (axis 1)"),
+    (_bn_wrong(dbeta_rule=lambda dy: dy.sum(1)), "not over the features (axis 1)"),
+    (_bn_wrong(dgamma_rule=lambda dy, xh: dy * xh), "is summed over the batch"),
+    (_bn_wrong(dbeta_rule=lambda dy: dy.mean(0)), "not an average"),
+    (_bn_wrong(dgamma_rule=lambda dy, xh: dy.sum(0)), "swapped"),
+    (_bn_wrong(ddof=1), "not by N - 1"),
+])
+def test_batch_norm_param_slips_are_named(wrong, hint):
+    with pytest.raises(CheckFailed, match="Hint") as failure:
+        check_batch_norm_backward_params(wrong)
+    assert hint in str(failure.value)
+
+
+def test_batch_norm_param_slips_on_a_square_batch_and_from_x_are_named():
+    case = backward_judges._bn_case(np.random.default_rng(1), (6, 6), 2.0)
+    x_hat = backward_judges._bn_x_hat(case["x"], 1e-5)[0]
+    dy = case["dy"]
+    expected = (dy * x_hat).sum(0)
+    hints = {
+        "not over the features (axis 1)": (dy * x_hat).sum(1),
+        "not by x": (dy * case["x"]).sum(0),
+        "not by N - 1": (dy * backward_judges._bn_x_hat(case["x"], 1e-5, ddof=1)[0]).sum(0),
+        "not each example's": (
+            dy * backward_judges._bn_x_hat(case["x"], 1e-5, axis=-1)[0]).sum(0),
+    }
+    for hint, wrong in hints.items():
+        assert hint in backward_judges._bn_param_hint(wrong, case, "dgamma", expected)
+
+
+def test_bn_shift_truth_is_what_torch_says():
+    x = torch.tensor(np.random.default_rng(2).normal(size=(6, 3)))
+    row, column = x.clone(), x.clone()
+    row[0] += 2.0
+    column[:, 0] += 2.0
+
+    def y(t):
+        return F.batch_norm(t, None, None, training=True)
+
+    assert not torch.allclose(y(row), y(x)) and torch.allclose(y(column), y(x))
+    assert backward_judges._bn_shift_truth() == "b"
