@@ -246,16 +246,32 @@ def lm_loss(model, batch):
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
 
 
-def grad_norms_by_layer(model, batch):
+def _detach_input(module, args):
+    """A forward pre-hook: the module reads a copy of its input that is cut
+    from the backward pass."""
+    return tuple(a.detach() for a in args)
+
+
+def grad_norms_by_layer(model, batch, detach_branches=False):
     """Frobenius norm of d loss / d W for W = each block's mlp.proj.weight.
 
     model: has `blocks` (a sequence of blocks following the naming contract)
     and maps inputs (B, T) to logits (B, T, vocab); batch: (inputs, targets).
-    Returns a float64 tensor (n_layers,), first block first. The model's own
-    .grad fields are left untouched.
+    detach_branches (Pre-LN or sandwich-LN blocks): every ln1 and ln2 reads a
+    detached copy of the stream, so the gradient reaches earlier blocks along
+    the residual path only, never back through a sublayer. Returns a float64
+    tensor (n_layers,), first block first. The model's own .grad fields, and
+    the model itself, are left as they were.
     """
-    weights = [block.mlp.proj.weight for block in model.blocks]
-    grads = torch.autograd.grad(lm_loss(model, batch), weights)
+    norms = [n for block in model.blocks for n in (block.ln1, block.ln2)]
+    hooks = ([n.register_forward_pre_hook(_detach_input) for n in norms]
+             if detach_branches else [])
+    try:
+        weights = [block.mlp.proj.weight for block in model.blocks]
+        grads = torch.autograd.grad(lm_loss(model, batch), weights)
+    finally:
+        for hook in hooks:
+            hook.remove()
     return torch.stack([g.detach().double().norm() for g in grads])  # n_layers
 
 
@@ -323,9 +339,10 @@ def experiment_batch(seed):
     return copy_task_batch(c["batch"], c["n_symbols"], c["vocab"], seed)
 
 
-def experiment_profile(kind, n_layers, seeds):
+def experiment_profile(kind, n_layers, seeds, detach_branches=False):
     """Median over seeds of grad_norms_by_layer on the assignment's toy: (n_layers,)."""
-    rows = [grad_norms_by_layer(experiment_model(kind, n_layers, seed), experiment_batch(seed))
+    rows = [grad_norms_by_layer(experiment_model(kind, n_layers, seed), experiment_batch(seed),
+                                detach_branches)
             for seed in seeds]
     return torch.stack(rows).median(dim=0).values
 
@@ -351,6 +368,39 @@ class AdaLN(nn.Module):
     def forward(self, x, cond):
         gamma, beta = self.to_scale_shift(cond).unsqueeze(1).chunk(2, dim=-1)  # B, 1, d each
         return self.norm(x) * (1 + gamma) + beta
+
+
+class AdaLNZeroBlock(nn.Module):
+    """A Pre-LN block conditioned by adaLN-Zero (Peebles and Xie 2023, DiT).
+
+    x: (B, T, d); cond: (B, d_cond) -> (B, T, d). From silu(cond) one linear
+    map, ada (6d, d_cond), gives six (B, d) vectors, in this order: shift1,
+    scale1, gate1 for attention, shift2, scale2, gate2 for the MLP; then
+
+        x = x + gate1 * attn(LN(x) * (1 + scale1) + shift1)
+        x = x + gate2 * mlp(LN(x) * (1 + scale2) + shift2)
+
+    with ln1, ln2 LayerNorms without parameters (eps 1e-5). ada starts at
+    zero, so every gate is 0 and a new block is the identity, while its
+    gradient (through the gates) is not zero. Parameters: the contract's
+    attn.* and mlp.*, and ada.weight (6d, d_cond), ada.bias (6d,).
+    """
+
+    def __init__(self, d_model, n_heads, d_ff, d_cond):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model, elementwise_affine=False)
+        self.attn = CausalSelfAttention(d_model, n_heads)
+        self.ln2 = nn.LayerNorm(d_model, elementwise_affine=False)
+        self.mlp = MLP(d_model, d_ff)
+        self.ada = nn.Linear(d_cond, 6 * d_model)
+        nn.init.zeros_(self.ada.weight)
+        nn.init.zeros_(self.ada.bias)
+
+    def forward(self, x, cond):
+        mod = self.ada(F.silu(cond)).unsqueeze(1)  # B, 1, 6d
+        shift1, scale1, gate1, shift2, scale2, gate2 = mod.chunk(6, dim=-1)  # B, 1, d
+        x = x + gate1 * self.attn(self.ln1(x) * (1 + scale1) + shift1)
+        return x + gate2 * self.mlp(self.ln2(x) * (1 + scale2) + shift2)
 
 
 def timestep_embedding(t, dim, max_period=10_000.0):

@@ -5,6 +5,7 @@ import functools
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from normref import blocks
 from normref.checks import blocks_probes as probes
@@ -500,6 +501,302 @@ def _judge_profile_numbers(case, output):
     return None
 
 
+
+# --- exercise 7: the gradient profile with the later branches cut ---
+
+def _model_weights(rng, vocab, d, n_layers, d_ff, max_len):
+    """Weights for every parameter of a Pre-LN TinyLM, keyed "w:<name>"."""
+    case = {"w:tok_emb.weight": rng.normal(size=(vocab, d)),
+            "w:pos_emb.weight": rng.normal(size=(max_len, d)),
+            "w:head.weight": rng.normal(0, d**-0.5, (vocab, d))}
+    for i in range(n_layers):
+        case.update({f"w:blocks.{i}.{k[2:]}": v for k, v in _block_weights(rng, d, d_ff).items()})
+    case.update(_layer_norm(rng, d, "ln_f"))
+    return case
+
+
+def _gradient_profile_cases(rng):
+    def case(vocab, d, heads, d_ff, n_layers, batch, n_symbols):
+        max_len = 2 * n_symbols
+        inputs = rng.integers(0, vocab, (batch, max_len))
+        targets = rng.integers(0, vocab, (batch, max_len))
+        targets[:, :n_symbols] = blocks.IGNORE
+        return {"vocab": np.array(vocab), "d_model": np.array(d), "n_heads": np.array(heads),
+                "d_ff": np.array(d_ff), "n_layers": np.array(n_layers),
+                "max_len": np.array(max_len), "inputs": inputs, "targets": targets,
+                **_model_weights(rng, vocab, d, n_layers, d_ff, max_len)}
+
+    return [("3 Pre-LN blocks, d = 8, 2 heads, d_ff = 16, vocabulary 7, 2 sequences of 6",
+             case(7, 8, 2, 16, 3, 2, 3)),
+            ("4 Pre-LN blocks, d = 12, 3 heads, d_ff = 20, vocabulary 9, 3 sequences of 8",
+             case(9, 12, 3, 20, 4, 3, 4))]
+
+
+def _reference_model(case):
+    d, heads, d_ff = int(case["d_model"]), int(case["n_heads"]), int(case["d_ff"])
+    model = blocks.TinyLM(int(case["vocab"]), d, int(case["n_layers"]), heads, "pre",
+                          d_ff=d_ff, max_len=int(case["max_len"]))
+    probes._load_by_contract(model, probes._weights(case), "the reference")
+    batch = (torch.from_numpy(case["inputs"]), torch.from_numpy(case["targets"]))
+    return model, batch
+
+
+def _profile_by_hand(model, batch, *, cut_attn=False, cut_mlp=False, cut_stream=False,
+                     final_ln=True, positions=True):
+    """The profile of a slip, computed step by step: which tensors are cut,
+    and what the forward pass leaves out."""
+    inputs, targets = batch
+    h = model.tok_emb(inputs)  # B, T, d
+    if positions:
+        h = h + model.pos_emb(torch.arange(inputs.shape[1]))
+    for block in model.blocks:
+        a_in = h.detach() if cut_attn else h
+        h = (h.detach() if cut_stream else h) + block.attn(block.ln1(a_in))
+        m_in = h.detach() if cut_mlp else h
+        h = (h.detach() if cut_stream else h) + block.mlp(block.ln2(m_in))
+    logits = model.head(model.ln_f(h) if final_ln else h)  # B, T, vocab
+    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=blocks.IGNORE)
+    weights = [block.mlp.proj.weight for block in model.blocks]
+    grads = torch.autograd.grad(loss, weights, allow_unused=True)
+    return np.array([0.0 if g is None else float(g.double().norm()) for g in grads])
+
+
+def _judge_gradient_profile(case, output):
+    model, batch = _reference_model(case)
+    n_layers = int(case["n_layers"])
+    with _one_thread():
+        cut = blocks.grad_norms_by_layer(model, batch, detach_branches=True).numpy()
+        intact = blocks.grad_norms_by_layer(model, batch).numpy()
+        slips_cut = {
+            "detach_branches=True changed nothing: cut the gradient where each sublayer "
+            "reads the stream (the input of ln1 and of ln2)": intact,
+            "you cut the residual stream itself, so no gradient reaches earlier blocks at "
+            "all; cut only the copy each sublayer reads (the input of ln1 and ln2) and "
+            "keep the residual path": _profile_by_hand(model, batch, cut_attn=True,
+                                                        cut_mlp=True, cut_stream=True),
+            "cut the attention branch too: ln1's input must be detached as well as ln2's":
+                _profile_by_hand(model, batch, cut_mlp=True),
+            "cut the MLP branch too: ln2's input must be detached as well as ln1's":
+                _profile_by_hand(model, batch, cut_attn=True),
+        }
+        slips_both = {
+            "the loss goes through the final LN, ln_f, before the head":
+                (_profile_by_hand(model, batch, cut_attn=True, cut_mlp=True, final_ln=False),
+                 _profile_by_hand(model, batch, final_ln=False)),
+            "the stream starts as the token embedding plus the position embedding":
+                (_profile_by_hand(model, batch, cut_attn=True, cut_mlp=True, positions=False),
+                 _profile_by_hand(model, batch, positions=False)),
+            "return the norm of each gradient, not its square": (cut**2, intact**2),
+        }
+    for key in ("cut", "intact", "default"):
+        got = output[key]
+        if got.shape != (n_layers,):
+            return (f"gradient_profile returned shape {got.shape} ({key}); expected "
+                    f"({n_layers},), one norm per block, first block first")
+    right = {key: matches(output[key], value, dtype=F64)
+             for key, value in (("cut", cut), ("intact", intact), ("default", intact))}
+    if all(right.values()):
+        return None
+    if right["cut"] and not right["intact"] and matches(output["intact"], cut, dtype=F64):
+        return ("with detach_branches=False after a call with True, your function still cut "
+                "the branches. Hint: remove every hook (or undo every change) before "
+                "returning, also when something fails (try/finally): the model must be left "
+                "as it was")
+    if right["cut"] and right["intact"]:
+        return ("gradient_profile(model, batch), without detach_branches, does not give the "
+                "intact profile. Hint: detach_branches defaults to False")
+    for hint, (wrong_cut, wrong_intact) in slips_both.items():
+        if matches(output["cut"], wrong_cut, dtype=F64) and (
+                matches(output["intact"], wrong_intact, dtype=F64)):
+            return f"your profiles are not right. Hint: {hint}"
+    if not right["cut"]:
+        problem = mismatch(output["cut"], cut, dtype=F64,
+                           what="your profile with detach_branches=True")
+        for hint, wrong in slips_cut.items():
+            if matches(output["cut"], wrong, dtype=F64):
+                return f"{problem}. Hint: {hint}"
+        return problem
+    return mismatch(output["intact"], intact, dtype=F64,
+                    what="your profile with detach_branches=False")
+
+
+CUT_LETTERS = {
+    "a": "the first blocks' gradients fall to about the last blocks' level, and the last "
+         "block's stays as it was",
+    "b": "the last blocks' gradients rise to about the first blocks' level, and the first "
+         "block's stays as it was",
+    "c": "every block's gradient shrinks by about the same factor: the profile keeps its shape",
+    "d": "the profile tilts the other way: the last blocks get clearly the largest gradients",
+}
+CUT_RELATIVE_TOLERANCE = 0.05
+
+
+def cut_letter(intact, cut):
+    """Which of CUT_LETTERS describes going from the intact profile to the cut
+    one, worked out from the numbers; None if none does."""
+    change = cut / intact
+    if cut[-1] / cut[0] > 1.5:
+        return "d"
+    if abs(change[-1] - 1) < 0.02 and change[0] < 0.8:
+        return "a"
+    if abs(change[0] - 1) < 0.02 and change[-1] > 1.25:
+        return "b"
+    if change.max() / change.min() < 1.1 and change.max() < 0.98:
+        return "c"
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def measured_cut_profiles():
+    """The sandwich-LN profiles of exercise 7 with the references:
+    {"intact": (PROFILE_LAYERS,), "cut": ...}, median over PROFILE_SEEDS."""
+    with _one_thread():
+        return {key: blocks.experiment_profile("sandwich", PROFILE_LAYERS, PROFILE_SEEDS,
+                                               detach_branches=key == "cut").numpy()
+                for key in ("intact", "cut")}
+
+
+def _cut_answers_from(profiles):
+    intact, cut = profiles["intact"], profiles["cut"]
+    return {"cut_letter": cut_letter(intact, cut),
+            "cut_last_over_first": float(cut[-1] / cut[0])}
+
+
+def true_cut_answers():
+    """The answers worked out from the measured profiles, not typed in."""
+    return _cut_answers_from(measured_cut_profiles())
+
+
+def _judge_cut_prediction(case, output):
+    answer = str(output.get("predict_cut", "None")).strip().lower()
+    if answer not in CUT_LETTERS:
+        return (f"PREDICT_CUT is {answer!r}; answer with one of "
+                f"{', '.join(repr(c) for c in CUT_LETTERS)}")
+    return None
+
+
+def _cut_tables(output):
+    tables = [true_cut_answers()]
+    own = {key: np.asarray(output.get(f"own:{key}", np.zeros(0)), dtype=F64)
+           for key in ("intact", "cut")}
+    if all(p.shape == (PROFILE_LAYERS,) and np.all(np.isfinite(p) & (p > 0))
+           for p in own.values()):
+        tables.append(_cut_answers_from(own))
+    return tables
+
+
+def _judge_cut_reading(case, output):
+    letter = str(output.get("cut_answer", "None")).strip().lower()
+    if letter not in CUT_LETTERS:
+        return (f"CUT_ANSWER is {letter!r}; answer with one of "
+                f"{', '.join(repr(c) for c in CUT_LETTERS)}")
+    value = number_from_answer(output.get("cut_last_over_first", "None"))
+    if value is None:
+        return (f"CUT_LAST_OVER_FIRST is {str(output.get('cut_last_over_first'))!r}, "
+                "not a number")
+    tables = _cut_tables(output)
+    problems = []
+    if not any(letter == truths["cut_letter"] for truths in tables):
+        problems.append(f"CUT_ANSWER, which sentence the two printed profiles bear out "
+                        f"(you answered {letter!r}: compare the first and the last block "
+                        "of the intact and the cut profile)")
+    if not any(abs(value - t["cut_last_over_first"])
+               <= CUT_RELATIVE_TOLERANCE * abs(t["cut_last_over_first"]) for t in tables):
+        problems.append(f"CUT_LAST_OVER_FIRST, the cut profile's last block over its first "
+                        f"(you answered {value:g})")
+    if problems:
+        return ("not yet right, numbers within 5%: " + "; ".join(problems)
+                + f" {BOTH_TABLES}")
+    return None
+
+
+# --- exercise 8: adaLN-Zero ---
+
+def _adaln_cases(rng):
+    def case(batch, seq_len, d, heads, d_ff, d_cond, offset=0.0):
+        c = {"d_model": np.array(d), "n_heads": np.array(heads), "d_ff": np.array(d_ff),
+             "d_cond": np.array(d_cond), "init_seed": np.array(int(rng.integers(100_000))),
+             "x": offset + rng.normal(size=(batch, seq_len, d)),
+             "cond": rng.normal(size=(batch, d_cond)),
+             "dy": rng.normal(size=(batch, seq_len, d))}
+        c.update(_linear(rng, 3 * d, d, "attn.qkv"))
+        c.update(_linear(rng, d, d, "attn.proj"))
+        c.update(_linear(rng, d_ff, d, "mlp.fc"))
+        c.update(_linear(rng, d, d_ff, "mlp.proj"))
+        c.update(_linear(rng, 6 * d, d_cond, "ada"))
+        c["w:ada.bias"] = rng.normal(0, 0.5, 6 * d)  # gates and scales well away from 0
+        return c
+
+    return [
+        ("2 sequences of 4 tokens, d = 8, 2 heads, d_ff = 16, d_cond = 5",
+         case(2, 4, 8, 2, 16, 5)),
+        ("3 sequences of 5 tokens far from zero (x = 3 + N(0, 1)), d = 12, 3 heads, "
+         "d_ff = 20, d_cond = 7", case(3, 5, 12, 3, 20, 7, offset=3.0)),
+        ("a single token, d = 8, 1 head, d_ff = 8, d_cond = 3", case(2, 1, 8, 1, 8, 3)),
+    ]
+
+
+def _adaln_variant(block, x, cond, *, order=(0, 1, 2), one_plus=True, silu=True, gates=True,
+                   shared=False):
+    """AdaLNZeroBlock's forward with one slip: the chunk order (positions of
+    shift, scale and gate), no 1 +, no SiLU, no gates, one set for both."""
+    mod = block.ada(F.silu(cond) if silu else cond).unsqueeze(1)  # B, 1, 6d
+    parts = mod.chunk(6, dim=-1)
+    first, second = parts[:3], parts[:3] if shared else parts[3:]
+    for chunk, (norm, sub) in zip((first, second),
+                                  ((block.ln1, block.attn), (block.ln2, block.mlp))):
+        shift, scale, gate = (chunk[i] for i in order)
+        h = sub(norm(x) * ((1 + scale) if one_plus else scale) + shift)
+        x = x + (gate * h if gates else h)
+    return x
+
+
+def _judge_adaln_zero(case, output):
+    d, heads, d_ff, d_cond = (int(case[k]) for k in ("d_model", "n_heads", "d_ff", "d_cond"))
+    reference = blocks.AdaLNZeroBlock(d, heads, d_ff, d_cond)
+    expected = _reference_run(reference, case, [case["x"], case["cond"]])
+    y = output["y"]
+    problem = mismatch(y, expected["y"], dtype=F64, what="your block's output")
+    if problem:
+        candidates = {
+            "the six vectors come in the order shift, scale, gate (attention), then shift, "
+            "scale, gate (MLP)": {"order": (1, 0, 2)},
+            "scale the normalized token by (1 + scale), not by scale: a zero output of ada "
+            "must mean no change": {"one_plus": False},
+            "ada reads silu(cond), not cond": {"silu": False},
+            "multiply each sublayer's output by its gate before the add (that is what makes "
+            "a new block the identity)": {"gates": False},
+            "the MLP has its own shift, scale and gate: the last three of the six":
+                {"shared": True},
+        }
+        if y.shape == expected["y"].shape:
+            x, cond = torch.from_numpy(case["x"]), torch.from_numpy(case["cond"])
+            with torch.no_grad():
+                for hint, slip in candidates.items():
+                    if matches(y, _adaln_variant(reference, x, cond, **slip).numpy(), dtype=F64):
+                        return f"{problem}. Hint: {hint}"
+        return problem
+    problem = mismatch(output["d1"], expected["d1"], dtype=F64,
+                       what="the gradient with respect to cond")
+    if problem:
+        return problem + ". The output is right: is cond detached somewhere?"
+    problem = _compare_gradients(case, output, expected)
+    if problem:
+        return problem
+    fresh = output["fresh_y"]
+    if not matches(fresh, case["x"], dtype=F64):
+        return ("a new block, as your __init__ leaves it, is not the identity: "
+                f"{mismatch(fresh, case['x'], dtype=F64, what='its output')}. Hint: "
+                "initialize ada's weight and bias to zero (nn.init.zeros_), so that every "
+                "gate starts at 0")
+    grads = [output.get(f"fresh_g:ada.{name}") for name in ("weight", "bias")]
+    if any(g is None or not np.all(np.isfinite(g)) or not np.any(g) for g in grads):
+        return ("a new block is the identity, but no gradient reaches ada: it could never "
+                "learn to open its gates. Hint: make the block start as the identity through "
+                "ada's zeros (every gate 0), and leave attn and mlp with their ordinary "
+                "initialization")
+    return None
+
 CHECKS = {
     "blocks_sandwich_ln": Check(_sandwich_cases, _block_judge("sandwich", _diagnose_sandwich)),
     "blocks_deepnorm": Check(_deepnorm_cases, _block_judge("deepnorm", _diagnose_deepnorm)),
@@ -508,4 +805,9 @@ CHECKS = {
     "blocks_prediction": Check(_one_case("your two predictions"), _judge_prediction),
     "blocks_profile_shapes": Check(_profile_case("your two choices"), _judge_profile_shapes),
     "blocks_profile_numbers": Check(_profile_case("your two ratios"), _judge_profile_numbers),
+    "blocks_gradient_profile": Check(_gradient_profile_cases, _judge_gradient_profile),
+    "blocks_cut_prediction": Check(_one_case("your prediction"), _judge_cut_prediction),
+    "blocks_cut_reading": Check(_profile_case("your letter and your ratio"),
+                                _judge_cut_reading),
+    "blocks_adaln_zero": Check(_adaln_cases, _judge_adaln_zero),
 }

@@ -11,7 +11,7 @@ model check, likewise, runs only the provided blocks.
 
 import numpy as np
 
-from normref.checks._runner import run_check
+from normref.checks._runner import run_check, to_array
 
 BLOCK_CONTRACT = (
     "ln1.weight (d,), ln1.bias (d,), attn.qkv.weight (3d, d), attn.qkv.bias (3d,), "
@@ -246,3 +246,119 @@ def check_profile_numbers(make_model=None, **answers):
     grader's table, or for the table the student's make_model gives."""
     answers["make_model"] = make_model
     run_check("blocks_profile_numbers", answers, _answers_and_own_profiles)
+
+
+# --- exercise 7: the gradient profile with the later branches cut ---
+
+def _probe_gradient_profile(subject, case):
+    """Build a Pre-LN TinyLM from the notebook's provided classes, load the
+    case's weights (float64), and call the student's gradient_profile three
+    times on it: cut, intact, then with the default, in that order (so that
+    a cut left behind by the first call shows in the next two)."""
+    gradient_profile, TinyLM, PreLNBlock = subject
+    torch = _torch()
+    d, heads, d_ff = int(case["d_model"]), int(case["n_heads"]), int(case["d_ff"])
+    model = TinyLM(int(case["vocab"]), d,
+                   [PreLNBlock(d, heads, d_ff) for _ in range(int(case["n_layers"]))],
+                   True, max_len=int(case["max_len"]))
+    _load_by_contract(model, _weights(case), "the test model")
+    batch = (torch.from_numpy(case["inputs"].copy()), torch.from_numpy(case["targets"].copy()))
+    result = {}
+    for key, kwargs in (("cut", {"detach_branches": True}),
+                        ("intact", {"detach_branches": False}), ("default", {})):
+        result[key] = to_array(gradient_profile(model, batch, **kwargs),
+                               what=f"gradient_profile's result ({key})")
+    return result
+
+
+def check_gradient_profile(gradient_profile, TinyLM, PreLNBlock):
+    """Check gradient_profile(model, batch, detach_branches) on Pre-LN models
+    built from the provided classes, against the reference, in float64."""
+    run_check("blocks_gradient_profile", (gradient_profile, TinyLM, PreLNBlock),
+              _probe_gradient_profile)
+
+
+def check_cut_prediction(**answers):
+    """Check that the prediction about the cut branches is given."""
+    run_check("blocks_cut_prediction", answers, _answers_as_text)
+
+
+def check_cut_reading(gradient_profile=None, make_model=None, **answers):
+    """Check the letter and the ratio read off the cut profiles: right for the
+    grader's table, or for the one the student's own functions give."""
+    answers["functions"] = (gradient_profile, make_model)
+    run_check("blocks_cut_reading", answers, _answers_and_cut_profiles)
+
+
+def _cut_profiles(functions, case):
+    """{"intact": ..., "cut": ...}: the sandwich-LN profiles (PROFILE_LAYERS,)
+    measured with the student's own make_model and gradient_profile, median
+    over PROFILE_SEEDS; None if they cannot be run."""
+    gradient_profile, make_model = functions
+    if gradient_profile is None or make_model is None:
+        return None
+    torch = _torch()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rows = {"intact": [], "cut": []}
+        for seed in PROFILE_SEEDS:
+            batch = (torch.from_numpy(case[f"inputs{seed}"].copy()),
+                     torch.from_numpy(case[f"targets{seed}"].copy()))
+            for key in rows:
+                model = make_model("sandwich", PROFILE_LAYERS, seed)
+                profile = gradient_profile(model, batch, detach_branches=key == "cut")
+                rows[key].append(to_array(profile).astype(np.float64))
+        return {key: np.median(np.array(value), axis=0) for key, value in rows.items()}
+    except Exception:  # broken functions: only the grader's table counts
+        return None
+    finally:
+        torch.set_num_threads(before)
+
+
+def _answers_and_cut_profiles(answers, case):
+    answers = dict(answers)
+    functions = answers.pop("functions", (None, None))
+    result = _answers_as_text(answers, case)
+    own = _cut_profiles(functions, case)
+    for key, profile in (own or {}).items():
+        result[f"own:{key}"] = profile
+    return result
+
+
+# --- exercise 8: adaLN-Zero ---
+
+ADALN_CONTRACT = (
+    "attn.qkv.weight (3d, d), attn.qkv.bias (3d,), attn.proj.weight (d, d), "
+    "attn.proj.bias (d,), mlp.fc.weight (d_ff, d), mlp.fc.bias (d_ff,), "
+    "mlp.proj.weight (d, d_ff), mlp.proj.bias (d,), ada.weight (6d, d_cond), "
+    "ada.bias (6d,); ln1 and ln2 have no parameters"
+)
+
+
+def _probe_adaln_zero(block_class, case):
+    """A new block as the student's __init__ leaves it (its output and the
+    gradient of its parameters on the case's x and cond), then the same
+    block with the case's weights: output and every gradient, float64."""
+    torch = _torch()
+    d, heads, d_ff, d_cond = (int(case[k]) for k in ("d_model", "n_heads", "d_ff", "d_cond"))
+    torch.manual_seed(int(case["init_seed"]))
+    block = block_class(d, heads, d_ff, d_cond)
+    block.double().eval()
+    fresh = _forward_backward(block, dict(block.named_parameters()),
+                              [case["x"], case["cond"]], case["dy"])
+    result = {f"fresh_{key}": value for key, value in fresh.items()
+              if key in ("y", "g:ada.weight", "g:ada.bias")}
+    for p in block.parameters():
+        p.grad = None
+    params = _load_by_contract(block, _weights(case), "your block",
+                               f"The contract is: {ADALN_CONTRACT}.")
+    result.update(_forward_backward(block, params, [case["x"], case["cond"]], case["dy"]))
+    return result
+
+
+def check_adaln_zero_block(AdaLNZeroBlock):
+    """Check AdaLNZeroBlock(d_model, n_heads, d_ff, d_cond): a new block is the
+    identity with a gradient reaching ada; with the grader's weights, output
+    and gradients (x, cond, every parameter) against the reference, float64."""
+    run_check("blocks_adaln_zero", AdaLNZeroBlock, _probe_adaln_zero)

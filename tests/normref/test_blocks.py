@@ -889,3 +889,74 @@ def test_model_layer_norm_has_both_parameters():
     """The names above come from the real model: its final LN has a gain and a bias."""
     assert {"ln_f.weight", "ln_f.bias"} <= set(_names(blocks.experiment_model("pre", 2, 5)))
     assert isinstance(blocks.experiment_model("post", 2, 5).ln_f, nn.Identity)
+
+
+# --- the cut branches (assignment exercise 7) and adaLN-Zero (exercise 8) ---
+
+def _profile_step_by_step(model, batch, cut):
+    """An independent forward pass: the stream written out, each ln1 and ln2
+    reading a detached copy when `cut`."""
+    inputs, targets = batch
+    h = model.tok_emb(inputs) + model.pos_emb(torch.arange(inputs.shape[1]))
+    for block in model.blocks:
+        h = h + block.attn(block.ln1(h.detach() if cut else h))
+        h = h + block.mlp(block.ln2(h.detach() if cut else h))
+    logits = model.head(model.ln_f(h))
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    loss.backward()
+    return torch.stack([b.mlp.proj.weight.grad.double().norm() for b in model.blocks])
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_grad_norms_by_layer_with_cut_branches_matches_a_step_by_step_forward(cut):
+    torch.manual_seed(3)
+    model = blocks.TinyLM(11, 16, 3, 2, "pre", max_len=8).double()
+    batch = blocks.copy_task_batch(4, 4, 11, seed=2)
+    got = blocks.grad_norms_by_layer(model, batch, detach_branches=cut)
+    torch.testing.assert_close(got, _profile_step_by_step(model, batch, cut))
+
+
+def test_cutting_branches_leaves_the_last_mlp_and_the_model_as_they_were():
+    torch.manual_seed(4)
+    model = blocks.TinyLM(11, 16, 4, 2, "pre", max_len=8).double()
+    batch = blocks.copy_task_batch(4, 4, 11, seed=5)
+    intact = blocks.grad_norms_by_layer(model, batch)
+    cut = blocks.grad_norms_by_layer(model, batch, detach_branches=True)
+    torch.testing.assert_close(cut[-1], intact[-1])
+    assert not torch.allclose(cut[0], intact[0])
+    torch.testing.assert_close(blocks.grad_norms_by_layer(model, batch), intact)
+
+
+def _adaln_zero_by_formula(block, x, cond):
+    """DiT's block written from its formula with F.layer_norm and slices."""
+    d = x.shape[-1]
+    mod = F.linear(cond * torch.sigmoid(cond), block.ada.weight, block.ada.bias)  # B, 6d
+    piece = [mod[:, i * d:(i + 1) * d, None].transpose(1, 2) for i in range(6)]
+    ln = F.layer_norm(x, (d,))
+    x = x + piece[2] * block.attn(ln * (1 + piece[1]) + piece[0])
+    ln = F.layer_norm(x, (d,))
+    return x + piece[5] * block.mlp(ln * (1 + piece[4]) + piece[3])
+
+
+def test_adaln_zero_block_matches_its_formula_and_gradcheck():
+    torch.manual_seed(0)
+    block = blocks.AdaLNZeroBlock(8, 2, 12, 5).double()
+    with torch.no_grad():
+        block.ada.weight.normal_(0, 0.5)
+        block.ada.bias.normal_(0, 0.5)
+    x = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
+    cond = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(block(x, cond), _adaln_zero_by_formula(block, x, cond))
+    assert torch.autograd.gradcheck(block, (x, cond))
+
+
+def test_new_adaln_zero_block_is_the_identity_with_a_gradient_reaching_ada():
+    torch.manual_seed(1)
+    block = blocks.AdaLNZeroBlock(8, 2, 12, 5)
+    assert sorted(n for n, _ in block.named_parameters() if n.startswith(("ln", "ada"))) == [
+        "ada.bias", "ada.weight"]
+    x, cond = torch.randn(2, 3, 8), torch.randn(2, 5)
+    y = block(x, cond)
+    torch.testing.assert_close(y, x)
+    (y * torch.randn_like(y)).sum().backward()
+    assert block.ada.weight.grad.abs().sum() > 0 and block.ada.bias.grad.abs().sum() > 0

@@ -1108,3 +1108,174 @@ def test_own_profiles_are_measured_on_one_thread():
     torch.set_num_threads(2)
     assert blocks_probes._own_profiles(make_model, PROFILE_CASE) is None
     assert seen == [1] and torch.get_num_threads() == 2
+
+
+# --- exercise 7: gradient_profile, the prediction and the reading ---
+
+class _TestLM(nn.Module):
+    """The notebook's TinyLM(vocab, d, blocks, final_ln, max_len)."""
+
+    def __init__(self, vocab, d, layers, final_ln, max_len=64):
+        super().__init__()
+        self.tok_emb, self.pos_emb = nn.Embedding(vocab, d), nn.Embedding(max_len, d)
+        self.blocks = nn.ModuleList(layers)
+        self.ln_f = nn.LayerNorm(d) if final_ln else nn.Identity()
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, tokens):
+        h = self.tok_emb(tokens) + self.pos_emb(torch.arange(tokens.shape[1]))
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.ln_f(h))
+
+
+def _profile_verdict(gradient_profile):
+    case = blocks_judges._gradient_profile_cases(np.random.default_rng(0))[0][1]
+    output = _as_arrays(blocks_probes._probe_gradient_profile(
+        (gradient_profile, _TestLM, blocks.PreLNBlock), case))
+    return blocks_judges._judge_gradient_profile(case, output)
+
+
+def _right_profile(model, batch, detach_branches=False):
+    return blocks.grad_norms_by_layer(model, batch, detach_branches)
+
+
+def _stream_cut(model, batch, detach_branches=False):
+    inputs, targets = batch
+    h = model.tok_emb(inputs) + model.pos_emb(torch.arange(inputs.shape[1]))
+    for block in model.blocks:
+        h = (h.detach() if detach_branches else h)
+        h = h + block.attn(block.ln1(h))
+        h = (h.detach() if detach_branches else h)
+        h = h + block.mlp(block.ln2(h))
+    loss = F.cross_entropy(model.head(model.ln_f(h)).flatten(0, 1), targets.flatten())
+    grads = torch.autograd.grad(loss, [b.mlp.proj.weight for b in model.blocks],
+                                allow_unused=True)
+    return np.array([0.0 if g is None else float(g.norm()) for g in grads])
+
+
+def _hooks_left_on(model, batch, detach_branches=False):
+    if detach_branches:
+        for block in model.blocks:
+            block.ln1.register_forward_pre_hook(lambda m, a: (a[0].detach(),))
+            block.ln2.register_forward_pre_hook(lambda m, a: (a[0].detach(),))
+    return blocks.grad_norms_by_layer(model, batch)
+
+
+def _ignores_flag(model, batch, detach_branches=False):
+    return blocks.grad_norms_by_layer(model, batch)
+
+
+def _squared(model, batch, detach_branches=False):
+    return blocks.grad_norms_by_layer(model, batch, detach_branches) ** 2
+
+
+def _default_true(model, batch, detach_branches=True):
+    return blocks.grad_norms_by_layer(model, batch, detach_branches)
+
+
+def test_gradient_profile_right_answer_passes():
+    assert _profile_verdict(_right_profile) is None
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    (_stream_cut, "you cut the residual stream itself"),
+    (_hooks_left_on, "remove every hook"),
+    (_ignores_flag, "detach_branches=True changed nothing"),
+    (_squared, "not its square"),
+    (_default_true, "detach_branches defaults to False"),
+])
+def test_gradient_profile_mistakes_are_named(mistake, hint):
+    verdict = _profile_verdict(mistake)
+    assert verdict is not None and hint in verdict, verdict
+
+
+def test_cut_letter_reads_each_shape_of_change():
+    intact = np.array([2.0, 1.5, 1.0])
+    assert blocks_judges.cut_letter(intact, np.array([1.0, 1.1, 1.0])) == "a"
+    assert blocks_judges.cut_letter(intact, np.array([2.0, 2.0, 1.9])) == "b"
+    assert blocks_judges.cut_letter(intact, intact / 2) == "c"
+    assert blocks_judges.cut_letter(intact, np.array([0.5, 1.0, 1.0])) == "d"
+    assert blocks_judges.cut_letter(intact, intact) is None
+
+
+def test_true_cut_answers_are_a_and_the_measured_ratio():
+    truths = blocks_judges.true_cut_answers()
+    cut = blocks_judges.measured_cut_profiles()["cut"]
+    assert truths["cut_letter"] == "a"
+    assert truths["cut_last_over_first"] == pytest.approx(cut[-1] / cut[0])
+
+
+def test_cut_prediction_needs_one_of_the_letters():
+    judge = blocks_judges._judge_cut_prediction
+    assert judge({}, {"predict_cut": np.array("c")}) is None
+    assert "answer with one of" in judge({}, {"predict_cut": np.array("None")})
+
+
+def test_cut_reading_takes_the_right_letter_and_ratio_within_five_percent():
+    judge = blocks_judges._judge_cut_reading
+    ratio = blocks_judges.true_cut_answers()["cut_last_over_first"]
+    right = {"cut_answer": np.array("a"), "cut_last_over_first": np.array(str(ratio * 1.04))}
+    assert judge({}, right) is None
+    wrong_letter = dict(right, cut_answer=np.array("c"))
+    assert "CUT_ANSWER" in judge({}, wrong_letter)
+    far = dict(right, cut_last_over_first=np.array(str(ratio * 1.07)))
+    assert "CUT_LAST_OVER_FIRST" in judge({}, far)
+    assert "not a number" in judge({}, dict(right, cut_last_over_first=np.array("x")))
+
+
+# --- exercise 8: adaLN-Zero ---
+
+def _adaln_verdict(block_class):
+    case = blocks_judges._adaln_cases(np.random.default_rng(1))[0][1]
+    output = _as_arrays(blocks_probes._probe_adaln_zero(block_class, case))
+    return blocks_judges._judge_adaln_zero(case, output)
+
+
+def _slip(**slip):
+    class Slipped(blocks.AdaLNZeroBlock):
+        def forward(self, x, cond):
+            return blocks_judges._adaln_variant(self, x, cond, **slip)
+
+    return Slipped
+
+
+class AdaLNNotZero(blocks.AdaLNZeroBlock):
+    def __init__(self, *args):
+        super().__init__(*args)
+        nn.init.normal_(self.ada.weight)
+
+
+class AdaLNZeroedSublayers(blocks.AdaLNZeroBlock):
+    """Identity by zeroing the sublayers' outputs: no gradient reaches ada."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        nn.init.normal_(self.ada.weight)
+        for linear in (self.attn.proj, self.mlp.proj):
+            nn.init.zeros_(linear.weight)
+            nn.init.zeros_(linear.bias)
+
+
+class AdaLNDetachedCond(blocks.AdaLNZeroBlock):
+    def forward(self, x, cond):
+        return super().forward(x, cond.detach())
+
+
+def test_adaln_right_block_passes():
+    assert _adaln_verdict(blocks.AdaLNZeroBlock) is None
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    (_slip(order=(1, 0, 2)), "shift, scale, gate"),
+    (_slip(one_plus=False), "(1 + scale)"),
+    (_slip(silu=False), "silu(cond)"),
+    (_slip(gates=False), "multiply each sublayer's output by its gate"),
+    (_slip(shared=True), "the MLP has its own shift, scale and gate"),
+    (AdaLNNotZero, "initialize ada's weight and bias to zero"),
+    (AdaLNZeroedSublayers, "no gradient reaches ada"),
+    (AdaLNDetachedCond, "is cond detached somewhere"),
+])
+def test_adaln_mistakes_are_named(mistake, hint):
+    verdict = _adaln_verdict(mistake)
+    assert verdict is not None and hint in verdict, verdict
