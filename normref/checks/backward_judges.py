@@ -551,16 +551,22 @@ def _gn_param_hint(actual, case, name, expected):
     return _first_hint(actual, candidates, x.dtype)
 
 
-def _judge_gn_params(case, output):
+def _params_verdict(case, output, reference, param_hint, loss):
+    """The first of dgamma, dbeta that differs from `reference`'s, with its hint and a
+    centred-difference value; None when both agree."""
     x = case["x"]
-    _, dgamma, dbeta = _gn_reference(case)
+    _, dgamma, dbeta = reference(case)
     for name, expected, key in (("dgamma", dgamma, "gamma"), ("dbeta", dbeta, "beta")):
         problem = mismatch(output[name], expected, dtype=x.dtype, what=name)
         if problem:
-            hint = _gn_param_hint(output[name], case, name, expected)
-            evidence = _fd_evidence(_gn_loss, case, key, name, output[name], expected)
+            hint = param_hint(output[name], case, name, expected)
+            evidence = _fd_evidence(loss, case, key, name, output[name], expected)
             return _with_hint(problem + evidence, hint)
     return None
+
+
+def _judge_gn_params(case, output):
+    return _params_verdict(case, output, _gn_reference, _gn_param_hint, _gn_loss)
 
 
 # ---------------------------------------------------------------- BatchNorm backward
@@ -712,15 +718,7 @@ def _bn_param_hint(actual, case, name, expected):
 
 
 def _judge_bn_params(case, output):
-    x = case["x"]
-    _, dgamma, dbeta = _bn_torch_reference(case)
-    for name, expected, key in (("dgamma", dgamma, "gamma"), ("dbeta", dbeta, "beta")):
-        problem = mismatch(output[name], expected, dtype=x.dtype, what=name)
-        if problem:
-            hint = _bn_param_hint(output[name], case, name, expected)
-            evidence = _fd_evidence(_bn_loss, case, key, name, output[name], expected)
-            return _with_hint(problem + evidence, hint)
-    return None
+    return _params_verdict(case, output, _bn_torch_reference, _bn_param_hint, _bn_loss)
 
 
 # ---------------------------------------------------------------- inline answers
