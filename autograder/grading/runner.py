@@ -200,6 +200,8 @@ class _GradingClient(NotebookClient):
 
     def process_message(self, msg, cell, cell_index):
         msg_type = msg["msg_type"]
+        if msg_type == "status" and msg.get("content", {}).get("execution_state") == "idle":
+            self.saw_idle = True
         if msg_type in _ALWAYS_PROCESSED:
             return super().process_message(msg, cell, cell_index)
         over = self._over_budget(msg)
@@ -278,6 +280,32 @@ class _GradingClient(NotebookClient):
             cell.outputs.append(_short_error(content))
         return await super()._check_raise_for_error(cell, cell_index, exec_reply)
 
+    async def _reopen_iopub(self, cell):
+        """Subscribe again to a kernel whose outputs stopped arriving.
+
+        ZeroMQ ends a subscription for good when one message is larger than
+        _MAX_ZMQ_MESSAGE_BYTES (a protocol error, never reconnected): without a
+        new one, every later cell would lose its outputs and wait nbclient's
+        iopub_timeout for a status it never gets."""
+        cell.outputs.append(nbformat.v4.new_output(
+            "stream", name="stdout",
+            text="\n[the grader lost the rest of this cell's output: the hand-in sent "
+                 "more of it, or larger messages, than the grader receives]\n"))
+        self.kc.iopub_channel.close()
+        self.kc._iopub_channel = None
+        iopub = self.kc.iopub_channel
+        # A new subscription takes a moment to reach the kernel: wait for the
+        # status of a request made after it, so the next cell's outputs are seen.
+        probe = self.kc.kernel_info()
+        deadline = time.monotonic() + _INTERRUPT_GRACE_SECONDS
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                msg = await ensure_async(iopub.get_msg(timeout=remaining))
+            except Empty:
+                break
+            if msg.get("parent_header", {}).get("msg_id") == probe:
+                break
+
     def _name_the_timeout(self, cell, limit):
         """A cell stopped at its time limit says so, instead of KeyboardInterrupt."""
         message = f"the cell ran past its {limit:.0f} s limit and was stopped"
@@ -342,9 +370,14 @@ class _GradingClient(NotebookClient):
                 f"not run: the hand-in used up its {self.settings.handin_timeout:.0f} s")]
             return cell
         began = time.monotonic()
+        # nbclient sends no empty cell to the kernel: no status will come for it
+        self.saw_idle = cell.cell_type != "code" or not cell.source.strip()
         try:
-            return await super().async_execute_cell(cell, cell_index, execution_count,
-                                                    store_history)
+            executed = await super().async_execute_cell(cell, cell_index, execution_count,
+                                                        store_history)
+            if not self.saw_idle and cell_index not in self.timed_out:
+                await self._reopen_iopub(cell)
+            return executed
         finally:
             self.server.current_cell = None
             if cell_index in self.timed_out:

@@ -1066,3 +1066,24 @@ def test_the_watchdog_stops_a_run_past_the_hand_in_s_time(tmp_path, monkeypatch)
     assert result.problem == "stopped by force after 100 s"
     assert result.notebook.cells[1].outputs == []
 
+
+
+def test_a_message_too_large_to_receive_costs_only_its_own_cell_s_output(scratch):
+    """One print larger than a message may be (4 MiB) ends ZeroMQ's subscription
+    for good; the runner subscribes again, so later cells' outputs still arrive."""
+    nb = _notebook(
+        _cell("x = 1", gid="imports"),
+        _cell(f"print('spam ' * {runner._MAX_ZMQ_MESSAGE_BYTES // 4})"),
+        _cell("print('after')"),
+        _cell("print('and after')"),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = runner.run_notebook(nb, workdir=scratch, settings=RunSettings(
+            use_bwrap=False), cell_checks={})
+    cells = result.notebook.cells
+    assert result.problem is None
+    assert "lost the rest of this cell's output" in _texts(cells[1])
+    assert "spam" not in _texts(cells[1])
+    assert _texts(cells[2]) == "after\n"
+    assert _texts(cells[3]) == "and after\n"
