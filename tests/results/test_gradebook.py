@@ -241,14 +241,14 @@ def test_a_comment_and_score_typed_in_the_formgrader_survive_a_regrade_into_ever
                                " && window.formgrader?.comments?.loaded", timeout=60_000)
         page.fill("#token_var_answer-comment", comment)
         page.press("#token_var_answer-comment", "Tab")  # the change event saves it
-        page.fill("#ln_handles_batches", "1.5")  # of 2
-        page.press("#ln_handles_batches", "Tab")
+        page.fill("#chunked_var_correct", "1.5")  # of 2
+        page.press("#chunked_var_correct", "Tab")
         saved = None
         for _ in range(120):  # the page saves through the formgrader's API, in the background
             with Gradebook(gradebook_url(course)) as gradebook:
                 saved = (gradebook.find_comment("token_var_answer", NOTEBOOK, ASSIGNMENT,
                                                 "ada").manual_comment,
-                         gradebook.find_grade("ln_handles_batches", NOTEBOOK, ASSIGNMENT,
+                         gradebook.find_grade("chunked_var_correct", NOTEBOOK, ASSIGNMENT,
                                               "ada").manual_score)
             if saved == (comment, 1.5):
                 break
