@@ -150,3 +150,44 @@ def batch_norm_train(x, gamma, beta, running_mean, running_var, momentum,
     x_hat = (x64 - _per_channel(mean, x64.ndim)) / np.sqrt(_per_channel(var, x64.ndim) + eps)
     y = x_hat * _per_channel(gamma, x64.ndim) + _per_channel(beta, x64.ndim)
     return y.astype(dtype), new_mean.astype(dtype), new_var.astype(dtype)
+
+
+def spatial_batch_norm_forward(x, gamma, beta, eps=1e-5):
+    """Training-mode batch norm of images: each channel over (N, H, W).
+
+    x: (N, C, H, W); gamma, beta: (C,) -> y: (N, C, H, W)
+
+    One mean and one biased variance per channel, over every image and every
+    position, as F.batch_norm(x, None, None, gamma, beta, training=True).
+    """
+    x64, dtype = _as_float(x)
+    if x64.ndim != 4:
+        raise ValueError(f"expected x of shape (N, C, H, W), got {x64.shape}")
+    mean = x64.mean(axis=(0, 2, 3), keepdims=True)  # 1,C,1,1
+    var = x64.var(axis=(0, 2, 3), keepdims=True)  # 1,C,1,1 (biased)
+    x_hat = (x64 - mean) / np.sqrt(var + eps)  # N,C,H,W
+    y = x_hat * _per_channel(gamma, 4) + _per_channel(beta, 4)  # N,C,H,W
+    return y.astype(dtype)
+
+
+def spatial_group_norm_forward(x, gamma, beta, num_groups, eps=1e-5):
+    """Group norm of images: each image's G groups of consecutive channels,
+    each over its C/G channels and all H x W positions.
+
+    x: (N, C, H, W); gamma, beta: (C,) -> y: (N, C, H, W)
+
+    As F.group_norm(x, num_groups, gamma, beta, eps); C must be divisible
+    by num_groups.
+    """
+    x64, dtype = _as_float(x)
+    if x64.ndim != 4:
+        raise ValueError(f"expected x of shape (N, C, H, W), got {x64.shape}")
+    n, c, h, w = x64.shape
+    if c % num_groups:
+        raise ValueError(f"num_channels ({c}) must be divisible by num_groups ({num_groups})")
+    grouped = x64.reshape(n, num_groups, c // num_groups, h, w)  # N,G,C/G,H,W
+    mean = grouped.mean(axis=(2, 3, 4), keepdims=True)  # N,G,1,1,1
+    var = grouped.var(axis=(2, 3, 4), keepdims=True)  # N,G,1,1,1 (biased)
+    x_hat = ((grouped - mean) / np.sqrt(var + eps)).reshape(n, c, h, w)  # N,C,H,W
+    y = x_hat * _per_channel(gamma, 4) + _per_channel(beta, 4)  # N,C,H,W
+    return y.astype(dtype)

@@ -381,6 +381,159 @@ def _judge_running_var_answers(case, output):
     return "not yet right: " + "; ".join(wrong) if wrong else None
 
 
+
+# ---------------------------------------------------------------- images (N, C, H, W)
+
+
+def _spatial_case(x, gamma, beta, eps=1e-5, num_groups=None):
+    case = {"x": x, "gamma": np.asarray(gamma, x.dtype), "beta": np.asarray(beta, x.dtype),
+            "eps": np.array(eps)}
+    if num_groups is not None:
+        case["num_groups"] = np.array(num_groups)
+    return case
+
+
+def _spatial_images(rng, shape, dtype=np.float64):
+    """Images whose channels sit at their own offsets and scales, so that
+    statistics over the wrong axes give visibly wrong outputs."""
+    c = shape[1]
+    offsets = np.linspace(-3.0, 3.0, c)[None, :, None, None]
+    scales = np.linspace(0.5, 2.5, c)[None, :, None, None]
+    return (rng.normal(size=shape) * scales + offsets).astype(dtype)
+
+
+def _spatial_bn_cases(rng):
+    def case(label, shape, eps=1e-5, dtype=np.float64):
+        c = shape[1]
+        return (label, _spatial_case(_spatial_images(rng, shape, dtype),
+                                     rng.normal(1.0, 0.5, size=c), rng.normal(size=c), eps))
+
+    return [
+        # C = H = W first: code that broadcasts gamma on the wrong axis still runs
+        case("x (3, 4, 4, 4), random gamma and beta", (3, 4, 4, 4)),
+        case("x (2, 3, 4, 5), random gamma and beta", (2, 3, 4, 5)),
+        case("one image, x (1, 3, 5, 2): statistics over its positions only", (1, 3, 5, 2)),
+        case("x (4, 2, 3, 3) with eps 1e-3", (4, 2, 3, 3), eps=1e-3),
+        case("a float32 batch (5, 6, 4, 3)", (5, 6, 4, 3), dtype=np.float32),
+    ]
+
+
+def _spatial_gn_cases(rng):
+    def case(label, shape, groups, eps=1e-5, dtype=np.float64):
+        c = shape[1]
+        return (label, _spatial_case(_spatial_images(rng, shape, dtype),
+                                     rng.normal(1.0, 0.5, size=c), rng.normal(size=c), eps,
+                                     num_groups=groups))
+
+    return [
+        case("x (2, 4, 4, 4) with 2 groups, random gamma and beta", (2, 4, 4, 4), 2),
+        case("x (3, 6, 2, 5) with 3 groups", (3, 6, 2, 5), 3),
+        case("x (2, 8, 3, 3) with 4 groups, eps 1e-3", (2, 8, 3, 3), 4, eps=1e-3),
+        case("1 group: each image over all its channels and positions", (2, 4, 3, 2), 1),
+        case("C groups: each channel of each image on its own", (3, 4, 2, 3), 4),
+        case("a float32 batch (2, 12, 4, 4) with 3 groups", (2, 12, 4, 4), 3,
+             dtype=np.float32),
+    ]
+
+
+def _torch_spatial(case):
+    """The judge's own reference: torch's batch norm (training mode) or group norm."""
+    import torch
+    import torch.nn.functional as F
+
+    x = torch.from_numpy(case["x"].astype(np.float64))
+    gamma = torch.from_numpy(case["gamma"].astype(np.float64))
+    beta = torch.from_numpy(case["beta"].astype(np.float64))
+    eps = float(case["eps"])
+    if "num_groups" in case:
+        y = F.group_norm(x, int(case["num_groups"]), gamma, beta, eps)
+    else:
+        y = F.batch_norm(x, None, None, gamma, beta, training=True, eps=eps)
+    return y.numpy()
+
+
+def _gamma_on_last_axis(case, normalized):
+    """{hint: output} for gamma and beta broadcast along W, where that runs (W == C)."""
+    x = case["x"]
+    if x.shape[3] != x.shape[1]:
+        return {}
+    g, b = case["gamma"].astype(np.float64), case["beta"].astype(np.float64)
+    return {"gamma and beta hold one number per channel: shape them (1, C, 1, 1) so "
+            "that they line up with axis 1, not with the last axis (W)": normalized * g + b}
+
+
+def _spatial_bn_slips(case):
+    x, eps = case["x"].astype(np.float64), float(case["eps"])
+    c = x.shape[1]
+    g = case["gamma"].astype(np.float64).reshape(1, c, 1, 1)
+    b = case["beta"].astype(np.float64).reshape(1, c, 1, 1)
+    n_values = x.size // c
+
+    def normalized(axes, **knobs):
+        return _normalize_blocks(x, x.shape, axes, eps, **knobs)
+
+    candidates = _gamma_on_last_axis(case, normalized((0, 2, 3)))
+    unbiased = ((x - x.mean((0, 2, 3), keepdims=True))
+                / np.sqrt(x.var((0, 2, 3), keepdims=True) * n_values / max(n_values - 1, 1)
+                          + eps))
+    candidates.update({
+        "batch norm keeps one mean and one variance per channel, over all N images "
+        "and all H x W positions; yours are per image and channel (that is instance "
+        "norm): reduce over axes (0, 2, 3)": normalized((2, 3)) * g + b,
+        "a channel's statistics cover its H x W positions too, not only the N images: "
+        "reduce over axes (0, 2, 3), not axis 0 alone": normalized((0,)) * g + b,
+        "batch norm's statistics are per channel across the batch, not per image: "
+        "reduce over axes (0, 2, 3), not (1, 2, 3)": normalized((1, 2, 3)) * g + b,
+        "normalize with the biased variance (divide by N * H * W)": unbiased * g + b,
+        "eps goes inside the square root: sqrt(var + eps)":
+            normalized((0, 2, 3), eps_outside_root=True) * g + b,
+    })
+    return candidates
+
+
+def _spatial_gn_slips(case):
+    x, eps = case["x"].astype(np.float64), float(case["eps"])
+    n, c, h, w = x.shape
+    groups = int(case["num_groups"])
+    g = case["gamma"].astype(np.float64).reshape(1, c, 1, 1)
+    b = case["beta"].astype(np.float64).reshape(1, c, 1, 1)
+    five = (n, groups, c // groups, h, w)
+
+    def grouped(axes, **knobs):
+        return _normalize_blocks(x, five, axes, eps, **knobs)
+
+    # channel k in group k % G: every G-th channel grouped instead of consecutive ones
+    strided = np.swapaxes(x.reshape(n, c // groups, groups, h, w), 1, 2)  # N,G,C/G,H,W
+    strided = _normalize_blocks(strided, strided.shape, (2, 3, 4), eps)
+    interleaved = np.swapaxes(strided, 1, 2).reshape(x.shape)
+    candidates = _gamma_on_last_axis(case, grouped((2, 3, 4)))
+    candidates.update({
+        "group consecutive channels (channels 0 .. C/G - 1 form the first group); yours "
+        "groups every G-th channel together": interleaved * g + b,
+        "num_groups is how many groups there are, each of C // num_groups channels, "
+        "not how many channels a group holds":
+            _normalize_blocks(x, (n, c // groups, groups, h, w), (2, 3, 4), eps) * g + b,
+        "one mean and variance per group of channels, taken over the group's channels "
+        "AND all H x W positions, not per channel (that is instance norm)":
+            _normalize_blocks(x, x.shape, (2, 3), eps) * g + b,
+        "a group's statistics cover all its H x W positions, not each position on its "
+        "own: reduce over the group's channels and H and W": grouped((2,)) * g + b,
+        "each image is normalized on its own; no statistic crosses the batch":
+            grouped((0, 2, 3, 4)) * g + b,
+        "eps goes inside the square root: sqrt(var + eps)":
+            grouped((2, 3, 4), eps_outside_root=True) * g + b,
+    })
+    return candidates
+
+
+def _judge_spatial(case, output):
+    expected = _torch_spatial(case)
+    problem = mismatch(output["y"], expected, dtype=case["x"].dtype)
+    if problem is None:
+        return None
+    slips = _spatial_gn_slips(case) if "num_groups" in case else _spatial_bn_slips(case)
+    return _with_hint(problem, _first_matching_hint(output["y"], slips, case["x"].dtype))
+
 CHECKS = {
     "rows_group_norm": Check(_group_cases, _judge_group_norm),
     "rows_group_norm_limits": Check(_limit_cases, _judge_group_norm_limits),
@@ -390,4 +543,6 @@ CHECKS = {
                                          _judge_prediction),
     "rows_running_var_answers": Check(lambda rng: [("your two answers", {})],
                                       _judge_running_var_answers),
+    "rows_spatial_batch_norm": Check(_spatial_bn_cases, _judge_spatial),
+    "rows_spatial_group_norm": Check(_spatial_gn_cases, _judge_spatial),
 }

@@ -63,6 +63,16 @@ def _call_batch_norm_train(batch_norm_train, case):
             "running_var": np.stack(variances)}
 
 
+def _call_spatial(function, case):
+    """Call a spatial norm on copies of the case, with Python numbers for G and eps."""
+    x, gamma, beta = case["x"].copy(), case["gamma"].copy(), case["beta"].copy()
+    if "num_groups" in case:
+        y = function(x, gamma, beta, int(case["num_groups"]), float(case["eps"]))
+    else:
+        y = function(x, gamma, beta, float(case["eps"]))
+    return {"y": to_array(y)}
+
+
 def _answers_as_text(answers, case):
     return {name: np.array(str(value)) for name, value in answers.items()}
 
@@ -97,3 +107,13 @@ def check_running_var_prediction(**answers):
 def check_running_var_answers(**answers):
     """Check the answers on the running variance and the momentum conventions."""
     run_check("rows_running_var_answers", answers, _answers_as_text)
+
+
+def check_spatial_batch_norm(spatial_batch_norm_forward):
+    """Check spatial_batch_norm_forward(x, gamma, beta, eps), x: (N, C, H, W)."""
+    run_check("rows_spatial_batch_norm", spatial_batch_norm_forward, _call_spatial)
+
+
+def check_spatial_group_norm(spatial_group_norm_forward):
+    """Check spatial_group_norm_forward(x, gamma, beta, G, eps), x: (N, C, H, W)."""
+    run_check("rows_spatial_group_norm", spatial_group_norm_forward, _call_spatial)

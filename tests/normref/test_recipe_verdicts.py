@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from check_calls import fails, passes
 
 from normref.checks import (
     CheckFailed,
@@ -54,17 +55,6 @@ def _cases(make):
     return dict(make(_rng()))
 
 
-def _passes(check, subject):
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        check(subject)
-    return out.getvalue()
-
-
-def _fails(check, subject):
-    with pytest.raises(CheckFailed) as failed, contextlib.redirect_stdout(io.StringIO()):
-        check(subject)
-    return str(failed.value)
 
 
 # ---------------------------------------------------------------- right answers, by torch
@@ -98,11 +88,11 @@ def ln(x, gamma, beta, eps, *, var=None, eps_outside=False, axis=-1):
 def test_right_answers_pass_every_check():
     """A check whose name is misspelt, or whose probe calls the student's code
     wrongly, fails right answers."""
-    assert "token_mean: all 6 cases passed" in _passes(check_token_mean, torch_mean)
-    assert "token_var: all 6 cases passed" in _passes(check_token_var, torch_var)
-    assert "layer_norm_token: all 8 cases passed" in _passes(check_layer_norm_token,
+    assert "token_mean: all 6 cases passed" in passes(check_token_mean, torch_mean)
+    assert "token_var: all 6 cases passed" in passes(check_token_var, torch_var)
+    assert "layer_norm_token: all 8 cases passed" in passes(check_layer_norm_token,
                                                              torch_layer_norm)
-    assert "layer_norm_batches: all 6 cases passed" in _passes(check_layer_norm_batches,
+    assert "layer_norm_batches: all 6 cases passed" in passes(check_layer_norm_batches,
                                                                torch_layer_norm)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -123,7 +113,7 @@ def test_the_probe_gives_the_student_copies_and_eps_as_a_float():
         beta[...] = 0.0
         return y
 
-    _passes(check_layer_norm_token, in_place)
+    passes(check_layer_norm_token, in_place)
     assert set(seen) == {float}
 
     def mean_in_place(x):
@@ -131,7 +121,7 @@ def test_the_probe_gives_the_student_copies_and_eps_as_a_float():
         x[...] = 0.0
         return y
 
-    _passes(check_token_mean, mean_in_place)
+    passes(check_token_mean, mean_in_place)
 
 
 # ---------------------------------------------------------------- the cases, as labelled
@@ -259,7 +249,7 @@ def test_the_random_cases_are_spread_as_made():
 
 def test_mean_wrong_axis_on_a_batch_is_told_to_average_the_last_axis():
     """The first-axis mean of a batch: the shape differs and the hint names the axis."""
-    message = _fails(check_token_mean, lambda x: np.mean(x, axis=0))
+    message = fails(check_token_mean, lambda x: np.mean(x, axis=0))
     assert "a batch of 5 tokens, d = 8" in message
     assert "has shape (8,); expected shape (5,)" in message
     assert message.endswith(": average over the last axis (the features of each token)")
@@ -289,25 +279,25 @@ def test_a_float32_mean_is_held_to_float32_accuracy():
 
 
 def test_the_unbiased_variance_is_told_to_divide_by_d():
-    message = _fails(check_token_var, lambda x: torch_var(x) * x.shape[-1] / (x.shape[-1] - 1))
+    message = fails(check_token_var, lambda x: torch_var(x) * x.shape[-1] / (x.shape[-1] - 1))
     assert message.startswith("token_var, x = [2, 4, 6, 8]: your result is [6.6667]")
     assert message.endswith(". The variance divides by d, not d - 1 (np.var's default, ddof=0)")
 
 
 def test_the_standard_deviation_is_named():
-    message = _fails(check_token_var, lambda x: np.sqrt(torch_var(x)))
+    message = fails(check_token_var, lambda x: np.sqrt(torch_var(x)))
     assert message.endswith(". That is the standard deviation; the variance is its square")
 
 
 def test_the_variance_over_the_wrong_axis_is_named():
-    message = _fails(check_token_var, lambda x: torch_var(np.swapaxes(x, 0, -1)))
+    message = fails(check_token_var, lambda x: torch_var(np.swapaxes(x, 0, -1)))
     assert "a batch of 5 tokens, d = 8" in message
     assert message.endswith(". Take the variance over the last axis (each token's features)")
 
 
 def test_a_variance_that_is_simply_wrong_gets_no_hint():
     """Half the variance near zero: neither d - 1, the std, the axis nor the shortcut."""
-    message = _fails(check_token_var, lambda x: torch_var(x) / 2)
+    message = fails(check_token_var, lambda x: torch_var(x) / 2)
     assert message == ("token_var, x = [2, 4, 6, 8]: your result is [2.5]; expected [5.] "
                        "(largest difference 2.5, tolerance rtol=1e-06, atol=1e-08)")
 
@@ -442,7 +432,7 @@ def _profiler_before():
 def test_the_profiler_in_place_before_the_check_is_put_back():
     """A tool's own profiler (coverage, a debugger) is restored after the check."""
     with _profiler_before() as previous:
-        _passes(check_token_var, torch_var)
+        passes(check_token_var, torch_var)
         assert sys.getprofile() is previous
 
 
@@ -461,7 +451,7 @@ def test_an_own_helper_named_like_a_library_variance_is_not_one():
         return np.array([scope["variance"](row.tolist()) for row in rows]).reshape(
             x.shape[:-1])
 
-    assert "all 6 cases passed" in _passes(check_token_var, token_var)
+    assert "all 6 cases passed" in passes(check_token_var, token_var)
 
 
 def test_code_made_by_exec_is_watched_without_failing():
@@ -470,11 +460,11 @@ def test_code_made_by_exec_is_watched_without_failing():
     exec("def token_var(x):\n"
          "    c = x - x.mean(-1, keepdims=True)\n"
          "    return (c * c).mean(-1)\n", scope)
-    assert "all 6 cases passed" in _passes(check_token_var, scope["token_var"])
+    assert "all 6 cases passed" in passes(check_token_var, scope["token_var"])
     exec("import numpy as np\n"
          "def token_var(x):\n"
          "    return np.var(x, axis=-1)\n", scope)
-    assert "library variance" in _fails(check_token_var, scope["token_var"])
+    assert "library variance" in fails(check_token_var, scope["token_var"])
 
 
 def test_the_probe_reports_a_library_variance_and_a_replaced_profiler():
@@ -503,7 +493,7 @@ def eps_ignored(x, gamma, beta, eps):
 def test_a_layer_norm_that_ignores_eps_fails_on_the_eps_1_case():
     """The eps = 1 case is the one that catches eps left at its default: without
     it every other token case would pass."""
-    message = _fails(check_layer_norm_token, eps_ignored)
+    message = fails(check_layer_norm_token, eps_ignored)
     assert message.startswith("layer_norm_token, x = [2, 4, 6, 8] with eps = 1: ")
     cases = _token_cases(_rng())
     failing = [label for label, case in cases
@@ -540,7 +530,7 @@ MISTAKES = {
 def test_each_layer_norm_mistake_is_named(mistake):
     """Each mistake is named on a case that shows it, with the message's parts."""
     student, hint = MISTAKES[mistake]
-    message = _fails(check_layer_norm_token, student)
+    message = fails(check_layer_norm_token, student)
     assert message.endswith(f". Hint: {hint}"), message
     assert "expected" in message
 
@@ -596,7 +586,7 @@ def test_a_wrongly_shaped_answer_gets_the_shape_and_no_hint():
 
 def test_batch_statistics_over_the_wrong_axis_are_named():
     """Normalizing over the batch axis, or over the whole array."""
-    over_batch = _fails(check_layer_norm_batches, lambda x, g, b, eps: ln(x, g, b, eps, axis=0))
+    over_batch = fails(check_layer_norm_batches, lambda x, g, b, eps: ln(x, g, b, eps, axis=0))
     assert over_batch.endswith(". Hint: normalize each token over its features (the last "
                                "axis), not over the batch")
     case = _cases(_batch_cases)["a batch of 4 tokens, d = 8"]

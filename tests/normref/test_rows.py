@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from check_calls import fails, passes
 
 from normref import batch_norm, group_norm, rms_norm
 from normref.batchnorm import batch_norm_train, example_layer_norm, instance_norm
@@ -587,17 +588,6 @@ def _cases(make):
     return dict(make(_rng()))
 
 
-def _passes(check, *subject):
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        check(*subject)
-    return out.getvalue()
-
-
-def _fails(check, *subject):
-    with pytest.raises(CheckFailed) as failed, contextlib.redirect_stdout(io.StringIO()):
-        check(*subject)
-    return str(failed.value)
 
 
 def _t(a):
@@ -671,7 +661,7 @@ def test_the_group_norm_probe_calls_with_the_cases_values_as_python_numbers():
         beta[...] = 0.0
         return y
 
-    assert "rows_group_norm: all 7 cases passed" in _passes(check_group_norm, student)
+    assert "rows_group_norm: all 7 cases passed" in passes(check_group_norm, student)
     assert set(seen) == {(int, float)}
 
 
@@ -688,7 +678,7 @@ def test_the_limits_probe_calls_each_function_with_its_own_key():
         seen.append(("layer", type(eps)))
         return F.layer_norm(_t(x), x.shape[1:], eps=eps).numpy()
 
-    assert "rows_group_norm_limits: all 3 cases passed" in _passes(
+    assert "rows_group_norm_limits: all 3 cases passed" in passes(
         check_group_norm_limits, instance, whole)
     assert seen == [("instance", float), ("layer", float)] * 3
 
@@ -747,7 +737,7 @@ def test_right_batch_norm_steps_pass_as_torch_and_cs231n_compute_them():
     for a, b in zip(bn_train(x2, np.ones(3), np.zeros(3), np.zeros(3), np.ones(3), 0.9,
                              "cs231n", 1e-5), expected):
         np.testing.assert_allclose(a, b)
-    assert "rows_batch_norm_train: all 9 cases passed" in _passes(check_batch_norm_train,
+    assert "rows_batch_norm_train: all 9 cases passed" in passes(check_batch_norm_train,
                                                                   bn_train)
 
 
@@ -764,7 +754,7 @@ def test_the_batch_norm_probe_chains_the_steps_and_passes_python_numbers():
         running_mean[...] = -1.0  # the student's copy only
         return torch.from_numpy(y), torch.from_numpy(mean), list(var)
 
-    assert "all 9 cases passed" in _passes(check_batch_norm_train, student)
+    assert "all 9 cases passed" in passes(check_batch_norm_train, student)
     assert set(seen) == {(np.ndarray, float, str, float)}
 
 
@@ -798,9 +788,9 @@ def test_running_statistics_that_are_not_numbers_are_named():
         return y, mean, Stats()
 
     assert "your code raised TypeError: the new running mean is a Stats, not an array of " \
-           "numbers" in _fails(check_batch_norm_train, returns_object_mean)
+           "numbers" in fails(check_batch_norm_train, returns_object_mean)
     assert "your code raised TypeError: the new running variance is a Stats, not an array " \
-           "of numbers" in _fails(check_batch_norm_train, returns_object_var)
+           "of numbers" in fails(check_batch_norm_train, returns_object_var)
 
 
 def test_the_one_value_cases_are_called_with_the_first_batch():
@@ -810,7 +800,7 @@ def test_the_one_value_cases_are_called_with_the_first_batch():
         calls.append((np.shape(x), momentum, convention, eps))
         return bn_train(x, gamma, beta, running_mean, running_var, momentum, convention, eps)
 
-    _passes(check_batch_norm_train, student)
+    passes(check_batch_norm_train, student)
     assert calls[-2:] == [((1, 3), 0.1, "pytorch", 1e-5), ((1, 3, 1), 0.9, "cs231n", 1e-5)]
 
 
@@ -941,13 +931,13 @@ def test_batch_norm_cases_are_as_labelled():
 
 
 def test_group_norm_right_answers_pass_and_errors_are_judged_by_class():
-    assert "all 7 cases passed" in _passes(check_group_norm, torch_group_norm)
-    assert "all 7 cases passed" in _passes(check_group_norm, group_norm)
+    assert "all 7 cases passed" in passes(check_group_norm, torch_group_norm)
+    assert "all 7 cases passed" in passes(check_group_norm, group_norm)
 
     def runtime(x, g, gamma, beta, eps):
         return slipped_group_norm(x, g, gamma, beta, eps, error=RuntimeError)
 
-    assert "all 7 cases passed" in _passes(check_group_norm, runtime)
+    assert "all 7 cases passed" in passes(check_group_norm, runtime)
 
 
 @pytest.mark.parametrize("error, said", [(None, "returned normally"),
@@ -960,7 +950,7 @@ def test_indivisible_channels_must_raise_a_value_error(error, said):
         return slipped_group_norm(x, g, gamma, beta, eps, check=error is not None,
                           error=error or ValueError)
 
-    message = _fails(check_group_norm, student)
+    message = fails(check_group_norm, student)
     assert message == ("rows_group_norm, C = 6 channels in 4 groups (must raise ValueError): "
                        "6 channels cannot be split into 4 equal groups: raise a ValueError, "
                        f"as torch does (your code {said})")
@@ -992,7 +982,7 @@ GROUP_SLIPS = {
 
 @pytest.mark.parametrize("slip", sorted(GROUP_SLIPS))
 def test_each_group_norm_slip_is_named(slip):
-    message = _fails(check_group_norm, lambda *a: slipped_group_norm(*a, **{slip: True}))
+    message = fails(check_group_norm, lambda *a: slipped_group_norm(*a, **{slip: True}))
     assert message.endswith(f". Hint: {GROUP_SLIPS[slip]}"), message
     assert "expected" in message
 
@@ -1052,7 +1042,7 @@ def over_batch(x, eps):
 
 
 def test_the_limits_pass_with_torch():
-    assert "all 3 cases passed" in _passes(check_group_norm_limits, torch_instance,
+    assert "all 3 cases passed" in passes(check_group_norm_limits, torch_instance,
                                            torch_whole)
 
 
@@ -1074,7 +1064,7 @@ LIMIT_HINTS = {
     (torch_instance, over_batch, "example_layer_norm", "batch"),
 ])
 def test_each_limit_slip_is_named_for_the_function_that_has_it(instance, whole, which, hint):
-    message = _fails(check_group_norm_limits, instance, whole)
+    message = fails(check_group_norm_limits, instance, whole)
     assert message.startswith(f"rows_group_norm_limits, x (2, 4, 5), channels at different "
                               f"offsets: your {which} is ")
     assert message.endswith(f". Hint: {LIMIT_HINTS[hint]}")
@@ -1099,7 +1089,7 @@ def test_a_limit_slip_is_named_on_images_and_float32_too():
 
 def test_eps_reaches_the_limit_references():
     """The float32 case has eps 1e-3: an answer computed with 1e-5 fails there."""
-    message = _fails(check_group_norm_limits, lambda x, eps: torch_instance(x, 1e-5),
+    message = fails(check_group_norm_limits, lambda x, eps: torch_instance(x, 1e-5),
                      torch_whole)
     assert "a float32 batch (2, 8, 16) with eps 1e-3" in message
 
@@ -1130,7 +1120,7 @@ BN_SLIPS = [
 @pytest.mark.parametrize("slip, what, hint", BN_SLIPS)
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_each_batch_norm_slip_is_named(slip, what, hint):
-    message = _fails(check_batch_norm_train, lambda *a: bn_train(*a, **slip))
+    message = fails(check_batch_norm_train, lambda *a: bn_train(*a, **slip))
     assert f": {what} is " in message
     assert message.endswith(f". Hint: {hint}"), message
 
@@ -1211,7 +1201,7 @@ def test_a_batch_norm_no_slip_explains_gets_no_hint():
         y, mean, var = bn_train(*args)
         return 2 * y, mean, var
 
-    message = _fails(check_batch_norm_train, doubled)
+    message = fails(check_batch_norm_train, doubled)
     assert message.startswith("rows_batch_norm_train, pytorch, momentum 0.1: 3 steps of a "
                               "batch of 4 tokens, C = 4: your y is ")
     assert "Hint" not in message
@@ -1220,7 +1210,7 @@ def test_a_batch_norm_no_slip_explains_gets_no_hint():
         y, mean, var = bn_train(*args)
         return y, mean, var * 3
 
-    message = _fails(check_batch_norm_train, var_off)
+    message = fails(check_batch_norm_train, var_off)
     assert ": your running_var after each step is " in message and "Hint" not in message
 
 
@@ -1233,7 +1223,7 @@ def test_one_value_per_channel_must_raise(error, said):
             raise error("one value")
         return bn_train(*args, raise_on_one=False)
 
-    message = _fails(check_batch_norm_train, student)
+    message = fails(check_batch_norm_train, student)
     assert message == ("rows_batch_norm_train, pytorch: a batch of one token (must raise "
                        "ValueError): one value per channel has no variance to measure: raise "
                        f"a ValueError, as torch does (your code {said})")
@@ -1573,7 +1563,7 @@ def test_the_one_value_case_is_named_as_students_see_it():
             raise ValueError("one token")
         return bn_train(*args, raise_on_one=False)
 
-    message = _fails(check_batch_norm_train, student)
+    message = fails(check_batch_norm_train, student)
     assert message == ("rows_batch_norm_train, cs231n: x (1, 3, 1), one value per channel "
                        "(must raise ValueError): one value per channel has no variance to "
                        "measure: raise a ValueError, as torch does (your code returned "
