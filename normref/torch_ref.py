@@ -113,12 +113,14 @@ class LayerNorm(nn.Module):
 class AddLayerNorm(LayerNorm):
     """Residual add fused with layer norm, as pre-norm transformers call it.
 
-    forward(x, residual=None) -> (residual_sum, normed), both of x's shape:
+    forward(x, residual=None) -> (normed, residual_sum), both of x's shape:
     residual_sum = x + residual (x alone when residual is None, the first
-    block), normed = layer norm of residual_sum. The parameters are
+    block), normed = layer norm of residual_sum. The order is that of
+    flash-attn's layer_norm_fn(..., prenorm=True), which returns (out,
+    residual) (flash_attn/ops/triton/layer_norm.py). The parameters are
     LayerNorm's (`weight`, `bias`), so nn.LayerNorm's state_dict loads.
     """
 
     def forward(self, x, residual=None):
         residual_sum = x if residual is None else x + residual  # *, n_1, ..., n_k
-        return residual_sum, super().forward(residual_sum)
+        return super().forward(residual_sum), residual_sum

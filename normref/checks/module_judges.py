@@ -728,7 +728,8 @@ def _add_cases(rng):
 
 
 def _reference_add(case):
-    """(residual_sum, normed, gradients or None) from normref's AddLayerNorm, float64."""
+    """(residual_sum, normed, gradients or None) from normref's AddLayerNorm, float64
+    (the module itself returns them as (normed, residual_sum))."""
     import torch
 
     from normref.torch_ref import AddLayerNorm
@@ -746,7 +747,7 @@ def _reference_add(case):
     if "residual" in case:
         residual = torch.from_numpy(np.asarray(case["residual"], np.float64))
         residual.requires_grad_(graded)
-    residual_sum, normed = module(x, residual)
+    normed, residual_sum = module(x, residual)
     gradients = None
     if graded:
         upstream_sum = torch.from_numpy(np.asarray(case["upstream_sum"], np.float64))
@@ -765,7 +766,8 @@ def _likely_add_mistake(case, residual_sum, normed, output):
     y = output.get("y")
     if y is not None and matches(output.get("sum"), normed, dtype=dtype) and matches(
             y, residual_sum, dtype=dtype):
-        return "return (residual_sum, normed) in that order"
+        return ("return (normed, residual_sum) in that order, as flash-attn's "
+                "layer_norm_fn(..., prenorm=True) does")
     if "residual" in case and matches(output.get("sum"), residual_sum, dtype=dtype):
         ln_of_x = _reference_output({**case, "x": x})
         if y is not None and np.shape(y) == ln_of_x.shape and matches(y, ln_of_x, dtype=dtype):
@@ -785,7 +787,7 @@ def _judge_add_layer_norm(case, output):
     if "returned" in output:
         return (
             f"your module returned {_text(output, 'returned')}; it returns a pair "
-            "(residual_sum, normed)"
+            "(normed, residual_sum)"
         )
     wanted = _split(_expected_parameters(case)["names"])
     if sorted(_split(_text(output, "names"))) != sorted(wanted):
@@ -823,9 +825,243 @@ def _judge_add_layer_norm(case, output):
     return None
 
 
+# ----- the channels-first layer norm (ConvNeXt's LayerNorm2d) ----------------------
+
+LN2D_DEFAULT_EPS = 1e-6  # ConvNeXt's LayerNorm (models/convnext.py) defaults to 1e-6
+
+
+def _ln2d_case(rng, shape, dtype=np.float32, offset=0.0, spread=1.0, affine=True,
+               **entries):
+    """A LayerNorm2d case: C from `shape` (N, C, H, W), the input, random
+    gamma/beta of shape (C,) unless `affine` is False (then they stay at 1, 0)."""
+    channels = shape[1]
+    case = {"channels": np.array(channels), "x": rng.normal(
+        offset, spread, size=shape).astype(dtype)}
+    if affine:
+        case["set_weight"] = rng.normal(1.0, 0.5, size=channels).astype(dtype)
+        case["set_bias"] = rng.normal(0.0, 0.5, size=channels).astype(dtype)
+    for key, value in entries.items():
+        case[key] = np.asarray(value)
+    return case
+
+
+def _ln2d_forward_cases(rng):
+    return [
+        ("LayerNorm2d(4) on (2, 4, 3, 5), float32, random gamma and beta",
+         _ln2d_case(rng, (2, 4, 3, 5), offset=2.0)),
+        ("LayerNorm2d(6) on (3, 6, 6, 6) in float64 (C = H = W), random gamma and beta",
+         _ln2d_case(rng, (3, 6, 6, 6), np.float64, offset=-1.0, spread=3.0)),
+        ("LayerNorm2d(8, eps=0.01) on (2, 8, 4, 4), float32",
+         _ln2d_case(rng, (2, 8, 4, 4), offset=5.0, eps=0.01)),
+        ("LayerNorm2d(5) with its default eps, on (2, 5, 3, 3) in float64 with spread 1e-3",
+         _ln2d_case(rng, (2, 5, 3, 3), np.float64, spread=1e-3, affine=False)),
+        ("LayerNorm2d(3) on a (2, 3, 4, 5) float32 input stored channels_last in memory",
+         _ln2d_case(rng, (2, 3, 4, 5), channels_last=True)),
+        ("LayerNorm2d(7) on a single pixel per image, (4, 7, 1, 1), float32",
+         _ln2d_case(rng, (4, 7, 1, 1), offset=1.0)),
+    ]
+
+
+def _ln2d_backward_cases(rng):
+    def graded(shape, dtype, **entries):
+        case = _ln2d_case(rng, shape, dtype, offset=0.5, **entries)
+        case["upstream"] = rng.normal(size=shape).astype(dtype)
+        return case
+
+    return [
+        ("LayerNorm2d(3) on (2, 3, 4, 5) in float64, loss sum(upstream * y)",
+         graded((2, 3, 4, 5), np.float64)),
+        ("LayerNorm2d(4, eps=0.1) on (3, 4, 2, 2) in float64", graded(
+            (3, 4, 2, 2), np.float64, eps=0.1)),
+        ("LayerNorm2d(8) on (2, 8, 3, 3), float32", graded((2, 8, 3, 3), np.float32)),
+    ]
+
+
+def _ln2d_eps(case):
+    return float(case["eps"]) if "eps" in case else LN2D_DEFAULT_EPS
+
+
+def _ln2d_affine(case):
+    """gamma and beta of the case, float64, shape (C,)."""
+    channels = int(case["channels"])
+    gamma = np.asarray(case.get("set_weight", np.ones(channels)), np.float64)
+    beta = np.asarray(case.get("set_bias", np.zeros(channels)), np.float64)
+    return gamma, beta
+
+
+def _ln2d_reference(case):
+    """y (and, for a case with "upstream", the gradients of sum(upstream * y) as
+    {"x_grad", "weight_grad", "bias_grad"}) in float64, from torch's own layer
+    norm on the channels-last view: F.layer_norm(x.permute(0, 2, 3, 1), (C,))."""
+    import torch
+    import torch.nn.functional as F
+
+    graded = "upstream" in case
+    gamma, beta = _ln2d_affine(case)
+    x = torch.from_numpy(np.asarray(case["x"], np.float64)).requires_grad_(graded)
+    weight = torch.from_numpy(gamma).requires_grad_(graded)
+    bias = torch.from_numpy(beta).requires_grad_(graded)
+    y = F.layer_norm(x.permute(0, 2, 3, 1), (x.shape[1],), weight, bias,
+                     _ln2d_eps(case)).permute(0, 3, 1, 2)  # N, C, H, W
+    if not graded:
+        return y.detach().numpy(), None
+    upstream = torch.from_numpy(np.asarray(case["upstream"], np.float64))
+    (y * upstream).sum().backward()
+    return y.detach().numpy(), {"x_grad": x.grad.numpy(), "weight_grad": weight.grad.numpy(),
+                                "bias_grad": bias.grad.numpy()}
+
+
+def _closest_hint(y, candidates, dtype):
+    """The hint whose wrong output `y` matches most closely, or None."""
+    closest, found = np.inf, None
+    with np.errstate(all="ignore"):
+        for hint, wrong in candidates.items():
+            if np.shape(y) == np.shape(wrong) and matches(y, wrong, dtype=dtype):
+                gap = np.abs(np.asarray(y, np.float64) - wrong)
+                distance = float(np.max(gap[np.isfinite(gap)], initial=0.0))
+                if distance < closest:
+                    closest, found = distance, hint
+    return found
+
+
+def _likely_ln2d_mistake(case, y):
+    """Name the slip whose output `y` reproduces, if any."""
+    x = np.asarray(case["x"], np.float64)
+    eps = _ln2d_eps(case)
+    gamma, beta = _ln2d_affine(case)
+    g, b = gamma.reshape(1, -1, 1, 1), beta.reshape(1, -1, 1, 1)  # 1, C, 1, 1
+
+    def affine(x_hat):
+        return g * x_hat + b
+
+    mu = x.mean(axis=1, keepdims=True)  # N, 1, H, W
+    var = x.var(axis=1, keepdims=True)  # N, 1, H, W
+    candidates = {
+        "normalize over the channels C at each pixel (dim=1); you normalized each "
+        "channel's H x W plane, which is instance norm": affine(_normalized(x, (2, 3), eps)),
+        "normalize over the channels C at each pixel (dim=1) only; you normalized over "
+        "C, H and W together, which is GroupNorm with one group (or nn.LayerNorm([C, H, W]))":
+            affine(_normalized(x, (1, 2, 3), eps)),
+        "take the statistics over each pixel's channels, not across the batch (that is "
+        "batch norm)": affine(_normalized(x, (0, 2, 3), eps)),
+        "the variance divides by C, not C - 1 (torch.var's default is unbiased: pass "
+        "correction=0 or unbiased=False)": affine(_normalized(x, (1,), eps, correction=1)),
+        "eps goes inside the square root: (x - mean) / sqrt(var + eps)":
+            affine((x - mu) / (np.sqrt(var) + eps)),
+        "gamma and beta are not applied: multiply by self.weight and add self.bias, "
+        "shaped (C, 1, 1)": _normalized(x, (1,), eps),
+    }
+    if x.shape[1] == x.shape[3]:
+        candidates[
+            "weight and bias hold one number per channel: shape them (C, 1, 1) so that "
+            "they broadcast along dim 1; as (C,) they broadcast along the last axis, W"
+        ] = gamma * _normalized(x, (1,), eps) + beta
+    if x.shape[1] == x.shape[2]:
+        candidates[
+            "weight and bias hold one number per channel: shape them (C, 1, 1), not "
+            "(C, 1), which broadcasts along H"
+        ] = gamma[:, None] * _normalized(x, (1,), eps) + beta[:, None]
+    if "eps" in case:
+        candidates[f"use the eps you were given ({eps:g}), not a fixed default"] = affine(
+            _normalized(x, (1,), LN2D_DEFAULT_EPS))
+    else:
+        for wrong_default in (1e-5, 0.0, 1e-8, 1e-12, 1e-3):
+            candidates[f"the default eps is 1e-6, as in ConvNeXt, not {wrong_default:g}"] = (
+                affine(_normalized(x, (1,), wrong_default)))
+    return _closest_hint(y, candidates, np.asarray(case["x"]).dtype)
+
+
+def _ln2d_error_hint(error):
+    if error.startswith("NotImplementedError"):
+        return f"your module raised {error}: the forward pass is not written yet"
+    if "must match the size of tensor" in error:
+        return (
+            f"your module raised {error}. weight and bias hold one number per channel: "
+            "shape them (C, 1, 1) (or view them as (1, C, 1, 1)) so that they broadcast "
+            "along dim 1; as (C,) they broadcast along the last axis, W"
+        )
+    if "view size is not compatible" in error:
+        return (
+            f"your module raised {error}. The input may be stored channels_last (as "
+            "ConvNeXt runs): use reshape, or reduce over dim=1 directly, not view"
+        )
+    return f"your module raised {error}"
+
+
+def _ln2d_parameter_problem(case, output):
+    channels = int(case["channels"])
+    names = sorted(_split(_text(output, "names")))
+    if names != ["bias", "weight"]:
+        return (f"your module's parameters are {names}; LayerNorm2d(C) holds two, named "
+                "weight and bias, as ConvNeXt's does")
+    shapes = dict(item.split("=") for item in _text(output, "shapes").split(";"))
+    for name in ("weight", "bias"):
+        if shapes.get(name) != f"[{channels}]":
+            return (f"your {name} has shape {shapes.get(name)}; it holds one number per "
+                    f"channel, shape ({channels},)")
+    for name, start in (("weight", 1.0), ("bias", 0.0)):
+        if not np.allclose(np.asarray(output[f"initial_{name}"], np.float64), start):
+            return f"{name} starts at {start:g} for every channel"
+    return None
+
+
+def _judge_ln2d_forward(case, output):
+    problem = _ln2d_parameter_problem(case, output)
+    if problem:
+        return problem
+    if "forward_error" in output:
+        return _ln2d_error_hint(_text(output, "forward_error"))
+    expected, _ = _ln2d_reference(case)
+    x = np.asarray(case["x"])
+    problem = mismatch(output["y"], expected, dtype=x.dtype, what="your output")
+    if problem:
+        hint = _likely_ln2d_mistake(case, output["y"])
+        return problem + (f". Hint: {hint}" if hint else "")
+    want = f"torch.{np.dtype(x.dtype).name}"
+    if _text(output, "y_dtype") != want:
+        return (f"your output's dtype is {_text(output, 'y_dtype')}; for a {want} input "
+                f"return {want}")
+    return None
+
+
+def _ln2d_constant_statistics_grad(case):
+    """d/dx of sum(upstream * y) if the mean and variance did not depend on x."""
+    x = np.asarray(case["x"], np.float64)
+    gamma, _ = _ln2d_affine(case)
+    rstd = 1.0 / np.sqrt(x.var(axis=1, keepdims=True) + _ln2d_eps(case))  # N, 1, H, W
+    return np.asarray(case["upstream"], np.float64) * gamma.reshape(1, -1, 1, 1) * rstd
+
+
+def _judge_ln2d_backward(case, output):
+    if "forward_error" in output:
+        return _ln2d_error_hint(_text(output, "forward_error"))
+    missing = _text(output, "missing")
+    if missing.startswith("all"):
+        return (missing.split(": ", 1)[1] + ": compute the output with torch operations on "
+                "the input and the parameters, without detaching")
+    if missing:
+        return _NO_GRADIENT[_split(missing)[0]]
+    _, expected = _ln2d_reference(case)
+    dtype = np.asarray(case["x"]).dtype
+    if not mismatch(output["weight_grad"], expected["weight_grad"], dtype=dtype) and matches(
+            output["x_grad"], _ln2d_constant_statistics_grad(case), dtype=dtype):
+        return (
+            "the gradient with respect to x treats the mean and the variance as constants: "
+            "compute them from x with torch operations, not under torch.no_grad() and not "
+            "detached, so that autograd follows them too")
+    for key, what in (("x_grad", "the gradient with respect to x"),
+                      ("weight_grad", "the gradient with respect to weight"),
+                      ("bias_grad", "the gradient with respect to bias")):
+        problem = mismatch(output[key], expected[key], dtype=dtype, what=what)
+        if problem:
+            return problem + (". The forward pass itself may be off: run the forward test"
+                              if key != "bias_grad" else "")
+    return None
+
+
 # ----- the inline questions -------------------------------------------------------
 
-IMAGE_BATCH = (16, 3, 32, 32)  # (N, C, H, W), normalized over (C, H, W)
+FEATURE_MAPS = (8, 96, 14, 14)  # (N, C, H, W), Question 1's batch of feature maps
 
 def _judge_answers(truths, questions, output):
     missing = [name for name in truths if name not in output]
@@ -844,10 +1080,13 @@ def _judge_answers(truths, questions, output):
 
 
 _IMAGE_QUESTIONS = {
-    "IMAGE_MEANS": "how many means the layer computes for the batch",
-    "VALUES_PER_MEAN": "how many numbers each mean averages",
-    "IMAGE_PARAMETERS": "how many learnable numbers the layer holds",
-    "CHANNEL_MEANS_ZERO": "is every channel of every output image centred at 0?",
+    "LAST_DIM_MEANS": "how many means a layer norm over the last dim (W) computes "
+    "when applied straight to the (N, C, H, W) batch",
+    "CHANNEL_MEANS": "how many means a layer norm over C computes on the "
+    "channels-last batch (one per image and pixel)",
+    "VALUES_PER_CHANNEL_MEAN": "how many numbers each of those channel means averages",
+    "WHOLE_MAP_PARAMETERS": "how many learnable numbers a layer norm over (C, H, W) "
+    "holds (gamma and beta each have the shape (C, H, W))",
 }
 
 
@@ -857,16 +1096,17 @@ def _image_truths():
 
     from normref.torch_ref import LayerNorm
 
-    layer = LayerNorm(IMAGE_BATCH[1:])
-    x = torch.randn(IMAGE_BATCH, generator=torch.Generator().manual_seed(0))
+    n, c, h, w = FEATURE_MAPS
+    x = torch.randn(FEATURE_MAPS, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        y = layer(x)
-    per_mean = y[0].numel()
+        over_w = LayerNorm(w)(x)  # N, C, H, W: one group per (n, c, h)
+        over_c = LayerNorm(c)(x.permute(0, 2, 3, 1))  # N, H, W, C
+    whole_map = LayerNorm((c, h, w))
     return {
-        "IMAGE_MEANS": y.numel() // per_mean,
-        "VALUES_PER_MEAN": per_mean,
-        "IMAGE_PARAMETERS": sum(p.numel() for p in layer.parameters()),
-        "CHANNEL_MEANS_ZERO": bool(y.mean(dim=(-2, -1)).abs().max() < 1e-5),
+        "LAST_DIM_MEANS": over_w.numel() // w,
+        "CHANNEL_MEANS": over_c.numel() // over_c.shape[-1],
+        "VALUES_PER_CHANNEL_MEAN": over_c.shape[-1],
+        "WHOLE_MAP_PARAMETERS": sum(p.numel() for p in whole_map.parameters()),
     }
 
 
@@ -904,4 +1144,6 @@ CHECKS = {
     "my_layer_norm_state_dict": Check(_state_dict_cases, _judge_state_dict),
     "my_layer_norm_autograd": Check(_autograd_cases, _judge_autograd),
     "my_layer_norm_shape_error": Check(_shape_error_cases, _judge_shape_error),
+    "layer_norm_2d_forward": Check(_ln2d_forward_cases, _judge_ln2d_forward),
+    "layer_norm_2d_backward": Check(_ln2d_backward_cases, _judge_ln2d_backward),
 }

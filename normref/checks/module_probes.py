@@ -224,7 +224,7 @@ def _probe_add_layer_norm(AddLayerNorm, case):
             f"a {type(out).__name__}" + (f" of length {len(out)}"
                                           if isinstance(out, (tuple, list)) else ""))
         return report
-    residual_sum, normed = out
+    normed, residual_sum = out  # flash-attn's order: (out, residual)
     report["sum"], report["y"] = residual_sum, normed
     if not graded:
         return report
@@ -237,6 +237,63 @@ def _probe_add_layer_norm(AddLayerNorm, case):
     gamma, beta = _affine_parameters(module)
     return _gradients(report, (("x_grad", x), ("residual_grad", residual),
                                ("weight_grad", gamma), ("bias_grad", beta)))
+
+
+def _construct_2d(LayerNorm2d, case):
+    """LayerNorm2d(C), or LayerNorm2d(C, eps=...) when the case names eps."""
+    from torch import nn
+
+    kwargs = {"eps": float(case["eps"])} if "eps" in case else {}
+    module = LayerNorm2d(int(case["channels"]), **kwargs)
+    if not isinstance(module, nn.Module):
+        name = getattr(LayerNorm2d, "__name__", "LayerNorm2d")
+        raise TypeError(
+            f"{name} must subclass torch.nn.Module (class {name}(nn.Module): ...)"
+        )
+    return module
+
+
+def _probe_layer_norm_2d(LayerNorm2d, case):
+    """Build LayerNorm2d(C), report its parameters as built, set gamma and
+    beta, call it on case["x"] (N, C, H, W); when the case carries
+    "upstream", also the gradients of sum(upstream * y). An error raised by
+    the forward pass is reported, not raised, so that the judge can name it."""
+    import torch
+
+    module = _construct_2d(LayerNorm2d, case)
+    params = dict(module.named_parameters())
+    report = {
+        "names": np.array(",".join(params)),
+        "shapes": np.array(";".join(f"{n}={list(p.shape)}" for n, p in params.items())),
+    }
+    for name in ("weight", "bias"):
+        if name in params:
+            report[f"initial_{name}"] = params[name].detach().clone()
+    x = torch.tensor(case["x"])
+    if x.dtype == torch.float64:
+        module = module.double()
+    if "set_weight" in case:
+        _set_affine(module, case["set_weight"], case["set_bias"])
+    if bool(case.get("channels_last", False)):
+        x = x.contiguous(memory_format=torch.channels_last)
+    graded = "upstream" in case
+    x.requires_grad_(graded)
+    try:
+        with torch.set_grad_enabled(graded):
+            y = module(x)
+    except Exception as exc:  # the judge names the likely cause
+        report["forward_error"] = _error_text(exc)
+        return report
+    report["y"] = y
+    report["y_dtype"] = np.array(str(getattr(y, "dtype", type(y).__name__)))
+    if not graded:
+        return report
+    if not isinstance(y, torch.Tensor) or not y.requires_grad:
+        report["missing"] = np.array("all: the output is not connected to the autograd graph")
+        return report
+    (y * torch.tensor(case["upstream"])).sum().backward()
+    gamma, beta = _affine_parameters(module)
+    return _gradients(report, (("x_grad", x), ("weight_grad", gamma), ("bias_grad", beta)))
 
 
 def _gradients(report, tensors):
@@ -287,12 +344,22 @@ def check_my_layer_norm_shape_error(MyLayerNorm):
 
 
 def check_add_layer_norm_module(AddLayerNorm):
-    """Check AddLayerNorm(...)(x, residual) -> (residual_sum, normed)."""
+    """Check AddLayerNorm(...)(x, residual) -> (normed, residual_sum)."""
     run_check("add_layer_norm_module", AddLayerNorm, _probe_add_layer_norm)
 
 
+def check_layer_norm_2d_forward(LayerNorm2d):
+    """Check LayerNorm2d(C)(x) for (N, C, H, W) inputs: parameters and output."""
+    run_check("layer_norm_2d_forward", LayerNorm2d, _probe_layer_norm_2d)
+
+
+def check_layer_norm_2d_backward(LayerNorm2d):
+    """Check the gradients LayerNorm2d gives to its input, weight and bias."""
+    run_check("layer_norm_2d_backward", LayerNorm2d, _probe_layer_norm_2d)
+
+
 def check_image_layer_norm_counts(**answers):
-    """Check the counts predicted for layer norm over whole images, by keyword."""
+    """Check the counts predicted for three layer norms on an image batch."""
     run_check("image_layer_norm_counts", answers, _answers_as_text)
 
 

@@ -3,6 +3,7 @@ torch.nn.LayerNorm, and the MyLayerNorm, AddLayerNorm and question checks
 against correct answers and the usual slips."""
 
 import itertools
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import torch
 from torch import nn
 
 from normref import checks
-from normref.checks import _registry, _runner, module_probes
+from normref.checks import _registry, _runner, module_judges, module_probes
 from normref.torch_ref import AddLayerNorm, LayerNorm, shape_error_message
 
 TORCH_2_13_MESSAGE = (
@@ -276,7 +277,7 @@ class BiasFirst(CorrectLayerNorm):
 class BiasFirstAdd(BiasFirst):
     def forward(self, x, residual=None):
         residual_sum = x if residual is None else x + residual
-        return residual_sum, super().forward(residual_sum)
+        return super().forward(residual_sum), residual_sum
 
 
 class OnePassVariance(CorrectLayerNorm):
@@ -505,10 +506,10 @@ def test_add_layer_norm_matches_an_add_then_torchs_layer_norm(normalized_shape, 
     assert repr(ours).replace("AddLayerNorm", "LayerNorm") == repr(theirs)
     x = 3 + 2 * torch.randn(x_shape, generator=generator)
     residual = torch.randn(x_shape, generator=generator)
-    residual_sum, normed = ours(x, residual)
+    normed, residual_sum = ours(x, residual)  # flash-attn's order: (out, residual)
     torch.testing.assert_close(residual_sum, x + residual)
     torch.testing.assert_close(normed, theirs(x + residual), rtol=1e-5, atol=1e-5)
-    first_sum, first_normed = ours(x)  # residual=None: the first block
+    first_normed, first_sum = ours(x)  # residual=None: the first block
     assert first_sum is x
     torch.testing.assert_close(first_normed, theirs(x), rtol=1e-5, atol=1e-5)
 
@@ -526,7 +527,7 @@ def test_add_layer_norm_gradients_match_torch():
     for run_ours in (True, False):
         xi, ri = x.clone().requires_grad_(True), residual.clone().requires_grad_(True)
         if run_ours:
-            residual_sum, normed = ours(xi, ri)
+            normed, residual_sum = ours(xi, ri)
             params = list(ours.parameters())
         else:
             residual_sum = xi + ri
@@ -545,7 +546,7 @@ def test_add_layer_norm_gradients_match_torch():
 class CorrectAdd(CorrectLayerNorm):
     def forward(self, x, residual=None):
         residual_sum = x if residual is None else x + residual
-        return residual_sum, super().forward(residual_sum)
+        return super().forward(residual_sum), residual_sum
 
 
 class ScratchAdd(nn.Module):
@@ -571,18 +572,18 @@ class ScratchAdd(nn.Module):
             y = y * self.weight
         if self.bias is not None:
             y = y + self.bias
-        return [stream, y]
+        return [y, stream]
 
 
 class SwappedOutputs(CorrectAdd):
     def forward(self, x, residual=None):
-        residual_sum, normed = super().forward(x, residual)
-        return normed, residual_sum
+        normed, residual_sum = super().forward(x, residual)
+        return residual_sum, normed
 
 
 class NormsX(CorrectAdd):
     def forward(self, x, residual=None):
-        return (x if residual is None else x + residual), CorrectLayerNorm.forward(self, x)
+        return CorrectLayerNorm.forward(self, x), (x if residual is None else x + residual)
 
 
 class ResidualRequired(CorrectAdd):
@@ -592,13 +593,13 @@ class ResidualRequired(CorrectAdd):
 
 class DetachedSum(CorrectAdd):
     def forward(self, x, residual=None):
-        residual_sum, normed = super().forward(x, residual)
-        return residual_sum.detach(), normed
+        normed, residual_sum = super().forward(x, residual)
+        return normed, residual_sum.detach()
 
 
 class OnlyNormed(CorrectAdd):
     def forward(self, x, residual=None):
-        return super().forward(x, residual)[1]
+        return super().forward(x, residual)[0]
 
 
 class Submodule(nn.Module):
@@ -608,7 +609,7 @@ class Submodule(nn.Module):
 
     def forward(self, x, residual=None):
         residual_sum = x if residual is None else x + residual
-        return residual_sum, self.norm(residual_sum)
+        return self.norm(residual_sum), residual_sum
 
 
 class AddAlwaysBias(CorrectAdd, AlwaysBias):
@@ -674,30 +675,33 @@ def _answer_outcome(check, **answers):
 
 
 def test_the_image_answers_are_what_torch_computes():
-    images = torch.randn(16, 3, 32, 32)
-    layer = nn.LayerNorm((3, 32, 32))
-    y = layer(images).detach()
-    assert images.numel() // y[0].numel() == 16 and y[0].numel() == 3072
-    assert sum(p.numel() for p in layer.parameters()) == 6144
-    assert y.mean(dim=(-2, -1)).abs().max() > 1e-3  # channels are not centred
+    maps = torch.randn(8, 96, 14, 14)  # N, C, H, W
+    over_w = nn.LayerNorm(14)(maps).detach()  # accepted: the last dim is W = 14
+    assert over_w.mean(-1).numel() == 8 * 96 * 14 == 10752
+    channels_last = maps.permute(0, 2, 3, 1)  # N, H, W, C
+    over_c = nn.LayerNorm(96)(channels_last).detach()
+    assert over_c.mean(-1).numel() == 8 * 14 * 14 == 1568 and over_c.shape[-1] == 96
+    whole = nn.LayerNorm((96, 14, 14))
+    assert sum(p.numel() for p in whole.parameters()) == 2 * 96 * 14 * 14 == 37632
+
+
+RIGHT_IMAGE = dict(LAST_DIM_MEANS=10752, CHANNEL_MEANS=1568, VALUES_PER_CHANNEL_MEAN=96,
+                   WHOLE_MAP_PARAMETERS=37632)
 
 
 @pytest.mark.parametrize(
     "answers, right",
     [
-        (dict(IMAGE_MEANS=16, VALUES_PER_MEAN=3072, IMAGE_PARAMETERS=6144,
-              CHANNEL_MEANS_ZERO=False), True),
-        (dict(IMAGE_MEANS=np.int64(16), VALUES_PER_MEAN=3072.0,
-              IMAGE_PARAMETERS=torch.tensor(6144), CHANNEL_MEANS_ZERO=np.bool_(False)), True),
-        (dict(IMAGE_MEANS=48, VALUES_PER_MEAN=1024, IMAGE_PARAMETERS=6144,
-              CHANNEL_MEANS_ZERO=False), False),
-        (dict(IMAGE_MEANS=16, VALUES_PER_MEAN=3072, IMAGE_PARAMETERS=6,
-              CHANNEL_MEANS_ZERO=False), False),
-        (dict(IMAGE_MEANS=16, VALUES_PER_MEAN=3072, IMAGE_PARAMETERS=6144,
-              CHANNEL_MEANS_ZERO=True), False),
-        (dict(IMAGE_MEANS=16, VALUES_PER_MEAN=3072, IMAGE_PARAMETERS=6144), False),
-        (dict(IMAGE_MEANS="16", VALUES_PER_MEAN=3072, IMAGE_PARAMETERS=None,
-              CHANNEL_MEANS_ZERO=False), False),
+        (RIGHT_IMAGE, True),
+        (dict(LAST_DIM_MEANS=np.int64(10752), CHANNEL_MEANS=1568.0,
+              VALUES_PER_CHANNEL_MEAN=Fraction(96), WHOLE_MAP_PARAMETERS=torch.tensor(37632)),
+         True),
+        ({**RIGHT_IMAGE, "LAST_DIM_MEANS": 8 * 96}, False),  # forgot H
+        ({**RIGHT_IMAGE, "CHANNEL_MEANS": 8 * 96}, False),  # one per channel plane
+        ({**RIGHT_IMAGE, "VALUES_PER_CHANNEL_MEAN": 14 * 14}, False),
+        ({**RIGHT_IMAGE, "WHOLE_MAP_PARAMETERS": 192}, False),  # gamma per channel only
+        ({k: v for k, v in RIGHT_IMAGE.items() if k != "CHANNEL_MEANS"}, False),
+        ({**RIGHT_IMAGE, "CHANNEL_MEANS": None}, False),
     ],
 )
 def test_image_question(answers, right, capsys):
@@ -721,7 +725,166 @@ def test_memory_passes_question(answers, right, capsys):
 
 
 def test_new_cases_cross_the_wire_as_plain_arrays():
-    for name in ("add_layer_norm_module", "image_layer_norm_counts", "add_norm_memory_passes"):
+    for name in ("add_layer_norm_module", "image_layer_norm_counts", "add_norm_memory_passes",
+                 "layer_norm_2d_forward", "layer_norm_2d_backward"):
         for _, case in _registry.make_cases(name):
             for value in case.values():
                 assert isinstance(value, np.ndarray) and value.dtype != object
+
+
+# ----- the channels-first layer norm (ConvNeXt's LayerNorm2d) ------------------------
+
+
+class CorrectLayerNorm2d(nn.Module):
+    """The exercise's solution: statistics over dim 1, gamma/beta as (C, 1, 1)."""
+
+    def __init__(self, num_channels, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(num_channels))
+        self.bias = nn.Parameter(torch.zeros(num_channels))
+
+    def normalize(self, x):
+        mean = x.mean(dim=1, keepdim=True)  # N, 1, H, W
+        var = x.var(dim=1, keepdim=True, correction=0)  # N, 1, H, W
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+    def forward(self, x):
+        return (self.weight[:, None, None] * self.normalize(x)
+                + self.bias[:, None, None])
+
+
+class EinsumLayerNorm2d(CorrectLayerNorm2d):
+    """Correct but unusual: var_mean, rsqrt and einsum for gamma."""
+
+    def forward(self, x):
+        var, mean = torch.var_mean(x, dim=1, keepdim=True, correction=0)
+        x_hat = (x - mean) * torch.rsqrt(var + self.eps)
+        return torch.einsum("nchw,c->nchw", x_hat, self.weight) + self.bias.view(1, -1, 1, 1)
+
+
+class PlanesLayerNorm2d(CorrectLayerNorm2d):
+    def normalize(self, x):
+        mean = x.mean(dim=(2, 3), keepdim=True)
+        var = x.var(dim=(2, 3), keepdim=True, correction=0)
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+
+class WholeMapLayerNorm2d(CorrectLayerNorm2d):
+    def normalize(self, x):
+        mean = x.mean(dim=(1, 2, 3), keepdim=True)
+        var = x.var(dim=(1, 2, 3), keepdim=True, correction=0)
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+
+class UnbiasedLayerNorm2d(CorrectLayerNorm2d):
+    def normalize(self, x):
+        mean = x.mean(dim=1, keepdim=True)
+        return (x - mean) / torch.sqrt(x.var(dim=1, keepdim=True) + self.eps)
+
+
+class LastAxisAffine2d(CorrectLayerNorm2d):
+    def forward(self, x):
+        return self.weight * self.normalize(x) + self.bias
+
+
+class TorchDefaultEps2d(CorrectLayerNorm2d):
+    def __init__(self, num_channels, eps=1e-5):
+        super().__init__(num_channels, eps)
+
+
+class ConstantStats2d(CorrectLayerNorm2d):
+    def normalize(self, x):
+        with torch.no_grad():
+            mean = x.mean(dim=1, keepdim=True)
+            var = x.var(dim=1, keepdim=True, correction=0)
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+
+class DetachedStats2d(CorrectLayerNorm2d):
+    def forward(self, x):
+        return super().forward(x).detach()
+
+
+def _ln2d_outcome(check, module_class):
+    try:
+        check(module_class)
+    except checks.CheckFailed as failure:
+        return str(failure)
+    return None
+
+
+def test_the_ln2d_reference_agrees_with_a_float64_recipe_over_channels():
+    """The judge's reference (torch's layer norm on the channels-last view) equals
+    the recipe written out over dim 1, gradients included."""
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 3, 4, 5, dtype=torch.float64, generator=generator)
+    gamma, beta, upstream = (torch.randn(s, dtype=torch.float64, generator=generator)
+                             for s in (3, 3, (2, 3, 4, 5)))
+    case = {"channels": np.array(3), "x": x.numpy(), "set_weight": gamma.numpy(),
+            "set_bias": beta.numpy(), "upstream": upstream.numpy()}
+    y, grads = module_judges._ln2d_reference(case)
+    mine = CorrectLayerNorm2d(3).double()
+    with torch.no_grad():
+        mine.weight.copy_(gamma)
+        mine.bias.copy_(beta)
+    xg = x.clone().requires_grad_(True)
+    out = mine(xg)
+    (out * upstream).sum().backward()
+    np.testing.assert_allclose(y, out.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(grads["x_grad"], xg.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(grads["weight_grad"], mine.weight.grad.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(grads["bias_grad"], mine.bias.grad.numpy(), rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "module_class, words",
+    [
+        (CorrectLayerNorm2d, None),
+        (EinsumLayerNorm2d, None),
+        (PlanesLayerNorm2d, "instance norm"),
+        (WholeMapLayerNorm2d, "GroupNorm with one group"),
+        (UnbiasedLayerNorm2d, "not C - 1"),
+        (LastAxisAffine2d, "broadcast along dim 1"),
+        (TorchDefaultEps2d, "the default eps is 1e-6"),
+    ],
+    ids=lambda v: getattr(v, "__name__", str(v)),
+)
+def test_ln2d_forward_check_passes_correct_modules_and_names_the_slips(module_class, words,
+                                                                        capsys):
+    message = _ln2d_outcome(checks.check_layer_norm_2d_forward, module_class)
+    if words is None:
+        assert message is None, message
+    else:
+        assert message is not None and words in message, message
+
+
+@pytest.mark.parametrize(
+    "module_class, words",
+    [
+        (CorrectLayerNorm2d, None),
+        (EinsumLayerNorm2d, None),
+        (DetachedStats2d, "not connected to the autograd graph"),
+        (ConstantStats2d, "treats the mean and the variance as constants"),
+        (UnbiasedLayerNorm2d, "the gradient with respect to x"),
+    ],
+    ids=lambda v: getattr(v, "__name__", str(v)),
+)
+def test_ln2d_backward_check_passes_correct_modules_and_names_the_slips(module_class, words,
+                                                                         capsys):
+    message = _ln2d_outcome(checks.check_layer_norm_2d_backward, module_class)
+    if words is None:
+        assert message is None, message
+    else:
+        assert message is not None and words in message, message
+
+
+def test_ln2d_forward_check_names_a_wrong_axis_that_broadcasts_silently():
+    """With C == W, gamma as (C,) runs without an error and scales along W."""
+    cases = _registry.make_cases("layer_norm_2d_forward")
+    label, case = cases[1]
+    assert "C = H = W" in label
+    outputs, errors = _runner._probe_all(LastAxisAffine2d, [(label, case)],
+                                         module_probes._probe_layer_norm_2d)
+    verdict = _registry.judge("layer_norm_2d_forward", [(label, case)], outputs, errors)
+    assert not verdict["passed"] and "along the last axis, W" in verdict["message"]

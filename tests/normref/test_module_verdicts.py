@@ -1040,7 +1040,7 @@ class TorchAdd(nn.LayerNorm):
 
     def forward(self, x, residual=None):
         residual_sum = x if residual is None else x + residual
-        return residual_sum, super().forward(residual_sum)
+        return super().forward(residual_sum), residual_sum
 
 
 def test_add_cases_are_what_their_labels_say():
@@ -1113,7 +1113,8 @@ def _add_output(case, slip=None):
 
 
 @pytest.mark.parametrize("slip, hint", [
-    ("swap", "return (residual_sum, normed) in that order"),
+    ("swap", "return (normed, residual_sum) in that order, as flash-attn's "
+     "layer_norm_fn(..., prenorm=True) does"),
     ("norm x", "normalize the sum x + residual, not x alone"),
     ("no add", "the first output is the sum x + residual, which the next block adds to"),
 ])
@@ -1128,7 +1129,8 @@ def test_add_slips_are_named(slip, hint):
 
 
 @pytest.mark.parametrize("slip, hint", [
-    ("swap", "return (residual_sum, normed) in that order"),
+    ("swap", "return (normed, residual_sum) in that order, as flash-attn's "
+     "layer_norm_fn(..., prenorm=True) does"),
     ("norm x", "normalize the sum x + residual, not x alone"),
     ("no add", "the first output is the sum x + residual, which the next block adds to"),
 ])
@@ -1178,7 +1180,8 @@ def test_add_float64_cases_are_judged_at_float64_precision():
     assert J._judge_add_layer_norm(case, output).startswith("your normed output is")
     swapped = _add_output(case, "swap")
     assert J._judge_add_layer_norm(case, swapped).endswith(
-        HINT + "return (residual_sum, normed) in that order")
+        HINT + "return (normed, residual_sum) in that order, as flash-attn's "
+        "layer_norm_fn(..., prenorm=True) does")
 
 
 def test_add_structure_problems_are_named():
@@ -1192,7 +1195,7 @@ def test_add_structure_problems_are_named():
         "RuntimeError: unexpected key W_X .")}).startswith(
         "loading nn.LayerNorm's state_dict failed: RuntimeError: unexpected key W_X. Name")
     assert J._judge_add_layer_norm(case, {"returned": np.array("a Tensor")}) == (
-        "your module returned a Tensor; it returns a pair (residual_sum, normed)")
+        "your module returned a Tensor; it returns a pair (normed, residual_sum)")
     output = _add_output(case)
     output["names"] = np.array("norm.weight,norm.bias")
     assert J._judge_add_layer_norm(case, output) == (
@@ -1282,30 +1285,36 @@ def test_reference_add_against_torch():
 
 
 def test_the_image_truths_are_what_torch_computes():
-    """16 means of 3 * 32 * 32 = 3072 values, 2 * 3072 parameters, and per-channel
-    means of the output are not zero."""
-    layer = nn.LayerNorm((3, 32, 32))
-    y = layer(torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(1)))
-    assert y.detach().mean(dim=(-2, -1)).abs().max() > 1e-3
-    assert J._image_truths() == {"IMAGE_MEANS": 16, "VALUES_PER_MEAN": 3072,
-                                 "IMAGE_PARAMETERS": 6144, "CHANNEL_MEANS_ZERO": False}
+    """On (8, 96, 14, 14): a norm over W makes 8 * 96 * 14 means, one over C on the
+    channels-last view 8 * 14 * 14 means of 96 values, and a norm over (C, H, W)
+    holds 2 * 96 * 14 * 14 parameters."""
+    maps = torch.randn(8, 96, 14, 14, generator=torch.Generator().manual_seed(1))
+    over_w = nn.functional.layer_norm(maps, (14,))
+    over_c = nn.functional.layer_norm(maps.permute(0, 2, 3, 1), (96,))
+    whole = nn.LayerNorm((96, 14, 14))
+    assert over_w.mean(-1).abs().max() < 1e-5 and over_w.mean(-1).numel() == 10752
+    assert over_c.mean(-1).abs().max() < 1e-5 and over_c.mean(-1).numel() == 1568
+    assert sum(p.numel() for p in whole.parameters()) == 37632
+    assert J._image_truths() == {"LAST_DIM_MEANS": 10752, "CHANNEL_MEANS": 1568,
+                                 "VALUES_PER_CHANNEL_MEAN": 96, "WHOLE_MAP_PARAMETERS": 37632}
 
 
 def test_image_answers_are_judged_with_the_wrong_ones_named():
     judge = _registry._get("image_layer_norm_counts").judge
-    right = {"IMAGE_MEANS": np.array("16"), "VALUES_PER_MEAN": np.array("3072.0"),
-             "IMAGE_PARAMETERS": np.array("tensor(6144)"),
-             "CHANNEL_MEANS_ZERO": np.array("False")}
+    right = {"LAST_DIM_MEANS": np.array("10752"), "CHANNEL_MEANS": np.array("1568.0"),
+             "VALUES_PER_CHANNEL_MEAN": np.array("tensor(96)"),
+             "WHOLE_MAP_PARAMETERS": np.array("37632")}
     assert judge({}, right) is None
-    wrong = {**right, "IMAGE_MEANS": np.array("48"), "CHANNEL_MEANS_ZERO": np.array("True")}
+    wrong = {**right, "CHANNEL_MEANS": np.array("768"),
+             "WHOLE_MAP_PARAMETERS": np.array("192")}
     assert judge({}, wrong) == (
-        "not yet right: how many means the layer computes for the batch (you answered 48); "
-        "is every channel of every output image centred at 0? (you answered True)")
-    assert judge({}, {**right, "CHANNEL_MEANS_ZERO": np.array("0")}) == (
-        "not yet right: is every channel of every output image centred at 0? "
-        "(you answered 0)")
-    partial = {k: v for k, v in right.items() if k in ("IMAGE_MEANS", "IMAGE_PARAMETERS")}
-    assert judge({}, partial) == "no answer given for VALUES_PER_MEAN, CHANNEL_MEANS_ZERO"
+        "not yet right: how many means a layer norm over C computes on the channels-last "
+        "batch (one per image and pixel) (you answered 768); how many learnable numbers a "
+        "layer norm over (C, H, W) holds (gamma and beta each have the shape (C, H, W)) "
+        "(you answered 192)")
+    partial = {k: v for k, v in right.items() if k in ("LAST_DIM_MEANS", "CHANNEL_MEANS")}
+    assert judge({}, partial) == (
+        "no answer given for VALUES_PER_CHANNEL_MEAN, WHOLE_MAP_PARAMETERS")
     assert _registry.make_cases("image_layer_norm_counts") == [("your four answers", {})]
 
 
@@ -1606,13 +1615,13 @@ class ReturnsTriple(TorchAdd):
 
 class ReturnsNormed(TorchAdd):
     def forward(self, x, residual=None):
-        return super().forward(x, residual)[1]
+        return super().forward(x, residual)[0]
 
 
 class SumDetached(TorchAdd):
     def forward(self, x, residual=None):
-        residual_sum, normed = super().forward(x, residual)
-        return residual_sum.detach(), normed
+        normed, residual_sum = super().forward(x, residual)
+        return normed, residual_sum.detach()
 
 
 class BothDetached(TorchAdd):
@@ -1627,7 +1636,7 @@ class NestedNorm(nn.Module):
 
     def forward(self, x, residual=None):
         residual_sum = x if residual is None else x + residual
-        return residual_sum, self.norm(residual_sum)
+        return self.norm(residual_sum), residual_sum
 
 
 def test_add_probe_calls_with_and_without_residual():
@@ -1725,8 +1734,8 @@ def test_each_check_runs_its_own_cases(check, name, capsys):
 
 
 def test_question_checks_pass_the_right_answers(capsys):
-    P.check_image_layer_norm_counts(IMAGE_MEANS=16, VALUES_PER_MEAN=3072,
-                                    IMAGE_PARAMETERS=6144, CHANNEL_MEANS_ZERO=False)
+    P.check_image_layer_norm_counts(LAST_DIM_MEANS=10752, CHANNEL_MEANS=1568,
+                                    VALUES_PER_CHANNEL_MEAN=96, WHOLE_MAP_PARAMETERS=37632)
     P.check_add_norm_memory_passes(UNFUSED_PASSES=5, FUSED_PASSES=4)
     assert capsys.readouterr().out.splitlines() == [
         "image_layer_norm_counts: all 1 cases passed (your four answers)",
@@ -1937,3 +1946,73 @@ def test_the_slips_are_computed_in_float64_for_a_float32_input_far_from_zero():
     case["x"] = (case["x"].astype(np.float64) * 0.01 + 1e4).astype(np.float32)
     y = _divided_by_n_minus_1(case, np.float64).astype(np.float32)
     assert J._likely_forward_mistake(case, y) == H_UNBIASED
+
+
+# ----- the channels-first layer norm: verdicts -------------------------------------------
+
+
+def _ln2d_report(case, **changes):
+    """What the probe reports for a right LayerNorm2d on `case`, with `changes`."""
+    channels = int(case["channels"])
+    y, _ = J._ln2d_reference(case)
+    report = {"names": np.array("weight,bias"),
+              "shapes": np.array(f"weight=[{channels}];bias=[{channels}]"),
+              "initial_weight": np.ones(channels, np.float32),
+              "initial_bias": np.zeros(channels, np.float32),
+              "y": y.astype(case["x"].dtype),
+              "y_dtype": np.array(f"torch.{case['x'].dtype}")}
+    report.update(changes)
+    return report
+
+
+def test_ln2d_parameter_and_layout_problems_are_named():
+    case = _case("layer_norm_2d_forward", 0)  # C = 4
+    assert J._judge_ln2d_forward(case, _ln2d_report(case)) is None
+    assert J._judge_ln2d_forward(case, _ln2d_report(case, names=np.array("gamma,beta"))) == (
+        "your module's parameters are ['beta', 'gamma']; LayerNorm2d(C) holds two, named "
+        "weight and bias, as ConvNeXt's does")
+    assert J._judge_ln2d_forward(case, _ln2d_report(
+        case, shapes=np.array("weight=[4, 1, 1];bias=[4]"))) == (
+        "your weight has shape [4, 1, 1]; it holds one number per channel, shape (4,)")
+    assert J._judge_ln2d_forward(case, _ln2d_report(
+        case, initial_bias=np.full(4, 0.5, np.float32))) == "bias starts at 0 for every channel"
+    broadcast = "RuntimeError: The size of tensor a (4) must match the size of tensor b (5)"
+    assert "they broadcast along dim 1; as (C,) they broadcast along the last axis, W" in (
+        J._judge_ln2d_forward(case, _ln2d_report(case, forward_error=np.array(broadcast))))
+    assert J._judge_ln2d_forward(case, _ln2d_report(
+        case, forward_error=np.array("NotImplementedError: "))) == (
+        "your module raised NotImplementedError: : the forward pass is not written yet")
+    assert "use reshape" in J._judge_ln2d_forward(case, _ln2d_report(
+        case, forward_error=np.array("RuntimeError: view size is not compatible with input")))
+    assert J._judge_ln2d_forward(case, _ln2d_report(
+        case, y_dtype=np.array("torch.float64"))) == (
+        "your output's dtype is torch.float64; for a torch.float32 input return torch.float32")
+
+
+def test_ln2d_wrong_default_eps_and_unused_eps_are_named():
+    default = _case("layer_norm_2d_forward", 3)  # default eps, spread 1e-3
+    assert "eps" not in default
+    x = default["x"]
+    with_torch_eps = J._normalized(x, (1,), 1e-5)
+    assert J._likely_ln2d_mistake(default, with_torch_eps) == (
+        "the default eps is 1e-6, as in ConvNeXt, not 1e-05")
+    given = _case("layer_norm_2d_forward", 2)  # eps=0.01
+    gamma, beta = J._ln2d_affine(given)
+    ignored = (gamma.reshape(1, -1, 1, 1) * J._normalized(given["x"].astype(np.float64),
+                                                          (1,), 1e-6)
+               + beta.reshape(1, -1, 1, 1))
+    assert J._likely_ln2d_mistake(given, ignored.astype(np.float32)) == (
+        "use the eps you were given (0.01), not a fixed default")
+    right, _ = J._ln2d_reference(given)
+    assert J._likely_ln2d_mistake(given, right) is None
+
+
+def test_ln2d_backward_reports_missing_gradients_by_name():
+    case = _case("layer_norm_2d_backward", 0)
+    assert J._judge_ln2d_backward(case, {"missing": np.array("weight_grad")}) == (
+        J._NO_GRADIENT["weight_grad"])
+    _, grads = J._ln2d_reference(case)
+    right = {"missing": np.array(""), **grads}
+    assert J._judge_ln2d_backward(case, right) is None
+    off = {**right, "bias_grad": grads["bias_grad"] * 1.01}
+    assert J._judge_ln2d_backward(case, off).startswith("the gradient with respect to bias")
