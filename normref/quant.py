@@ -193,3 +193,101 @@ def steps_scaled_by_spike(history_len=16, dtype=torch.float8_e4m3fn, spike_at=10
             count += 1
         scaler(x)
     return count
+
+
+# -- per-channel and MX block scaling, and their effect on a matmul ----------
+
+MX_BLOCK = 32  # elements per shared scale in the OCP MX v1.0 formats
+
+
+def per_channel_quantize(x, dtype):
+    """One amax scale per channel (column): (tokens, channels) -> fp8 and scales.
+
+    x: float (T, C) -> (q, scale): q in `dtype`, (T, C); scale float32, (C,),
+    fmax / max_t |x[t, c]|, or 1 for an all-zero channel. q = cast(clamp(x *
+    scale)); per_channel_dequantize(q, scale) undoes the scale.
+    """
+    fmax = fp8_max(dtype)
+    amax = x.abs().amax(dim=0)  # C
+    scale = torch.where(amax > 0, fmax / amax, torch.ones_like(amax))  # C
+    q = (x * scale).clamp(-fmax, fmax).to(dtype)  # T, C
+    return q, scale.float()
+
+
+def per_channel_dequantize(q, scale):
+    """fp8 (T, C) and scales (C,) -> float32 (T, C): q / scale, column by column."""
+    return q.float() / scale.float()  # T, C
+
+
+def _blocks(x, block):
+    """(..., d) -> (..., n_blocks, block), the last block padded with zeros."""
+    d = x.shape[-1]
+    n_blocks = -(-d // block)
+    padded = F.pad(x, (0, n_blocks * block - d))  # ..., n_blocks * block
+    return padded.reshape(*x.shape[:-1], n_blocks, block)
+
+
+def mx_quantize(x, dtype, block=MX_BLOCK):
+    """MX-style block scaling along the last axis (OCP MX v1.0, section 6.3).
+
+    x: float (..., d) -> (q, X): q in `dtype`, (..., d); X float32, (...,
+    ceil(d / block)), one shared power-of-two scale per block of `block`
+    consecutive elements of a row (the last block may be shorter).
+    X = 2 ** (floor(log2(amax)) - emax), emax = floor(log2(fmax)) (8 for
+    e4m3, 15 for e5m2), or 1 for an all-zero block; q = cast(clamp(x / X)).
+    amax / X lies in [2**emax, 2**(emax + 1)), which can pass fmax: those
+    values saturate at +-fmax. Dequantize with mx_dequantize (q * X).
+    """
+    d = x.shape[-1]
+    emax = float(torch.tensor(fp8_max(dtype)).log2().floor())
+    blocks = _blocks(x, block)  # ..., n_blocks, block
+    amax = blocks.abs().amax(dim=-1)  # ..., n_blocks
+    exponent = torch.frexp(torch.where(amax > 0, amax, torch.ones_like(amax)))[1]
+    X = torch.where(amax > 0, torch.ldexp(torch.ones_like(amax), exponent - 1 - emax),
+                    torch.ones_like(amax))  # ..., n_blocks
+    fmax = fp8_max(dtype)
+    q = (blocks / X.unsqueeze(-1)).clamp(-fmax, fmax).to(dtype)  # ..., n_blocks, block
+    return q.flatten(-2)[..., :d], X.float()
+
+
+def mx_dequantize(q, X, block=MX_BLOCK):
+    """fp8 (..., d) and block scales (..., n_blocks) -> float32 (..., d)."""
+    d = q.shape[-1]
+    scaled = _blocks(q.float(), block) * X.float().unsqueeze(-1)  # ..., n_blocks, block
+    return scaled.flatten(-2)[..., :d]
+
+
+OUTLIER_CHANNELS = (5, 77, 130, 201)  # the experiment's loud channels
+OUTLIER_GAMMA = 1e5  # their gamma, the largest of the lesson's section 7
+
+
+def outlier_layer(n_tokens=128, d=256, d_out=128, seed=0):
+    """(A, W): layer norm's output with gamma OUTLIER_GAMMA on OUTLIER_CHANNELS,
+    (n_tokens, d) float32, and a weight (d, d_out) float32 whose rows for those
+    channels are divided by the same gamma, so that A @ W is the layer without
+    the outliers: the loud channels carry no more than the others."""
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randn(n_tokens, d, generator=gen)  # T, d
+    W = torch.randn(d, d_out, generator=gen) / d**0.5  # d, d_out
+    gamma = torch.ones(d)
+    gamma[list(OUTLIER_CHANNELS)] = OUTLIER_GAMMA
+    W[list(OUTLIER_CHANNELS)] /= OUTLIER_GAMMA
+    return F.layer_norm(tokens, (d,), weight=gamma), W
+
+
+def matmul_relative_error(A, A_rt, W):
+    """||A_rt @ W - A @ W|| / ||A @ W|| (Frobenius), all in float64."""
+    exact = A.double() @ W.double()  # T, d_out
+    return float((A_rt.double() @ W.double() - exact).norm() / exact.norm())
+
+
+def matmul_errors(dtype=torch.float8_e4m3fn):
+    """{scheme: matmul_relative_error} on outlier_layer() for the four scalings."""
+    A, W = outlier_layer()
+    round_trips = {
+        "per-tensor": fp8_round_trip(A, dtype),
+        "per-token": per_token_round_trip(A, dtype),
+        "per-channel": per_channel_dequantize(*per_channel_quantize(A, dtype)),
+        "per-block": mx_dequantize(*mx_quantize(A, dtype)),
+    }
+    return {name: matmul_relative_error(A, A_rt, W) for name, A_rt in round_trips.items()}

@@ -8,6 +8,7 @@ import torch
 from normref import quant
 from normref.checks._registry import Check
 from normref.checks.quant_probes import (
+    MATMUL_SCHEMES,
     SCALING_CHOICES,
     TOKEN_SET_NAMES,
     experiment_token_sets,
@@ -340,6 +341,286 @@ def _judge_scaling_answers(case, output):
     return None
 
 
+# -- per-channel and MX block scaling ----------------------------------------
+
+MATMUL_RTOL = 0.05  # the student's measurement against the reference's
+MATMUL_GAIN_RTOL = 0.25  # "roughly": the gain read off the table
+
+
+def _dtype_of(case):
+    return getattr(torch, str(case["dtype"]))
+
+
+def _stored_as(output, dtype):
+    """None when q was stored in `dtype`; otherwise a sentence."""
+    stored = str(output.get("q_dtype", ""))
+    if stored.replace("torch.", "") == str(dtype).replace("torch.", ""):
+        return None
+    return (f"q is stored as {stored}; store it in the fp8 format asked for, "
+            f"{str(dtype).replace('torch.', '')} (.to(dtype)): dequantize casts "
+            "it back")
+
+
+def _per_channel_cases(rng):
+    e4m3, e5m2 = np.array("float8_e4m3fn"), np.array("float8_e5m2")
+    zero_channel = rng.normal(size=(12, 20))
+    zero_channel[:, 7] = 0.0
+    loud = rng.normal(size=(48, 16))
+    loud[:, 3] += 1e4
+    sizes = 10.0 ** rng.uniform(-3, 3, size=(1, 24))
+    square = rng.normal(size=(16, 16)) * 10.0 ** rng.uniform(-2, 2, size=(1, 16))
+    return [
+        ("x = [[0.5, -1, 0.03], [7, 0.02, -0.04]] (2 tokens, 3 channels), e4m3",
+         {"x": _f32([[0.5, -1.0, 0.03], [7.0, 0.02, -0.04]]), "dtype": e4m3}),
+        ("N(0, 1), 64 tokens x 32 channels, e4m3",
+         {"x": _f32(rng.normal(size=(64, 32))), "dtype": e4m3}),
+        ("channels whose sizes range from 0.001 to 1000, (40, 24), e4m3",
+         {"x": _f32(sizes * rng.normal(size=(40, 24))), "dtype": e4m3}),
+        ("channel 3 sits near 10^4 in every token, (48, 16), e4m3",
+         {"x": _f32(loud), "dtype": e4m3}),
+        ("channel 7 is all zeros, (12, 20), e4m3", {"x": _f32(zero_channel), "dtype": e4m3}),
+        ("16 tokens x 16 channels of different sizes, e5m2", {"x": _f32(square), "dtype": e5m2}),
+    ]
+
+
+def _reference_per_channel(x, dtype):
+    """(q as float64, scales, dequantized), from float64 inputs."""
+    q, scale = quant.per_channel_quantize(torch.from_numpy(x.astype(np.float64)), dtype)
+    q64, scale64 = q.double().numpy(), scale.double().numpy()
+    return q64, scale64, q64 / scale64
+
+
+def _judge_per_channel(case, output):
+    x, dtype = case["x"], _dtype_of(case)
+    problem = _stored_as(output, dtype)
+    if problem:
+        return problem
+    ref_q, ref_scale, ref_y = _reference_per_channel(x, dtype)
+    scales = np.asarray(output["scales"], np.float64)
+    n_tokens, n_channels = x.shape
+    row_scales = _row_scales(x, dtype).ravel()
+    if scales.size != n_channels:
+        if scales.size == n_tokens:
+            return (f"your scales hold {scales.size} numbers, one per token (row); "
+                    f"expected one per channel (column), {n_channels}. Take the amax "
+                    "over the tokens, dim=0")
+        return f"your scales have shape {scales.shape}; expected ({n_channels},)"
+    scales = scales.ravel()
+    if not np.allclose(scales, ref_scale, rtol=1e-5):
+        shown = (f"your scales are {_listed(scales[:6])}...; expected fmax / (each "
+                 f"channel's amax), {_listed(ref_scale[:6])}...")
+        if not np.all(np.isfinite(scales)):
+            return (f"{shown}. Hint: an all-zero channel has amax 0: give it a scale "
+                    "of 1 instead of dividing by zero")
+        if n_tokens == n_channels and np.allclose(scales, row_scales, rtol=1e-5):
+            return (f"{shown}. Hint: these are the scales of the rows (tokens); "
+                    "per-channel scaling takes the amax down each column")
+        with np.errstate(divide="ignore"):
+            if np.allclose(scales, 1.0 / ref_scale, rtol=1e-5):
+                return (f"{shown}. Hint: these are amax / fmax, the reciprocal; q = x * "
+                        "scale must put each channel's amax on fmax")
+        return shown
+    q = np.asarray(output["q"], np.float64)
+    if not _same_rounding(q, ref_q, 1.0, dtype):
+        if q.shape == ref_q.shape and np.allclose(q, ref_y, rtol=1e-5):
+            return ("q holds the values after the round trip; q is what is stored: "
+                    "cast(clamp(x * scale)), in fp8 units")
+        return f"q, cast back to float: {_listed(q.ravel()[:6])}...; expected " \
+               f"{_listed(ref_q.ravel()[:6])}..."
+    y = np.asarray(output["y"], np.float64)
+    if _same_rounding(y, ref_y, ref_scale, dtype):
+        return None
+    problem = (f"per_channel_dequantize(q, scale) gives {_listed(y.ravel()[:6])}...; "
+               f"expected {_listed(ref_y.ravel()[:6])}...")
+    if y.shape == ref_y.shape and np.allclose(y, ref_q * ref_scale, rtol=1e-5):
+        return f"{problem}. Hint: divide by each channel's scale, do not multiply"
+    if y.shape == ref_y.shape and np.allclose(y, ref_q, rtol=1e-5):
+        return f"{problem}. Hint: those are q's values; divide them by the scales"
+    return problem
+
+
+def _mx_cases(rng):
+    e4m3, e5m2 = np.array("float8_e4m3fn"), np.array("float8_e5m2")
+    block_sizes = np.repeat(10.0 ** rng.uniform(-3, 3, size=(4, 3)), 32, axis=1)
+    saturating = rng.uniform(-1.0, 1.0, size=(3, 64))
+    saturating[:, 5] = 1.95  # block 0: amax / X = 1.95 * 2**emax, past fmax
+    saturating[:, 40] = -1.9  # block 1 as well, negative
+    zero_block = rng.normal(size=(4, 64))
+    zero_block[1, 32:] = 0.0
+    outlier = rng.normal(size=(48, 64))
+    outlier[:, 5] *= 1e4
+    return [
+        ("N(0, 1), 8 tokens x 64 features (two blocks a row), e4m3",
+         {"x": _f32(rng.normal(size=(8, 64))), "dtype": e4m3}),
+        ("40 features a row: the last block holds 8, (6, 40), e4m3",
+         {"x": _f32(rng.normal(size=(6, 40))), "dtype": e4m3}),
+        ("blocks whose sizes range from 0.001 to 1000, (4, 96), e4m3",
+         {"x": _f32(block_sizes * rng.normal(size=(4, 96))), "dtype": e4m3}),
+        ("blocks whose amax is 1.9 or 1.95 times a power of two, (3, 64), e5m2: "
+         "x / X passes fmax and must saturate",
+         {"x": _f32(saturating), "dtype": e5m2}),
+        ("the same blocks in e4m3, (3, 64)", {"x": _f32(saturating), "dtype": e4m3}),
+        ("the second block of token 1 is all zeros, (4, 64), e4m3",
+         {"x": _f32(zero_block), "dtype": e4m3}),
+        ("feature 5 is 10^4 times louder in every token, (48, 64), e4m3",
+         {"x": _f32(outlier), "dtype": e4m3}),
+        ("a 3-D batch (2, 3, 50), e5m2", {"x": _f32(rng.normal(size=(2, 3, 50))),
+                                          "dtype": e5m2}),
+    ]
+
+
+def _reference_mx(x, dtype):
+    """(q as float64, X, dequantized), from float64 inputs."""
+    q, X = quant.mx_quantize(torch.from_numpy(x.astype(np.float64)), dtype)
+    q64, X64 = q.double().numpy(), X.double().numpy()
+    return q64, X64, q64 * _per_element(X64, x.shape[-1])
+
+
+def _per_element(block_values, d):
+    """(..., n_blocks) -> (..., d): each block's value repeated over its elements."""
+    return np.repeat(block_values, quant.MX_BLOCK, axis=-1)[..., :d]
+
+
+def _block_amax(x):
+    d = x.shape[-1]
+    padded = np.zeros(x.shape[:-1] + (-(-d // quant.MX_BLOCK) * quant.MX_BLOCK,))
+    padded[..., :d] = np.abs(x.astype(np.float64))
+    return padded.reshape(x.shape[:-1] + (-1, quant.MX_BLOCK)).max(axis=-1)
+
+
+def _mx_scale_hint(X, x, dtype, ref_X):
+    """A sentence naming how X was computed, or None."""
+    amax = _block_amax(x)
+    fmax = quant.fp8_max(dtype)
+    emax = int(np.floor(np.log2(fmax)))
+    live = amax > 0
+    if not np.all(X[~live] == 1.0) and np.allclose(X[live], ref_X[live], rtol=0):
+        return "an all-zero block has amax 0 (log2 gives -inf): give it X = 1"
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mantissa = np.frexp(X[live])[0]
+        if not np.all(mantissa == 0.5):
+            if np.allclose(X[live], amax[live] / fmax, rtol=1e-5):
+                return ("X = amax / fmax is not a power of two; the MX scale (E8M0) "
+                        "has no mantissa bits: X = 2 ** (floor(log2 amax) - emax)")
+            return "X must be a power of two in every block (E8M0 has no mantissa bits)"
+        if np.allclose(X[live], 1.0 / ref_X[live], rtol=0):
+            return ("these are 1 / X: X is what q is multiplied by to get x back, "
+                    "2 ** (floor(log2 amax) - emax)")
+        if np.allclose(X[live], 2.0 ** np.ceil(np.log2(amax[live] / fmax)), rtol=0):
+            return ("these are 2 ** ceil(log2(amax / fmax)), which never saturates (a "
+                    "choice some libraries make); the spec's rule asked for here is "
+                    f"2 ** (floor(log2 amax) - emax), with emax = {emax}, and "
+                    "saturates the values that pass fmax")
+        ratio = X[live] / ref_X[live]
+        if np.all(np.isin(ratio, [0.5, 1.0, 2.0])):
+            return (f"X is off by a factor of two in some blocks: emax is floor(log2 "
+                    f"fmax) = {emax} here, and X = 2 ** (floor(log2 amax) - emax)")
+    return None
+
+
+def _judge_mx(case, output):
+    x, dtype = case["x"], _dtype_of(case)
+    problem = _stored_as(output, dtype)
+    if problem:
+        return problem
+    ref_q, ref_X, ref_y = _reference_mx(x, dtype)
+    X = np.asarray(output["scales"], np.float64)
+    d = x.shape[-1]
+    if X.shape != ref_X.shape:
+        shown = f"X has shape {X.shape}; expected {ref_X.shape}, one scale per block"
+        if x.ndim == 2 and X.shape == (-(-x.shape[0] // quant.MX_BLOCK), d):
+            return (f"{shown}. Hint: these blocks run down the columns (across "
+                    "tokens); MX blocks are 32 consecutive elements along the row, "
+                    "the last axis")
+        if d % quant.MX_BLOCK and X.shape == x.shape[:-1] + (d // quant.MX_BLOCK,):
+            return (f"{shown}. Hint: {d} features make {d // quant.MX_BLOCK} whole "
+                    f"blocks and a last, shorter one of {d % quant.MX_BLOCK}: it "
+                    "needs its scale too")
+        if X.size in (1, int(np.prod(x.shape[:-1]))):
+            return f"{shown}. Hint: one scale per block of 32, not per row or tensor"
+        return shown
+    if not np.array_equal(X, ref_X):
+        shown = (f"your X is {_listed(X.ravel()[:6])}...; expected "
+                 f"{_listed(ref_X.ravel()[:6])}...")
+        hint = _mx_scale_hint(X, x, dtype, ref_X)
+        return f"{shown}. Hint: {hint}" if hint else shown
+    q = np.asarray(output["q"], np.float64)
+    if not _same_rounding(q, ref_q, 1.0, dtype):
+        shown = (f"q, cast back to float: {_listed(q.ravel()[:6])}...; expected "
+                 f"{_listed(ref_q.ravel()[:6])}...")
+        if q.shape == ref_q.shape and not np.all(np.isfinite(q)):
+            return (f"{shown}. Hint: x / X can pass fmax (amax / X lies between "
+                    "2 ** emax and 2 ** (emax + 1)): clamp to [-fmax, fmax] before "
+                    "the cast, so those values saturate")
+        return shown
+    y = np.asarray(output["y"], np.float64)
+    if _same_rounding(y, ref_y, 1.0 / _per_element(ref_X, d), dtype):
+        return None
+    shown = (f"mx_dequantize(q, X) gives {_listed(y.ravel()[:6])}...; expected "
+             f"{_listed(ref_y.ravel()[:6])}...")
+    if y.shape == ref_y.shape and np.allclose(y, ref_q / _per_element(ref_X, d), rtol=1e-5):
+        return f"{shown}. Hint: x comes back as q * X; multiply, do not divide"
+    return shown
+
+
+# -- the matmul --------------------------------------------------------------
+
+@functools.cache
+def _reference_matmul():
+    """The matmul errors of the four schemes, in MATMUL_SCHEMES order."""
+    errors = quant.matmul_errors()
+    return np.array([errors[name] for name in MATMUL_SCHEMES], np.float64)
+
+
+_FUNCTIONS = {"per-tensor": "fp8_round_trip", "per-token": "per_token_round_trip",
+              "per-channel": "per_channel_quantize and per_channel_dequantize",
+              "per-block": "mx_quantize and mx_dequantize"}
+
+
+def _judge_matmul_errors(case, output):
+    errors = np.asarray(output["errors"], np.float64)
+    measured = np.asarray(output["measured"], np.float64)
+    reference = _reference_matmul()
+    if not np.isclose(measured[0], reference[0], rtol=1e-6):
+        return "the lesson's per-tensor round trip gave other figures here"
+    for name, got, ref in zip(MATMUL_SCHEMES, measured, reference):
+        if not (np.isfinite(got) and np.isclose(got, ref, rtol=MATMUL_RTOL)):
+            return (f"measured with your {_FUNCTIONS[name]}, the {name} matmul error "
+                    f"is {got:.3g}; the reference measures {ref:.3g}. Hint: make "
+                    "those functions pass their own check first")
+    if not np.allclose(errors, measured, rtol=TABLE_RTOL):
+        return (f"your MATMUL_ERRORS say {_listed(errors)} ({', '.join(MATMUL_SCHEMES)}), "
+                f"but your functions measure {_listed(measured)} on the same layer "
+                "(||A_rt @ W - A @ W|| / ||A @ W||, in float64): fill it from your "
+                "measurement, do not type the figures in")
+    return None
+
+
+def _judge_matmul_answers(case, output):
+    reference = _reference_matmul()
+    best = MATMUL_SCHEMES[int(np.argmin(reference))]
+    gain = reference[0] / reference.min()
+    given = str(output.get("best", "None")).strip()
+    if given not in MATMUL_SCHEMES:
+        return f"ANSWER_MATMUL_BEST must be one of {list(MATMUL_SCHEMES)} (you gave {given!r})"
+    if given != best:
+        return (f"not yet right: {given!r} is not the scheme with the smallest "
+                "matmul error; read it off your MATMUL_ERRORS")
+    answer = str(output.get("gain", "None")).strip()
+    value = number_from_answer(answer)
+    if value is None:
+        return f"give ANSWER_MATMUL_GAIN as a number (you gave {answer!r})"
+    if value > 0 and abs(value * gain - 1) <= MATMUL_GAIN_RTOL:
+        return (f"you answered {answer}, the best error over the per-tensor one; "
+                "the question asks the other way round: per-tensor error over the "
+                "best error")
+    if abs(value / gain - 1) > MATMUL_GAIN_RTOL:
+        return (f"not yet right: you answered {answer}. Divide the per-tensor error by "
+                f"the {best} error in your MATMUL_ERRORS (roughly is fine: within "
+                f"{MATMUL_GAIN_RTOL:.0%})")
+    return None
+
+
 CHECKS = {
     "quant_per_token": Check(_per_token_cases, _judge_per_token),
     "quant_delayed_scaler": Check(_delayed_cases, _judge_delayed),
@@ -353,4 +634,11 @@ CHECKS = {
                                 _judge_spike),
     "quant_scaling_answers": Check(lambda rng: [("your two answers about the table", {})],
                                    _judge_scaling_answers),
+    "quant_per_channel": Check(_per_channel_cases, _judge_per_channel),
+    "quant_mx_blocks": Check(_mx_cases, _judge_mx),
+    "quant_matmul_errors": Check(
+        lambda rng: [("your MATMUL_ERRORS, and the same measurement with your "
+                      "quantizers on the outlier layer", {})], _judge_matmul_errors),
+    "quant_matmul_answers": Check(lambda rng: [("your two answers about the matmul", {})],
+                                  _judge_matmul_answers),
 }

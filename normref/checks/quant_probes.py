@@ -171,3 +171,112 @@ def check_scaling_answers(rms_why, channel_fix):
     """Check the two answers about the experiment."""
     run_check("quant_scaling_answers", {"rms_why": rms_why, "channel_fix": channel_fix},
               _answers_as_text)
+
+
+# -- per-channel and MX block scaling, and the matmul they feed ---------------
+
+MATMUL_SCHEMES = ("per-tensor", "per-token", "per-channel", "per-block")
+OUTLIER_CHANNELS = (5, 77, 130, 201)
+OUTLIER_GAMMA = 1e5
+
+
+def outlier_layer(n_tokens=128, d=256, d_out=128, seed=0):
+    """(A, W) of the matmul experiment: layer norm's output with gamma 1e5 on
+    four channels, (n_tokens, d), and a weight (d, d_out) whose rows for those
+    channels are divided by 1e5. The assignment builds the same pair."""
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randn(n_tokens, d, generator=gen)
+    W = torch.randn(d, d_out, generator=gen) / d**0.5
+    gamma = torch.ones(d)
+    gamma[list(OUTLIER_CHANNELS)] = OUTLIER_GAMMA
+    W[list(OUTLIER_CHANNELS)] /= OUTLIER_GAMMA
+    return F.layer_norm(tokens, (d,), weight=gamma), W
+
+
+def matmul_relative_error(A, A_rt, W):
+    """||A_rt @ W - A @ W|| / ||A @ W||, in float64."""
+    exact = A.double() @ W.double()
+    return float((A_rt.double() @ W.double() - exact).norm() / exact.norm())
+
+
+def _as_float32(value):
+    import torch
+
+    return torch.as_tensor(value).float()
+
+
+def _stored(q):
+    """What a quantizer stored: its values as float64, and its dtype's name."""
+    values = q.float() if hasattr(q, "float") else q
+    return (np.asarray(getattr(values, "detach", lambda: values)(), np.float64),
+            _dtype_name(q))
+
+
+def _call_quantizer(subject, case):
+    """quantize(x, dtype) -> (q, scales); then dequantize(q, scales)."""
+    quantize, dequantize = subject
+    x, dtype = _tensor(case["x"]), _torch_dtype(case["dtype"])
+    result = _with_float8_hint(lambda: quantize(x.clone(), dtype))
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise TypeError("the quantizer must return a pair (q, scales), "
+                        f"not {type(result).__name__}")
+    q, scales = result
+    y = _with_float8_hint(lambda: dequantize(q, scales))
+    q_values, q_dtype = _stored(q)
+    return {"q": q_values, "q_dtype": q_dtype,
+            "scales": np.asarray(_as_float32(scales).numpy(), np.float64),
+            "y": np.asarray(_as_float32(y).numpy(), np.float64), "y_dtype": _dtype_name(y)}
+
+
+def _matmul_probe(subject, case):
+    """The student's matmul errors, and the same measurement redone here with
+    the lesson's round trip and the student's three other quantizers."""
+    import torch
+
+    errors, per_token, channel_pair, block_pair = subject
+    if not hasattr(errors, "keys"):
+        raise TypeError(f"MATMUL_ERRORS is {type(errors).__name__}, not a dict "
+                        "{scheme: relative error}")
+    missing = [name for name in MATMUL_SCHEMES if name not in errors]
+    if missing:
+        raise KeyError(f"MATMUL_ERRORS has no entry for {missing}; it needs "
+                       f"{list(MATMUL_SCHEMES)}")
+    e4m3 = torch.float8_e4m3fn
+    A, W = outlier_layer()
+    round_trips = {
+        "per-tensor": lambda: per_tensor_round_trip(A, e4m3),
+        "per-token": lambda: per_token(A.clone(), e4m3),
+        "per-channel": lambda: channel_pair[1](*channel_pair[0](A.clone(), e4m3)),
+        "per-block": lambda: block_pair[1](*block_pair[0](A.clone(), e4m3)),
+    }
+    measured = []
+    for name in MATMUL_SCHEMES:
+        A_rt = _as_float32(_with_float8_hint(round_trips[name]))
+        measured.append(matmul_relative_error(A, A_rt, W))
+    return {"errors": np.array([float(errors[name]) for name in MATMUL_SCHEMES]),
+            "measured": np.array(measured, np.float64)}
+
+
+def check_per_channel(per_channel_quantize, per_channel_dequantize):
+    """Check per_channel_quantize(x, dtype) and per_channel_dequantize(q, scale)."""
+    run_check("quant_per_channel", (per_channel_quantize, per_channel_dequantize),
+              _call_quantizer)
+
+
+def check_mx_blocks(mx_quantize, mx_dequantize):
+    """Check mx_quantize(x, dtype) and mx_dequantize(q, X): MX blocks of 32."""
+    run_check("quant_mx_blocks", (mx_quantize, mx_dequantize), _call_quantizer)
+
+
+def check_matmul_errors(errors, per_token_round_trip, per_channel_pair, mx_pair):
+    """Check MATMUL_ERRORS against the same measurement made with your functions."""
+    run_check("quant_matmul_errors",
+              (errors, per_token_round_trip, per_channel_pair, mx_pair), _matmul_probe)
+
+
+def check_matmul_answers(best, gain):
+    """Check which scheme wins the matmul, and by how much."""
+    run_check("quant_matmul_answers", {"best": best, "gain": gain}, _answers_as_text)
