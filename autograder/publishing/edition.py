@@ -22,6 +22,7 @@ from urllib.parse import quote
 from autograder.course import LESSON_SUFFIX
 
 LESSONS_DIR = "notebooks"
+LESSON_DATA = "data"  # in LESSONS_DIR: files the lessons read, by this relative path
 ASSIGNMENTS_DIR = "assignments"
 SITE_DIR = "docs"
 BINDER = "https://mybinder.org"

@@ -29,7 +29,14 @@ from types import SimpleNamespace
 import yaml
 
 from autograder.authoring.release import LEAK_MARKERS, LeakError, find_leaks
-from autograder.publishing.edition import ASSIGNMENTS_DIR, LESSONS_DIR, SITE_DIR, Repository, units
+from autograder.publishing.edition import (
+    ASSIGNMENTS_DIR,
+    LESSON_DATA,
+    LESSONS_DIR,
+    SITE_DIR,
+    Repository,
+    units,
+)
 
 MANIFEST = ".edition-files.json"  # the files the last run wrote, to update in place
 # Top-level entries the edition is made of; publishing refuses anything else.
@@ -247,6 +254,9 @@ def _stage(*, course, repo, folder, site):
             shutil.copyfile(course.root / name, folder / name)
     (folder / "postBuild").chmod(0o755)
     (folder / LESSONS_DIR).mkdir()
+    if (course.root / LESSONS_DIR / LESSON_DATA).is_dir():
+        shutil.copytree(course.root / LESSONS_DIR / LESSON_DATA,
+                        folder / LESSONS_DIR / LESSON_DATA)
     for unit in units(course):
         shutil.copy2(unit.lesson, folder / unit.lesson_path)
         if unit.assignment is not None:

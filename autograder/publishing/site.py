@@ -42,7 +42,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
 from autograder.course import Course, path_with_tools
-from autograder.publishing.edition import COLAB, LESSONS_DIR, Repository, units
+from autograder.publishing.edition import COLAB, LESSON_DATA, LESSONS_DIR, Repository, units
 
 # The browser-side code the pages load, from the npm registry. Only these files of
 # each package are served (with the packages' licence files).
@@ -322,14 +322,16 @@ def with_static_widgets(notebook, repo, lesson_path):
 
 def execute_lesson(path, out, log=sys.stderr):
     """Run one lesson top to bottom in a fresh kernel (its own scratch folder as the
-    working directory) and write it, with its outputs and its widgets' state, to
-    `out`. A cell that raises stops the site; a kernel that stops answering is
-    stopped and the lesson run again (RUNS in all)."""
+    working directory, holding a copy of the lessons' data folder) and write it, with
+    its outputs and its widgets' state, to `out`. A cell that raises stops the site;
+    a kernel that stops answering is stopped and the lesson run again (RUNS in all)."""
     for run in range(1, RUNS + 1):
         notebook = nbformat.read(path, as_version=4)
         started = time.monotonic()
         with (tempfile.TemporaryDirectory(prefix="lesson-") as workdir,
               tempfile.TemporaryDirectory(prefix="kernel-") as sockets):
+            if (path.parent / LESSON_DATA).is_dir():
+                shutil.copytree(path.parent / LESSON_DATA, Path(workdir) / LESSON_DATA)
             # Unix sockets, not TCP ports: a port found free can be taken by another
             # process's kernel before this one binds it.
             km = KernelManager(kernel_name="python3", transport="ipc",
@@ -352,9 +354,13 @@ def execute_lesson(path, out, log=sys.stderr):
 
 
 def _run_key(lesson):
-    """What a lesson's run depends on: its bytes, the interpreter and the versions of
-    the packages that draw its outputs."""
+    """What a lesson's run depends on: its bytes, the lessons' data files, the
+    interpreter and the versions of the packages that draw its outputs."""
     digest = hashlib.sha256(lesson.read_bytes())
+    data = lesson.parent / LESSON_DATA
+    for name in sorted(data.rglob("*")) if data.is_dir() else ():
+        if name.is_file():
+            digest.update(name.relative_to(data).as_posix().encode() + name.read_bytes())
     digest.update(sys.version.encode())
     for package in LESSON_PACKAGES:
         try:

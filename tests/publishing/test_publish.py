@@ -30,7 +30,13 @@ from packaging.requirements import Requirement
 
 from autograder.authoring.release import LEAK_MARKERS
 from autograder.course import Course
-from autograder.publishing.edition import ASSIGNMENTS_DIR, LESSONS_DIR, Repository, units
+from autograder.publishing.edition import (
+    ASSIGNMENTS_DIR,
+    LESSON_DATA,
+    LESSONS_DIR,
+    Repository,
+    units,
+)
 from autograder.publishing.publish import MANIFEST, find_edition_leaks
 from conftest import LESSONS, REPO
 
@@ -110,6 +116,12 @@ def test_the_edition_holds_the_lessons_the_assignments_and_the_environment(editi
                 relative = f"{ASSIGNMENTS_DIR}/{unit.slug}/{inside}"
                 expected.add(relative)
                 assert (edition / relative).read_bytes() == path.read_bytes()
+    data = REPO / LESSONS_DIR / LESSON_DATA  # what the lessons read (lesson 02's digits)
+    for path in data.rglob("*"):
+        relative = path.relative_to(REPO).as_posix()
+        expected.add(relative)
+        assert (edition / relative).read_bytes() == path.read_bytes()
+    assert f"{LESSONS_DIR}/{LESSON_DATA}/digits.csv.gz" in expected
     assert set(_tree(edition)) == expected
     assert json.loads((edition / MANIFEST).read_text())["files"] == sorted(expected)
     assert len(units(course)) == len(LESSONS) == 7

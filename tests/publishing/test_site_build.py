@@ -25,7 +25,7 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError
 from test_publish_tree import make_course
 
 from autograder.publishing import site
-from autograder.publishing.edition import Repository, units
+from autograder.publishing.edition import LESSON_DATA, Repository, units
 
 URL = "https://github.com/example-course/layernorm-student"
 REPO_ = Repository.parse(URL)
@@ -548,6 +548,36 @@ def test_an_unchanged_lesson_reuses_its_last_run_and_a_changed_one_runs_again(
                         else real_version(package))
     assert build(runs=runs)[0] == "01_alpha.ipynb: ran\n"
     assert build(runs=None)[0] == "01_alpha.ipynb: ran\n" and len(calls) == 4
+
+
+def test_a_lesson_reads_the_lessons_data_folder_by_its_relative_path(tmp_path):
+    """A lesson opens data/... as it would beside the lessons in the course, the
+    edition or Binder: the site's run (a real kernel, in a scratch folder) finds it."""
+    lessons = tmp_path / "notebooks"
+    (lessons / LESSON_DATA).mkdir(parents=True)
+    (lessons / LESSON_DATA / "numbers.csv").write_text("1,2,3\n")
+    path = lessons / "01_alpha.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        'print(open("data/numbers.csv").read().strip())')]), path)
+    out = tmp_path / "out.ipynb"
+    site.execute_lesson(path, out, io.StringIO())
+    assert nbformat.read(out, as_version=4).cells[0].outputs[0]["text"] == "1,2,3\n"
+
+
+def test_a_lesson_runs_again_when_the_data_it_reads_changes(course, tmp_path, monkeypatch):
+    """A kept run is reused only while the lessons' data files are the same too."""
+    calls = []
+    monkeypatch.setattr(site, "execute_lesson", _fake_execute(calls))
+    runs, alpha = tmp_path / "runs", units(course)[0]
+    data = alpha.lesson.parent / LESSON_DATA
+    data.mkdir()
+    (data / "table.csv").write_text("1\n")
+    for _ in range(2):
+        site.run_lesson(alpha, tmp_path / "out.ipynb", runs=runs, log=io.StringIO())
+    assert len(calls) == 1
+    (data / "table.csv").write_text("2\n")
+    site.run_lesson(alpha, tmp_path / "out.ipynb", runs=runs, log=io.StringIO())
+    assert len(calls) == 2
 
 
 def test_stage_shows_each_lessons_widgets_as_static_with_links_to_that_lesson(
