@@ -197,8 +197,8 @@ def _judge_layer_norm(case, output):
     return problem + (f". Hint: {hint}" if hint else "")
 
 
+PREDICTION = "Your prediction for the float32 shortcut at 10 000"
 _QUESTIONS = {
-    "predict_shortcut": "Your prediction for the float32 shortcut at 10 000",
     "spacing_near_1e8": "The gap between neighbouring float32 numbers near 1e8",
     "shortcut_breaks_at": "The offset at which the float64 shortcut loses the variance",
 }
@@ -221,10 +221,6 @@ def _judge_predictions(case, output):
     if missing:
         return f"no answer given for {', '.join(missing)}"
     answers = {name: str(output[name]) for name in _QUESTIONS}
-    if answers["predict_shortcut"].strip().strip("'\"").lower() not in PREDICTION_CHOICES:
-        return (f"{_QUESTIONS['predict_shortcut']}: give one of "
-                f"{', '.join(PREDICTION_CHOICES)} (you answered {answers['predict_shortcut']}); "
-                "any of them earns the point, it is your guess")
     wrong = []
     for name, truth in _true_answers().items():
         given = number_from_answer(answers[name])
@@ -232,6 +228,14 @@ def _judge_predictions(case, output):
             wrong.append(f"{_QUESTIONS[name]} (you answered {answers[name]})")
     if wrong:
         return "not yet right: " + "; ".join(wrong)
+    return None
+
+
+def _judge_prediction_given(case, output):
+    given = str(output.get("predict_shortcut"))
+    if given.strip().strip("'\"").strip().lower() not in PREDICTION_CHOICES:
+        return (f"{PREDICTION}: give one of {', '.join(PREDICTION_CHOICES)} (you answered "
+                f"{given}); any of them earns the half point, it is your guess")
     return None
 
 
@@ -453,6 +457,8 @@ CHECKS = {
                                  _judge_tiled_method),
     "layer_norm_token": Check(_token_cases, _judge_layer_norm),
     "layer_norm_batches": Check(_batch_cases, _judge_layer_norm),
-    "recipe_predictions": Check(lambda rng: [("your prediction and inline answers", {})],
+    "recipe_prediction_given": Check(lambda rng: [("your Exercise 2 prediction", {})],
+                                     _judge_prediction_given),
+    "recipe_predictions": Check(lambda rng: [("your answers to inline questions 1 and 2", {})],
                                 _judge_predictions),
 }

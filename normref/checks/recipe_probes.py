@@ -132,6 +132,11 @@ def check_layer_norm_batches(layer_norm):
     run_check("layer_norm_batches", layer_norm, _call_layer_norm)
 
 
+def check_prediction_given(answer):
+    """Check that unit 01's Exercise 2 prediction is given (any choice earns it)."""
+    run_check("recipe_prediction_given", {"predict_shortcut": answer}, _answers_as_text)
+
+
 def check_predictions(**answers):
-    """Check unit 01's prediction (given) and inline answers (right), by keyword."""
+    """Check unit 01's inline answers 1 and 2 (right), by keyword."""
     run_check("recipe_predictions", answers, _answers_as_text)

@@ -108,13 +108,13 @@ def test_grades_csv_lists_every_student_even_unreadable_ones(course, venv_env):
     assert (by_student["ada"]["score"], by_student["ada"]["status"]) == ("8", "graded")
     for student in ("broken", "empty"):
         row = by_student[student]
-        assert (row["score"], row["max_score"], row["status"]) == ("0", "8", "invalid")
+        assert (row["score"], row["max_score"], row["status"]) == ("0", "9", "invalid")
         assert row["reason"].startswith("not a readable notebook")
     feedback = (course.reports / "01_the_recipe" / "feedback" / "ada.html").read_text()
     assert "layer_norm_batches: all 6 cases passed" in feedback
     gradescope = json.loads(
         (course.reports / "01_the_recipe" / "gradescope" / "ada.json").read_text())
-    assert gradescope["score"] == 8
+    assert gradescope["score"] == 9
     assert {t["name"] for t in gradescope["tests"]} >= {"ln_handles_batches"}
 
 

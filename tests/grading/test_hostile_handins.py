@@ -33,9 +33,9 @@ from conftest import GRADING_ENGINE, REPO
 
 ASSIGNMENT = "01_the_recipe"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
-GRADE_CELLS = {"token_mean_correct": 1, "token_var_correct": 1, "merge_stats_correct": 1,
-               "chunked_var_correct": 2, "ln_single_token": 1, "ln_handles_batches": 1,
-               "predictions_correct": 1}
+GRADE_CELLS = {"token_mean_correct": 1, "token_var_correct": 1, "prediction_given": 0.5,
+               "merge_stats_correct": 1, "chunked_var_correct": 2, "ln_single_token": 1,
+               "ln_handles_batches": 1, "predictions_correct": 1.5}
 # Short, but not so short that a busy machine (2 cores, shared) times out honest cells.
 SETTINGS = RunSettings(cell_timeout=15, handin_timeout=60)
 
@@ -816,12 +816,12 @@ def test_unreadable_files_are_invalid_not_crashes(graded, student):
     result = results[student]
     assert result["status"] == "invalid"
     assert result["reason"].startswith("not a readable notebook")
-    assert result["score"] == 0 and result["max_score"] == 8
+    assert result["score"] == 0 and result["max_score"] == 9
 
 
 def test_a_wrongly_named_notebook_is_graded_with_a_note(graded):
     _, results, _ = graded
-    assert results["wrong_name"]["score"] == 8
+    assert results["wrong_name"]["score"] == 9
     assert any("other.ipynb" in n for n in results["wrong_name"]["notes"])
 
 

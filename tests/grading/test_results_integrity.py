@@ -68,7 +68,7 @@ def test_every_result_is_signed_and_verifies(course):
     for student in ("ada", "blank", "garbage"):
         data = grade.read_verified(_result_path(course, student))
         assert data is not None and data["signature"], student
-    assert grade.read_verified(_result_path(course, "ada"))["score"] == 8
+    assert grade.read_verified(_result_path(course, "ada"))["score"] == 9
 
 
 def test_a_parse_error_never_quotes_the_file(course):
@@ -91,7 +91,7 @@ def test_a_forged_result_is_regraded_and_flagged(course):
     grade_assignment(course=course, assignment=ASSIGNMENT, settings=SETTINGS, workers=1,
                      engine=GRADING_ENGINE)
     data = grade.read_verified(path)
-    assert data["score"] == 0, "the forged 8/8 survived"
+    assert data["score"] == 0, "the forged full marks survived"
     assert grade._UNVERIFIED_FLAG in data["flags"]
 
 

@@ -19,6 +19,7 @@ from normref.checks import (
     check_layer_norm_batches,
     check_layer_norm_token,
     check_merge_stats,
+    check_prediction_given,
     check_predictions,
     check_tiled_method,
     check_token_mean,
@@ -198,9 +199,9 @@ def test_checks_pass_correct_code(capsys):
     check_layer_norm_token(_ln)
     check_layer_norm_batches(_ln)
     check_layer_norm_batches(lambda x, g, b, eps=1e-5: torch.from_numpy(_ln(x, g, b, eps)))
-    check_predictions(predict_shortcut="a", spacing_near_1e8=8.0, shortcut_breaks_at=1e8)
-    check_predictions(predict_shortcut=np.str_("c"), spacing_near_1e8=np.float32(8),
-                      shortcut_breaks_at="1e8")
+    check_predictions(spacing_near_1e8=8.0, shortcut_breaks_at=1e8)
+    check_predictions(spacing_near_1e8=np.float32(8), shortcut_breaks_at="1e8")
+    check_predictions(spacing_near_1e8=torch.tensor(8.0), shortcut_breaks_at=10**8)
     assert "all 6 cases passed" in capsys.readouterr().out
 
 
@@ -336,16 +337,17 @@ def test_checks_report_errors_and_refuse_objects():
 
 
 def test_prediction_is_graded_for_being_given_and_answers_for_being_right():
-    for guess in ("a", "b", "c"):
-        check_predictions(predict_shortcut=guess, spacing_near_1e8=8, shortcut_breaks_at=1e8)
-    with pytest.raises(CheckFailed, match="your guess"):
-        check_predictions(predict_shortcut=None, spacing_near_1e8=8, shortcut_breaks_at=1e8)
+    for guess in ("a", "b", "c", " B ", "'c'", np.str_("a")):
+        check_prediction_given(guess)
+    for missing in (None, "", "d", "maybe a"):
+        with pytest.raises(CheckFailed, match="your guess"):
+            check_prediction_given(missing)
     with pytest.raises(CheckFailed, match="gap between.*you answered 4"):
-        check_predictions(predict_shortcut="a", spacing_near_1e8=4, shortcut_breaks_at=1e8)
+        check_predictions(spacing_near_1e8=4, shortcut_breaks_at=1e8)
     with pytest.raises(CheckFailed, match="float64 shortcut.*you answered 1e\\+16"):
-        check_predictions(predict_shortcut="a", spacing_near_1e8=8, shortcut_breaks_at=1e16)
+        check_predictions(spacing_near_1e8=8, shortcut_breaks_at=1e16)
     with pytest.raises(CheckFailed, match="no answer"):
-        check_predictions(predict_shortcut="a")
+        check_predictions(spacing_near_1e8=8)
 
 
 def test_inline_answers_follow_from_float_formats():

@@ -49,7 +49,7 @@ def test_every_student_and_cell_score_is_recorded(course):
                        gradebook.find_assignment(ASSIGNMENT).submissions}
         assert {s: sub.score for s, sub in submissions.items()} == \
             {"ada": 8.0, "hal": 2.0, "broken": 0.0}
-        assert gradebook.find_assignment(ASSIGNMENT).max_score == 8.0
+        assert gradebook.find_assignment(ASSIGNMENT).max_score == 9.0
         assert _auto_scores(gradebook, "ada") == {k: float(v) for k, v in MAX_POINTS.items()}
         flagged = {s: gradebook.find_submission_notebook(NOTEBOOK, ASSIGNMENT, s).flagged
                    for s in submissions}
