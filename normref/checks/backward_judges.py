@@ -721,6 +721,21 @@ def _judge_bn_params(case, output):
     return _params_verdict(case, output, _bn_torch_reference, _bn_param_hint, _bn_loss)
 
 
+def _on_its_own(judge, exercise, other):
+    """`judge`, after refusing a route that ran the student's other route."""
+    def judged(case, output):
+        if bool(np.asarray(output.get("other_route", False))):
+            return (f"this route ran your {other} (or stopped the grader's watch on "
+                    f"what it runs): {exercise}")
+        return judge(case, output)
+    return judged
+
+
+_STAGED = "Exercise 6 asks for the staged route, each stage's gradient of its own"
+_CLOSED = ("Exercise 7 asks for dx as one expression of its own (it may call your "
+           "batch_norm_stages for x_hat and rstd)")
+
+
 # ---------------------------------------------------------------- inline answers
 
 def _letters(text):
@@ -824,9 +839,12 @@ CHECKS = {
     "backward_rms_dgamma": Check(_rms_params_cases, _judge_rms_dgamma),
     "backward_gn_dx": Check(_gn_cases, _judge_gn_dx),
     "backward_gn_params": Check(_gn_params_cases, _judge_gn_params),
-    "backward_bn_dx": Check(_bn_cases, _judge_bn_dx),
-    "backward_bn_params": Check(_bn_params_cases, _judge_bn_params),
-    "backward_bn_closed_dx": Check(_bn_cases, _judge_bn_dx),
+    "backward_bn_dx": Check(_bn_cases, _on_its_own(
+        _judge_bn_dx, _STAGED, "batch_norm_backward_closed")),
+    "backward_bn_params": Check(_bn_params_cases, _on_its_own(
+        _judge_bn_params, _STAGED, "batch_norm_backward_closed")),
+    "backward_bn_closed_dx": Check(_bn_cases, _on_its_own(
+        _judge_bn_dx, _CLOSED, "batch_norm_backward")),
     **{name: Check(lambda rng: [("your answer", {})], _answer_judge(name))
        for name in _ANSWERS},
 }

@@ -11,11 +11,12 @@ probes hand it straight from the student's forward to the student's backward,
 so only the resulting arrays travel back to be judged.
 """
 
+import sys
 from collections.abc import Mapping
 
 import numpy as np
 
-from normref.checks._runner import run_check
+from normref.checks._runner import run_check, to_array
 
 
 def _ln_inputs(case):
@@ -81,6 +82,32 @@ def _call_bn_backward(batch_norm_backward, case):
     return {"dx": dx, "dgamma": dgamma, "dbeta": dbeta}
 
 
+def _calling_other_route(other_name):
+    """A probe for one of the two BatchNorm routes that also notes whether the
+    call ran the student's other route, `other_name` in the same notebook (by its
+    code, whatever name it is called by)."""
+    def call(batch_norm_backward, case):
+        other = getattr(getattr(batch_norm_backward, "__globals__", {}).get(other_name),
+                        "__code__", None)
+        seen = []
+
+        def watch(frame, event, arg):
+            if event == "call" and frame.f_code is other:
+                seen.append(frame.f_code.co_name)
+
+        before = sys.getprofile()
+        sys.setprofile(watch)
+        try:
+            # converted while watched: a lazy result runs its code here
+            result = {key: to_array(value) for key, value in
+                      _call_bn_backward(batch_norm_backward, case).items()}
+        finally:
+            replaced = sys.getprofile() is not watch
+            sys.setprofile(before)
+        return {**result, "other_route": np.array(bool(seen) or replaced)}
+    return call
+
+
 def _answer_as_text(answer, case):
     return {"answer": np.array(str(answer))}
 
@@ -129,18 +156,21 @@ def check_group_norm_backward_params(group_norm_backward):
 def check_batch_norm_backward_dx(batch_norm_backward):
     """Check dx from batch_norm_backward(dy, x, gamma, eps) -> (dx, dgamma,
     dbeta), x: (N, D), statistics over the batch (training mode)."""
-    run_check("backward_bn_dx", batch_norm_backward, _call_bn_backward)
+    run_check("backward_bn_dx", batch_norm_backward,
+              _calling_other_route("batch_norm_backward_closed"))
 
 
 def check_batch_norm_backward_params(batch_norm_backward):
     """Check dgamma and dbeta from batch_norm_backward: one number a feature."""
-    run_check("backward_bn_params", batch_norm_backward, _call_bn_backward)
+    run_check("backward_bn_params", batch_norm_backward,
+              _calling_other_route("batch_norm_backward_closed"))
 
 
 def check_batch_norm_backward_closed_dx(batch_norm_backward_closed):
     """Check dx from batch_norm_backward_closed(dy, x, gamma, eps) -> (dx,
     dgamma, dbeta), the closed form of the same gradient."""
-    run_check("backward_bn_closed_dx", batch_norm_backward_closed, _call_bn_backward)
+    run_check("backward_bn_closed_dx", batch_norm_backward_closed,
+              _calling_other_route("batch_norm_backward"))
 
 
 def check_bn_shift_answer(answer):

@@ -1944,7 +1944,59 @@ def test_batch_norm_checks_pass_the_reference_and_a_staged_torch_backward():
     for subject in (backward.batch_norm_backward, _bn_staged_torch):
         check_batch_norm_backward_dx(subject)
         check_batch_norm_backward_params(subject)
-        check_batch_norm_backward_closed_dx(subject)
+    # the reference's module names it batch_norm_backward: as a closed form it would
+    # be a closed form running the staged route
+    check_batch_norm_backward_closed_dx(_bn_staged_torch)
+
+
+_BN_NOTEBOOK = """
+import numpy as np
+from normref import backward
+
+
+def batch_norm_stages(x, gamma, beta, eps=1e-5):
+    rstd = 1 / np.sqrt(x.var(axis=0) + eps)
+    return None, {"x_hat": (x - x.mean(axis=0)) * rstd, "rstd": rstd}
+
+
+def batch_norm_backward(dy, x, gamma, eps=1e-5):
+    return backward.batch_norm_backward(dy, x, gamma, eps)
+
+
+def batch_norm_backward_closed(dy, x, gamma, eps=1e-5):
+    _, kept = batch_norm_stages(x, gamma, 0 * gamma, eps)
+    x_hat, n = kept["x_hat"], x.shape[0]
+    dbeta, dgamma = dy.sum(axis=0), (dy * x_hat).sum(axis=0)
+    return gamma * kept["rstd"] / n * (n * dy - dbeta - x_hat * dgamma), dgamma, dbeta
+
+
+def closed_that_runs_the_staged(dy, x, gamma, eps=1e-5):
+    route = batch_norm_backward
+    return route(dy, x, gamma, eps)
+
+
+def staged_that_runs_the_closed(dy, x, gamma, eps=1e-5):
+    return batch_norm_backward_closed(dy, x, gamma, eps)
+"""
+
+
+def test_each_batch_norm_route_is_graded_on_its_own_work():
+    """In one notebook (one namespace), the closed form may call batch_norm_stages
+    for x_hat, but a closed form that runs the staged backward, under any name,
+    and a staged backward that runs the closed form, earn nothing."""
+    notebook = {}
+    exec(compile(_BN_NOTEBOOK, "<notebook>", "exec"), notebook)
+    check_batch_norm_backward_closed_dx(notebook["batch_norm_backward_closed"])
+    check_batch_norm_backward_dx(notebook["batch_norm_backward"])
+    closed = notebook["batch_norm_backward_closed"]
+    notebook["batch_norm_backward_closed"] = notebook["closed_that_runs_the_staged"]
+    with pytest.raises(CheckFailed, match="ran your batch_norm_backward .*Exercise 7"):
+        check_batch_norm_backward_closed_dx(notebook["closed_that_runs_the_staged"])
+    notebook["batch_norm_backward_closed"] = closed
+    notebook["batch_norm_backward"] = notebook["staged_that_runs_the_closed"]
+    for check in (check_batch_norm_backward_dx, check_batch_norm_backward_params):
+        with pytest.raises(CheckFailed, match="ran your batch_norm_backward_closed.*Exercise 6"):
+            check(notebook["staged_that_runs_the_closed"])
 
 
 def test_batch_norm_checks_pass_the_reference_for_any_seed():
