@@ -695,6 +695,23 @@ def test_add_layer_norm_stores_the_sum_as_flash_attn_does(flag, residual_dtype, 
     assert residual_sum.dtype == stored and normed.dtype == torch.bfloat16
 
 
+def test_fp32_residual_cases_are_what_their_labels_say():
+    cases = _registry.make_cases("add_layer_norm_fp32_residual")
+    for label, case in cases:
+        x = torch.from_numpy(case["x"])
+        assert str(case["x_dtype"]) == "bfloat16" and torch.equal(x.bfloat16().float(), x), label
+        assert ("residual_in_fp32=True" in label) == bool(case.get("residual_in_fp32", False))
+        assert ("residual" in case) == ("module(x)" not in label), label
+    spread_8, around_300 = cases[0][1]["residual"], cases[1][1]["residual"]
+    assert 7 < spread_8.std() < 9 and str(cases[0][1]["residual_dtype"]) == "float32"
+    assert abs(around_300.mean() - 300) < 1 and str(cases[1][1]["residual_dtype"]) == "float32"
+    above_300 = torch.tensor(300.0).bfloat16().float() + 1.5  # rounds up to the next one
+    assert above_300.bfloat16().float().item() - 300 == 2  # "bfloat16's spacing is 2"
+    assert not torch.equal(torch.from_numpy(spread_8).bfloat16().float(),
+                           torch.from_numpy(spread_8))  # rounding it would show
+    assert str(cases[4][1]["residual_dtype"]) == "bfloat16"
+
+
 class TorchFp32Add(nn.LayerNorm):
     """flash-attn's layer_norm_ref with upcast=True, on torch's own layer norm: right."""
 
