@@ -119,8 +119,26 @@ class AddLayerNorm(LayerNorm):
     flash-attn's layer_norm_fn(..., prenorm=True), which returns (out,
     residual) (flash_attn/ops/triton/layer_norm.py). The parameters are
     LayerNorm's (`weight`, `bias`), so nn.LayerNorm's state_dict loads.
+
+    Dtypes follow the same file's kernel: the add and the statistics run in
+    float32 at least (a bfloat16 x is widened, never the residual narrowed);
+    residual_sum is stored in the residual's dtype when one is given, else in
+    float32 if `residual_in_fp32`, else in x's dtype; normed is in x's dtype.
+    So a bfloat16 model can carry its residual stream in float32.
     """
 
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
+                 residual_in_fp32=False, device=None, dtype=None):
+        super().__init__(normalized_shape, eps, elementwise_affine, bias, device, dtype)
+        self.residual_in_fp32 = residual_in_fp32
+
     def forward(self, x, residual=None):
-        residual_sum = x if residual is None else x + residual  # *, n_1, ..., n_k
-        return super().forward(residual_sum), residual_sum
+        wide = torch.promote_types(x.dtype, torch.float32)
+        if residual is None:
+            residual_sum = x.to(wide)  # *, n_1, ..., n_k
+            stored = torch.float32 if self.residual_in_fp32 else x.dtype
+        else:
+            residual_sum = x.to(wide) + residual.to(wide)
+            stored = residual.dtype
+        # normalized before the sum is stored, as the kernel does
+        return super().forward(residual_sum).to(x.dtype), residual_sum.to(stored)

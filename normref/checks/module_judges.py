@@ -12,6 +12,7 @@ import re
 import numpy as np
 
 from normref.checks._registry import Check
+from normref.checks.kernels_judges import _bfloat16_values
 from normref.checks.tolerances import matches, mismatch, number_from_answer
 
 # ----- building cases -------------------------------------------------------
@@ -825,6 +826,109 @@ def _judge_add_layer_norm(case, output):
     return None
 
 
+# ----- the fused add with a float32 residual stream (flash-attn's residual_in_fp32) ------
+
+
+def _fp32_residual_cases(rng):
+    def bfloat16(values):
+        return _bfloat16_values(np.asarray(values, np.float32))
+
+    def case(shape, x, flag=None, residual=None, residual_dtype="float32"):
+        entries = {"x": bfloat16(x), "x_dtype": "bfloat16", **_random_affine(rng, shape)}
+        if flag is not None:
+            entries["residual_in_fp32"] = flag
+        if residual is not None:
+            entries["residual"] = np.asarray(residual, np.float32)
+            entries["residual_dtype"] = residual_dtype
+        kind = "int" if isinstance(shape, int) else "tuple"
+        return _case(shape, kind, **entries)
+
+    return [
+        (
+            "AddLayerNorm(64, residual_in_fp32=True): x bfloat16 (4, 64), residual "
+            "float32 of spread 8",
+            case(64, rng.normal(size=(4, 64)), True, 8 * rng.normal(size=(4, 64))),
+        ),
+        (
+            "AddLayerNorm(64, residual_in_fp32=True): x bfloat16, a float32 stream "
+            "around 300, where bfloat16's spacing is 2",
+            case(64, rng.normal(size=(3, 64)), True, rng.normal(300.0, 1.0, size=(3, 64))),
+        ),
+        (
+            "AddLayerNorm(32, residual_in_fp32=True) called as module(x) on bfloat16 x "
+            "(the first block)",
+            case(32, rng.normal(1.0, 2.0, size=(2, 5, 32)), True),
+        ),
+        (
+            "AddLayerNorm(32) called as module(x) on bfloat16 x, residual_in_fp32 left "
+            "False",
+            case(32, rng.normal(1.0, 2.0, size=(2, 5, 32))),
+        ),
+        (
+            "AddLayerNorm((2, 16)) on bfloat16 x and a bfloat16 residual",
+            case((2, 16), rng.normal(size=(3, 2, 16)), False,
+                 bfloat16(rng.normal(size=(3, 2, 16))), "bfloat16"),
+        ),
+    ]
+
+
+def _fp32_residual_expected(case):
+    """(residual_sum, its dtype, normed, its dtype, the exact sum), from float64."""
+    x = np.asarray(case["x"], np.float64)
+    exact = x + np.asarray(case["residual"], np.float64) if "residual" in case else x
+    if "residual" in case:
+        sum_dtype = str(case["residual_dtype"])
+    else:
+        sum_dtype = "float32" if bool(case.get("residual_in_fp32", False)) else str(
+            case["x_dtype"])
+    stored = _bfloat16_values(exact) if sum_dtype == "bfloat16" else exact
+    normed = _reference_output({**case, "x": exact})
+    return stored, sum_dtype, normed, str(case["x_dtype"]), exact
+
+
+def _sum_dtype_reason(case, sum_dtype):
+    if "residual" in case:
+        return (f"with a residual given, residual_sum keeps the residual's dtype "
+                f"({sum_dtype}): add in float32 (x.float() + residual) and store the "
+                "sum as the residual was")
+    if sum_dtype == "float32":
+        return ("with residual_in_fp32=True and no residual, the first block starts "
+                "the float32 stream: residual_sum is x in float32")
+    return ("with no residual and residual_in_fp32=False, residual_sum is x, in x's "
+            f"dtype ({sum_dtype})")
+
+
+def _judge_add_fp32_residual(case, output):
+    if "returned" in output:
+        return (f"your module returned {_text(output, 'returned')}; it returns a pair "
+                "(normed, residual_sum)")
+    stored, sum_dtype, normed, normed_dtype, exact = _fp32_residual_expected(case)
+    if _text(output, "sum_dtype") != sum_dtype:
+        return (f"your residual_sum is {_text(output, 'sum_dtype')}; "
+                + _sum_dtype_reason(case, sum_dtype))
+    problem = mismatch(output["sum"], stored, dtype=sum_dtype, what="your residual_sum")
+    if problem:
+        if (sum_dtype == "float32" and "residual" in case
+                and matches(output["sum"], exact, dtype="bfloat16")):
+            return problem + (
+                ". Hint: that is the sum of x and the residual rounded to bfloat16 "
+                "first (or added in bfloat16): the float32 stream loses its low bits at "
+                "every block. Widen x instead: x.float() + residual")
+        return problem
+    if _text(output, "y_dtype") != normed_dtype:
+        return (f"your normed output is {_text(output, 'y_dtype')}; it comes back in x's "
+                f"dtype ({normed_dtype}), as flash-attn's out does: the next sublayer "
+                "reads it in that dtype")
+    problem = mismatch(output["y"], normed, dtype=normed_dtype, what="your normed output")
+    if problem and sum_dtype == "float32":
+        narrowed = _reference_output({**case, "x": _bfloat16_values(exact)})
+        if matches(output["y"], narrowed, dtype=normed_dtype):
+            return problem + (
+                ". Hint: that is the layer norm of the sum rounded to bfloat16: "
+                "normalize the float32 sum, then cast the result to x's dtype")
+    return problem
+
+
 # ----- the channels-first layer norm (ConvNeXt's LayerNorm2d) ----------------------
 
 LN2D_DEFAULT_EPS = 1e-6  # ConvNeXt's LayerNorm (models/convnext.py) defaults to 1e-6
@@ -1134,6 +1238,7 @@ def _judge_memory_passes(case, output):
 
 CHECKS = {
     "add_layer_norm_module": Check(_add_cases, _judge_add_layer_norm),
+    "add_layer_norm_fp32_residual": Check(_fp32_residual_cases, _judge_add_fp32_residual),
     "image_layer_norm_counts": Check(
         lambda rng: [("your four answers", {})], _judge_image_counts),
     "add_norm_memory_passes": Check(

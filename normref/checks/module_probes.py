@@ -31,7 +31,7 @@ def _keyword_arguments(case):
     kwargs = {}
     if "eps" in case:
         kwargs["eps"] = float(case["eps"])
-    for flag in ("elementwise_affine", "bias"):
+    for flag in ("elementwise_affine", "bias", "residual_in_fp32"):
         if flag in case:
             kwargs[flag] = bool(case[flag])
     return kwargs
@@ -239,6 +239,34 @@ def _probe_add_layer_norm(AddLayerNorm, case):
                                ("weight_grad", gamma), ("bias_grad", beta)))
 
 
+def _dtype_name(tensor):
+    return np.array(str(getattr(tensor, "dtype", type(tensor).__name__)).replace("torch.", ""))
+
+
+def _probe_add_fp32_residual(AddLayerNorm, case):
+    """Call module(x, residual) with x in case["x_dtype"] (bfloat16 values held
+    as float32 in the case) and the residual in case["residual_dtype"]; report
+    both outputs and their dtypes. Nothing is converted before the module
+    sees it: the dtypes are the point."""
+    import torch
+
+    module = _construct(AddLayerNorm, case)
+    _set_affine(module, case.get("set_weight"), case.get("set_bias"))
+    x = torch.tensor(case["x"]).to(getattr(torch, str(case["x_dtype"])))
+    with torch.no_grad():
+        if "residual" in case:
+            residual = torch.tensor(case["residual"]).to(
+                getattr(torch, str(case["residual_dtype"])))
+            out = module(x, residual)
+        else:
+            out = module(x)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        return {"returned": np.array(f"a {type(out).__name__}")}
+    normed, residual_sum = out
+    return {"sum": residual_sum, "y": normed, "sum_dtype": _dtype_name(residual_sum),
+            "y_dtype": _dtype_name(normed)}
+
+
 def _construct_2d(LayerNorm2d, case):
     """LayerNorm2d(C), or LayerNorm2d(C, eps=...) when the case names eps."""
     from torch import nn
@@ -346,6 +374,11 @@ def check_my_layer_norm_shape_error(MyLayerNorm):
 def check_add_layer_norm_module(AddLayerNorm):
     """Check AddLayerNorm(...)(x, residual) -> (normed, residual_sum)."""
     run_check("add_layer_norm_module", AddLayerNorm, _probe_add_layer_norm)
+
+
+def check_add_layer_norm_fp32_residual(AddLayerNorm):
+    """Check AddLayerNorm's dtypes: a bfloat16 x on a float32 residual stream."""
+    run_check("add_layer_norm_fp32_residual", AddLayerNorm, _probe_add_fp32_residual)
 
 
 def check_layer_norm_2d_forward(LayerNorm2d):

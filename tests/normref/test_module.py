@@ -663,6 +663,134 @@ def test_correct_add_modules_pass_for_any_seed(seed):
         assert verdict["passed"], (module_class.__name__, verdict["message"])
 
 
+# ----- the fused add on a float32 residual stream (residual_in_fp32) ---------------------
+
+
+def test_add_layer_norm_keeps_a_float32_stream_under_bfloat16_inputs():
+    """flash-attn's dtypes, checked against float64 sums and torch's own layer norm:
+    the sum widened, never the residual narrowed; normed in x's dtype."""
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(4, 64, generator=generator).bfloat16()
+    stream = 300 + torch.randn(4, 64, generator=generator)  # bits bfloat16 cannot hold
+    normed, residual_sum = AddLayerNorm(64, residual_in_fp32=True)(x, stream)
+    exact = x.double() + stream.double()
+    assert residual_sum.dtype == torch.float32 and normed.dtype == torch.bfloat16
+    torch.testing.assert_close(residual_sum.double(), exact, rtol=1e-7, atol=1e-4)
+    torch.testing.assert_close(normed.double(), torch.nn.functional.layer_norm(exact, (64,)),
+                               rtol=2e-2, atol=2e-2)
+    narrowed = torch.nn.functional.layer_norm(exact.bfloat16().double(), (64,))
+    assert (normed.double() - narrowed).abs().max() > 0.5  # the slip is far off
+
+
+@pytest.mark.parametrize("flag, residual_dtype, stored", [
+    (True, None, torch.float32),  # the first block starts the float32 stream
+    (False, None, torch.bfloat16),
+    (False, torch.float32, torch.float32),  # later blocks: the stream's own dtype
+    (True, torch.bfloat16, torch.bfloat16),
+])
+def test_add_layer_norm_stores_the_sum_as_flash_attn_does(flag, residual_dtype, stored):
+    x = torch.randn(2, 8).bfloat16()
+    residual = None if residual_dtype is None else torch.randn(2, 8).to(residual_dtype)
+    normed, residual_sum = AddLayerNorm(8, residual_in_fp32=flag)(x, residual)
+    assert residual_sum.dtype == stored and normed.dtype == torch.bfloat16
+
+
+def test_fp32_residual_cases_are_what_their_labels_say():
+    cases = _registry.make_cases("add_layer_norm_fp32_residual")
+    for label, case in cases:
+        x = torch.from_numpy(case["x"])
+        assert str(case["x_dtype"]) == "bfloat16" and torch.equal(x.bfloat16().float(), x), label
+        assert ("residual_in_fp32=True" in label) == bool(case.get("residual_in_fp32", False))
+        assert ("residual" in case) == ("module(x)" not in label), label
+    spread_8, around_300 = cases[0][1]["residual"], cases[1][1]["residual"]
+    assert 7 < spread_8.std() < 9 and str(cases[0][1]["residual_dtype"]) == "float32"
+    assert abs(around_300.mean() - 300) < 1 and str(cases[1][1]["residual_dtype"]) == "float32"
+    above_300 = torch.tensor(300.0).bfloat16().float() + 1.5  # rounds up to the next one
+    assert above_300.bfloat16().float().item() - 300 == 2  # "bfloat16's spacing is 2"
+    assert not torch.equal(torch.from_numpy(spread_8).bfloat16().float(),
+                           torch.from_numpy(spread_8))  # rounding it would show
+    assert str(cases[4][1]["residual_dtype"]) == "bfloat16"
+
+
+class TorchFp32Add(nn.LayerNorm):
+    """flash-attn's layer_norm_ref with upcast=True, on torch's own layer norm: right."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
+                 residual_in_fp32=False):
+        super().__init__(normalized_shape, eps, elementwise_affine, bias)
+        self.residual_in_fp32 = residual_in_fp32
+
+    def forward(self, x, residual=None):
+        stored = residual.dtype if residual is not None else (
+            torch.float32 if self.residual_in_fp32 else x.dtype)
+        total = x.float() if residual is None else x.float() + residual.float()
+        return super().forward(total).to(x.dtype), total.to(stored)
+
+
+class RoundsResidual(TorchFp32Add):
+    def forward(self, x, residual=None):
+        if residual is None:
+            return super().forward(x)
+        normed, _ = super().forward(x, residual)
+        return normed, (x + residual.to(x.dtype)).to(residual.dtype)
+
+
+class NormsTheNarrowSum(TorchFp32Add):
+    def forward(self, x, residual=None):
+        _, residual_sum = super().forward(x, residual)
+        return nn.LayerNorm.forward(self, residual_sum.to(x.dtype).float()).to(x.dtype), \
+            residual_sum
+
+
+class NormedInFloat32(TorchFp32Add):
+    def forward(self, x, residual=None):
+        normed, residual_sum = super().forward(x, residual)
+        return normed.float(), residual_sum
+
+
+class SumInXDtype(TorchFp32Add):
+    def forward(self, x, residual=None):
+        normed, residual_sum = super().forward(x, residual)
+        return normed, residual_sum.to(x.dtype)
+
+
+class SumAlwaysFloat32(TorchFp32Add):
+    def forward(self, x, residual=None):
+        normed, residual_sum = super().forward(x, residual)
+        return normed, residual_sum.float()
+
+
+def _fp32_outcome(module_class):
+    try:
+        checks.check_add_layer_norm_fp32_residual(module_class)
+    except checks.CheckFailed as failure:
+        return str(failure)
+    return None
+
+
+@pytest.mark.parametrize(
+    "module_class, words",
+    [
+        (AddLayerNorm, None),
+        (TorchFp32Add, None),
+        (RoundsResidual, "the residual rounded to bfloat16 first"),
+        (NormsTheNarrowSum, "layer norm of the sum rounded to bfloat16"),
+        (NormedInFloat32, "your normed output is float32; it comes back in x's dtype"),
+        (SumInXDtype, "your residual_sum is bfloat16; with a residual given"),
+        (SumAlwaysFloat32, "residual_sum is x, in x's dtype (bfloat16)"),
+        (CorrectAdd, "unexpected keyword argument 'residual_in_fp32'"),
+    ],
+    ids=lambda v: getattr(v, "__name__", str(v)),
+)
+def test_fp32_residual_check_passes_correct_modules_and_names_the_slips(module_class, words,
+                                                                       capsys):
+    message = _fp32_outcome(module_class)
+    if words is None:
+        assert message is None, message
+    else:
+        assert message is not None and words in message, message
+
+
 # ----- the two questions ----------------------------------------------------------------
 
 
@@ -725,7 +853,8 @@ def test_memory_passes_question(answers, right, capsys):
 
 
 def test_new_cases_cross_the_wire_as_plain_arrays():
-    for name in ("add_layer_norm_module", "image_layer_norm_counts", "add_norm_memory_passes",
+    for name in ("add_layer_norm_module", "add_layer_norm_fp32_residual",
+                 "image_layer_norm_counts", "add_norm_memory_passes",
                  "layer_norm_2d_forward", "layer_norm_2d_backward"):
         for _, case in _registry.make_cases(name):
             for value in case.values():
