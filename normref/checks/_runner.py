@@ -44,6 +44,29 @@ class CheckFailed(AssertionError):
     """A graded check did not pass; the message says what to look at."""
 
 
+def calling_own_functions(subject, names, call):
+    """call(), and whether it ran any of the student's functions `names`, found
+    beside `subject` in its notebook, by their code (so under any other name too).
+    A watch replaced during the call counts as a run: what ran is then unknown.
+    -> (call's result, ran)"""
+    found = getattr(subject, "__globals__", {})
+    watched = {getattr(found.get(name), "__code__", None) for name in names} - {None}
+    seen = []
+
+    def watch(frame, event, arg):
+        if event == "call" and frame.f_code in watched:
+            seen.append(frame.f_code.co_name)
+
+    before = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        result = call()
+    finally:
+        replaced = sys.getprofile() is not watch
+        sys.setprofile(before)
+    return result, bool(seen) or replaced
+
+
 def to_array(value, *, what="the result"):
     """Turn a student's return value into a plain numpy array, or explain why not.
 

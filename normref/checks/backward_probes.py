@@ -11,12 +11,11 @@ probes hand it straight from the student's forward to the student's backward,
 so only the resulting arrays travel back to be judged.
 """
 
-import sys
 from collections.abc import Mapping
 
 import numpy as np
 
-from normref.checks._runner import run_check, to_array
+from normref.checks._runner import calling_own_functions, run_check, to_array
 
 
 def _ln_inputs(case):
@@ -84,27 +83,14 @@ def _call_bn_backward(batch_norm_backward, case):
 
 def _calling_other_route(other_name):
     """A probe for one of the two BatchNorm routes that also notes whether the
-    call ran the student's other route, `other_name` in the same notebook (by its
-    code, whatever name it is called by)."""
+    call ran the student's other route, `other_name` in the same notebook."""
     def call(batch_norm_backward, case):
-        other = getattr(getattr(batch_norm_backward, "__globals__", {}).get(other_name),
-                        "__code__", None)
-        seen = []
-
-        def watch(frame, event, arg):
-            if event == "call" and frame.f_code is other:
-                seen.append(frame.f_code.co_name)
-
-        before = sys.getprofile()
-        sys.setprofile(watch)
-        try:
-            # converted while watched: a lazy result runs its code here
-            result = {key: to_array(value) for key, value in
-                      _call_bn_backward(batch_norm_backward, case).items()}
-        finally:
-            replaced = sys.getprofile() is not watch
-            sys.setprofile(before)
-        return {**result, "other_route": np.array(bool(seen) or replaced)}
+        # converted while watched: a lazy result runs its code here
+        result, ran = calling_own_functions(
+            batch_norm_backward, [other_name],
+            lambda: {key: to_array(value) for key, value in
+                     _call_bn_backward(batch_norm_backward, case).items()})
+        return {**result, "other_route": np.array(ran)}
     return call
 
 

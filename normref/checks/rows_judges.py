@@ -534,6 +534,15 @@ def _judge_spatial(case, output):
     slips = _spatial_gn_slips(case) if "num_groups" in case else _spatial_bn_slips(case)
     return _with_hint(problem, _first_matching_hint(output["y"], slips, case["x"].dtype))
 
+
+def _judge_spatial_gn_written_out(case, output):
+    if bool(np.asarray(output.get("ran_group_norm", False))):
+        return ("spatial_group_norm_forward ran your group_norm (or Exercise 2's functions"
+                " built on it, or stopped the grader's watch on what it runs): Exercise 6 asks"
+                " for the four axes written out, each reduction axis named by you")
+    return _judge_spatial(case, output)
+
+
 CHECKS = {
     "rows_group_norm": Check(_group_cases, _judge_group_norm),
     "rows_group_norm_limits": Check(_limit_cases, _judge_group_norm_limits),
@@ -544,5 +553,5 @@ CHECKS = {
     "rows_running_var_answers": Check(lambda rng: [("your two answers", {})],
                                       _judge_running_var_answers),
     "rows_spatial_batch_norm": Check(_spatial_bn_cases, _judge_spatial),
-    "rows_spatial_group_norm": Check(_spatial_gn_cases, _judge_spatial),
+    "rows_spatial_group_norm": Check(_spatial_gn_cases, _judge_spatial_gn_written_out),
 }

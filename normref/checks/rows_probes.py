@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from normref.checks._runner import run_check, to_array
+from normref.checks._runner import calling_own_functions, run_check, to_array
 
 
 def exception_classes(exc):
@@ -114,6 +114,15 @@ def check_spatial_batch_norm(spatial_batch_norm_forward):
     run_check("rows_spatial_batch_norm", spatial_batch_norm_forward, _call_spatial)
 
 
+def _call_spatial_on_its_own(function, case):
+    """_call_spatial, noting whether it ran Exercise 1's or 2's functions."""
+    result, ran = calling_own_functions(
+        function, ["group_norm", "instance_norm", "example_layer_norm"],
+        lambda: {key: to_array(value) for key, value in _call_spatial(function, case).items()})
+    return {**result, "ran_group_norm": np.array(ran)}
+
+
 def check_spatial_group_norm(spatial_group_norm_forward):
-    """Check spatial_group_norm_forward(x, gamma, beta, G, eps), x: (N, C, H, W)."""
-    run_check("rows_spatial_group_norm", spatial_group_norm_forward, _call_spatial)
+    """Check spatial_group_norm_forward(x, gamma, beta, G, eps), x: (N, C, H, W),
+    written without calling the notebook's group_norm."""
+    run_check("rows_spatial_group_norm", spatial_group_norm_forward, _call_spatial_on_its_own)

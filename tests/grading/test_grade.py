@@ -105,7 +105,7 @@ def test_grades_csv_lists_every_student_even_unreadable_ones(course, venv_env):
                              "late_penalty", "final_score", "status", "reason", "flags"]
     by_student = {row["student_id"]: row for row in rows}
     assert set(by_student) == {"ada", "broken", "empty"}
-    assert (by_student["ada"]["score"], by_student["ada"]["status"]) == ("8", "graded")
+    assert (by_student["ada"]["score"], by_student["ada"]["status"]) == ("9", "graded")
     for student in ("broken", "empty"):
         row = by_student[student]
         assert (row["score"], row["max_score"], row["status"]) == ("0", "9", "invalid")

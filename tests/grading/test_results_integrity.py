@@ -114,7 +114,7 @@ def test_a_blocked_result_folder_costs_one_student_not_the_run(course):
     results = grade_assignment(course=course, assignment=ASSIGNMENT, settings=SETTINGS,
                                workers=2, engine=GRADING_ENGINE, force=True)
     by_student = {r["student_id"]: r for r in results}
-    assert by_student["ada"]["score"] == 8 and by_student["ada"]["status"] == "graded"
+    assert by_student["ada"]["score"] == 9 and by_student["ada"]["status"] == "graded"
     assert by_student["other"]["status"] == "ungraded"
     assert by_student["blank"]["status"] == "graded"
     other.unlink()

@@ -109,6 +109,37 @@ def test_right_spatial_group_norms_pass():
     assert "all 6 cases passed" in passes(check_spatial_group_norm, looped_group_norm)
 
 
+_NOTEBOOK = """
+import numpy as np
+from normref.batchnorm import spatial_group_norm_forward as written_out
+
+
+def group_norm(x, num_groups, gamma, beta, eps=1e-5):
+    return written_out(x, gamma, beta, num_groups, eps)
+
+
+def spatial_group_norm_forward(x, gamma, beta, G, eps=1e-5):
+    return written_out(x, gamma, beta, G, eps)
+
+
+def through_exercise_1(x, gamma, beta, G, eps=1e-5):
+    mine = group_norm
+    return mine(x, G, gamma, beta, eps)
+"""
+
+
+def test_spatial_group_norm_is_graded_only_when_written_out():
+    """Exercise 6 asks for the four axes by hand: in one notebook, a spatial group
+    norm that runs the notebook's group_norm, under any name, earns nothing, with
+    the reason; one that does not call it passes."""
+    notebook = {}
+    exec(compile(_NOTEBOOK, "<notebook>", "exec"), notebook)
+    assert "all 6 cases passed" in passes(check_spatial_group_norm,
+                                           notebook["spatial_group_norm_forward"])
+    message = fails(check_spatial_group_norm, notebook["through_exercise_1"])
+    assert "ran your group_norm" in message and "four axes written out" in message
+
+
 # ---------------------------------------------------------------- slips are named
 
 

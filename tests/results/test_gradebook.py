@@ -265,8 +265,8 @@ def test_a_comment_and_score_typed_in_the_formgrader_survive_a_regrade_into_ever
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     nbgrader_page = (course.root / "feedback" / "ada" / ASSIGNMENT /
                      f"{NOTEBOOK}.html").read_text()
-    assert comment in nbgrader_page and f"{ASSIGNMENT} (Score: 7.5 / 8.0)" in nbgrader_page
+    assert comment in nbgrader_page and f"{ASSIGNMENT} (Score: 8.5 / 9.0)" in nbgrader_page
     with open(course.reports / ASSIGNMENT / "grades.csv", newline="") as f:
         (row,) = csv.DictReader(f)
-    assert (row["score"], row["final_score"]) == ("7.5", "7.5")
-    assert "7.5 / 8" in (course.reports / ASSIGNMENT / "feedback" / "ada.html").read_text()
+    assert (row["score"], row["final_score"]) == ("8.5", "8.5")
+    assert "8.5 / 9" in (course.reports / ASSIGNMENT / "feedback" / "ada.html").read_text()
