@@ -13,6 +13,9 @@ recorder names it (torch functions by qualified name, aten ops as "aten::<op>",
 the torch classes of the modules called and of the subject, "autograd" when the
 engine runs, and the Python library functions a policy lists by file and name),
 and fails with the grader's own sentence and the rule when a forbidden name ran.
+It returns None, so a test cell that ends with it prints nothing. The message
+names what the student wrote (numpy.var, torch.nn.LayerNorm), not the library's
+internals that ran (numpy._core._methods._var, aten::native_layer_norm).
 The visible test cells call it; the grader still decides with its own recorder.
 
 The cell is written from the policy, never by hand: `refresh` rewrites it in the
@@ -29,6 +32,22 @@ from autograder.grading import forbidden
 
 CELL_ID = "course_rules"
 
+# The public name a student calls, for each Python library function a policy may
+# list ({file: [function]}, as grading.forbidden reads it): Validate names what the
+# student wrote, not the internal function that ran (np.var and an array's .var()
+# both run numpy._core._methods._var).
+NAMES_AS_WRITTEN = {
+    "_methods": {"_var": "numpy.var", "_std": "numpy.std"},
+    "nanfunctions": {"nanvar": "numpy.nanvar", "nanstd": "numpy.nanstd"},
+    "function_base": {"cov": "numpy.cov", "corrcoef": "numpy.corrcoef"},
+    "statistics": {name: f"statistics.{name}" for name in (
+        "pvariance", "pstdev", "variance", "stdev", "covariance", "correlation")},
+    "numpy/ma/core.py": {"var": "numpy.ma.var", "std": "numpy.ma.std"},
+    # _std_var is what torch.masked's var and std share
+    "torch/masked/_ops.py": {"var": "torch.masked.var", "std": "torch.masked.std",
+                             "_std_var": "torch.masked.var"},
+}
+
 _HEADER = '''\
 # The assignment's rules on library calls (read-only). The test cells call
 # follows_rules to run your code while noting what it executes, so that
@@ -36,6 +55,7 @@ _HEADER = '''\
 # The grader checks the same rules on its own.
 import contextlib
 import fnmatch
+import re
 import sys
 import textwrap
 
@@ -123,16 +143,24 @@ def _noting_python(library_used, library_functions):
         yield
         return
 
-    def note(frame, event, arg):
-        if event != "call":
-            return
-        path = frame.f_code.co_filename.replace("\\\\", "/")
+    def listed_as(code):
+        path = code.co_filename.replace("\\\\", "/")
         for where, names in library_functions.items():
             found = (path.endswith(where) if "/" in where
                      else where in path.rsplit("/", 1)[-1])
-            if found and frame.f_code.co_name in names:
-                module = frame.f_globals.get("__name__", where)
-                library_used.add(f"{module}.{frame.f_code.co_name}")
+            if found and code.co_name in names:
+                return where
+        return None
+
+    def note(frame, event, arg):
+        if event != "call":
+            return
+        where = listed_as(frame.f_code)
+        # np.std runs numpy's _var inside its _std: the student called one
+        caller = frame.f_back
+        if where and not (caller and listed_as(caller.f_code)):
+            name = frame.f_code.co_name
+            library_used.add(PUBLIC_NAMES[where][name])
 
     before = sys.getprofile()
     sys.setprofile(note)
@@ -142,24 +170,33 @@ def _noting_python(library_used, library_functions):
         sys.setprofile(before)
 
 
+def _as_written(names):
+    """The names a student wrote: torch's modules as torch.nn.<Module>, and
+    torch's internals (aten operators, private names) only if nothing else."""
+    shown = {re.sub(r"^torch\\.nn\\.modules\\.\\w+\\.", "torch.nn.", name)
+             for name in names}
+    public = {name for name in shown if not name.startswith("aten::")
+              and not any(part.startswith("_") for part in name.split("."))}
+    return sorted(public or shown)
+
+
 def follows_rules(exercise, call, *, subject=None):
     """Call call() as the grader would; fail, saying the rule, if it runs
-    something `exercise` forbids. Returns what call() returns."""
+    something `exercise` forbids. Returns None."""
     rule = RULES[exercise]
     executed, library_used = set(), set()
     with _noting_torch(executed), _noting_python(
             library_used, rule.get("library_functions", {})):
-        result = call()
+        call()
     if subject is not None:
         executed |= _torch_classes(subject if isinstance(subject, type)
                                    else type(subject))
-    used = sorted(library_used | {name for name in executed if any(
-        _covered(pattern, name) for pattern in rule["forbidden"])})
-    # on lines short enough for Validate, which cuts longer ones
+    used = library_used | {name for name in executed if any(
+        _covered(pattern, name) for pattern in rule["forbidden"])}
     assert not used, "\\n" + textwrap.fill(
-        "while this test called your code, it used " + ", ".join(used)
-        + ", which this exercise forbids. " + rule["rule"], width=78)
-    return result
+        "while this test called your code, it used "
+        + ", ".join(_as_written(used)) + ", which this exercise forbids. "
+        + rule["rule"], width=78)
 '''
 
 
@@ -171,7 +208,39 @@ def rules_source(assignment, *, policies_dir=forbidden.POLICIES_DIR):
     rules = {gid: {key: cell[key] for key in ("rule", "forbidden", "library_functions")
                    if key in cell}
              for gid, cell in cells.items()}
-    return (_HEADER + "RULES = " + _as_python(rules) + "\n" + _FUNCTIONS).rstrip("\n")
+    names = _names_as_written(assignment, rules)
+    public = ("\n# What a student calls, for each library function above that the\n"
+              "# test cells note by its file and name.\nPUBLIC_NAMES = "
+              + _as_python_table(names) + "\n") if names else ""
+    return (_HEADER + "RULES = " + _as_python(rules) + "\n" + public
+            + _FUNCTIONS).rstrip("\n")
+
+
+def _names_as_written(assignment, rules):
+    """{file: {function: public name}} of the library functions `rules` list."""
+    names = {}
+    for cell in rules.values():
+        for where, functions in cell.get("library_functions", {}).items():
+            for function in functions:
+                public = NAMES_AS_WRITTEN.get(where, {}).get(function)
+                if public is None:
+                    raise ValueError(
+                        f"{assignment}'s policy lists {function} of {where}, which "
+                        f"rules_cell.NAMES_AS_WRITTEN does not name: add the name a "
+                        f"student calls it by, for Validate to show")
+                names.setdefault(where, {})[function] = public
+    return names
+
+
+def _as_python_table(names):
+    """{file: {function: public name}} as Python source, one pair a line."""
+    lines = ["{"]
+    for where, functions in names.items():
+        lines.append(f"    {json.dumps(where)}: {{")
+        lines += [f"        {json.dumps(function)}: {json.dumps(public)},"
+                  for function, public in functions.items()]
+        lines.append("    },")
+    return "\n".join(lines + ["}"])
 
 
 def _wrapped_items(items, indent):
@@ -186,7 +255,8 @@ def _as_python(rules):
     for gid, cell in rules.items():
         lines.append(f"    {json.dumps(gid)}: {{")
         lines.append('        "rule": (')
-        pieces = textwrap.wrap(cell["rule"], width=64, drop_whitespace=False,
+        # 63: with its indent, quotes and "),", the last piece still fits
+        pieces = textwrap.wrap(cell["rule"], width=63, drop_whitespace=False,
                                break_on_hyphens=False, break_long_words=False)
         lines += [f"            {json.dumps(piece, ensure_ascii=False)}" for piece in pieces]
         lines[-1] += "),"

@@ -177,34 +177,68 @@ questions) and an **assignment** that is graded when you hand it in.
 - **Colab** (a Google account): press a Colab link in the table. Run the notebook's
   first code cell (under the title) before the others: it prepares Colab (its widget
   manager, and for unit 07 Triton if the runtime lacks it) and does nothing anywhere
-  else. Unit 07
-  compiles its kernels on a GPU: choose *Runtime > Change runtime type > GPU*;
-  on a CPU runtime it runs them in Triton's interpreter instead.
+  else. **Only unit 07 needs a GPU runtime**: for its lesson and its assignment,
+  choose *Runtime > Change runtime type > GPU* before you run anything. Units 01 to
+  06 run on Colab's default CPU runtime. (On a CPU runtime unit 07 still runs, its
+  kernels in Triton's interpreter, but nothing is timed on a GPU.)
 - **Your own machine** (Python 3.11; Linux on x86-64 or ARM, macOS 14 or later on
   Apple silicon, or Windows on x86-64: PyTorch has no build for Intel Macs, use Colab
-  or Binder there). On Linux or macOS:
+  or Binder there).
+
+  First check that you have Python 3.11: in a terminal, `python3.11 --version` on
+  Linux or macOS, `py -3.11 --version` on Windows, must print `Python 3.11.` and a
+  number. If it prints an error instead, install Python 3.11 (from
+  <https://www.python.org/downloads/> on macOS and Windows, from your distribution's
+  packages on Linux), or use conda (below), which installs Python 3.11 itself.
+
+  On Linux, `pip install -r requirements.txt` takes PyTorch's GPU build (several GB).
+  If you have no NVIDIA GPU, type this line instead of the `pip install` line of the
+  steps below, for the much smaller CPU build (environment.yml does the same):
+  `pip install --extra-index-url https://download.pytorch.org/whl/cpu -r requirements.txt`
+
+  Then, on Linux or macOS, type these lines in this order. The two `jupyter ...
+  disable` lines switch off nbgrader's menus for running a course (Binder does the
+  same; the Validate button stays); they come before `jupyter lab`, which keeps the
+  terminal busy until you stop it (Ctrl+C):
 
   ```bash
   git clone {repo.url}.git
   cd {repo.name}
-  python3.11 -m venv .venv && . .venv/bin/activate
+  python3.11 -m venv .venv
+  . .venv/bin/activate
   pip install -r requirements.txt
+  {student_tools}
   jupyter lab
   ```
 
-  On Windows, in PowerShell: `py -3.11 -m venv .venv`, then
-  `.venv\\Scripts\\Activate.ps1`, then the same `pip install -r requirements.txt` and
-  `jupyter lab`. Or, anywhere, with conda: `conda env create -f environment.yml` then
-  `conda activate layernorm-course`.
-  On Linux, `pip install` takes PyTorch's GPU build (several GB); if you have no
-  NVIDIA GPU, add `--extra-index-url https://download.pytorch.org/whl/cpu` for the
-  much smaller CPU build (environment.yml already does).
-  Once, after installing, switch off nbgrader's menus for running a course (Binder
-  does the same; the Validate button stays), in the same terminal:
+  On Windows, in PowerShell, in this order. PowerShell refuses to run
+  `Activate.ps1` under its default execution policy; the `Set-ExecutionPolicy` line
+  allows it for your account, once (answer `Y` if it asks). In cmd.exe instead of
+  PowerShell, skip that line and activate with `.venv\\Scripts\\activate.bat`.
 
-  ```
+  ```powershell
+  git clone {repo.url}.git
+  cd {repo.name}
+  py -3.11 -m venv .venv
+  Set-ExecutionPolicy -Scope CurrentUser RemoteSigned
+  .venv\\Scripts\\Activate.ps1
+  pip install -r requirements.txt
   {student_tools}
+  jupyter lab
   ```
+
+  Or, anywhere, with conda:
+
+  ```bash
+  conda env create -f environment.yml
+  conda activate layernorm-course
+  {student_tools}
+  jupyter lab
+  ```
+
+  Next time, only activate the environment (`. .venv/bin/activate`,
+  `.venv\\Scripts\\Activate.ps1` or `conda activate layernorm-course`) and run
+  `jupyter lab`.
 
   Units 01 to 06 need no GPU. Unit 07 writes GPU kernels in Triton, which installs
   on Linux only: there it runs them on an NVIDIA GPU, or in Triton's interpreter on

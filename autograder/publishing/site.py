@@ -6,10 +6,11 @@ widgets' state); Jupyter Book (1.x, Sphinx with MyST-NB) renders the results:
 figures, printed tables, and every widget in the state the lesson leaves it in,
 drawn by the ipywidgets HTML manager (the sliders sit at their defaults, the figure
 they drive is the one drawn for those values). No kernel answers a widget there, so
-its controls are disabled and a note above each cell's widgets says so, with links
+its controls are disabled and a note above each cell's controls says so, with links
 to run that lesson on Binder and Colab (the lessons themselves are left as they are).
-Each page links to its notebook on Binder and Colab (the book's launch buttons), to
-the previous and the next unit, and to the whole table of contents.
+Each page links to its notebook on Binder and Colab (the book's launch buttons), ends
+on its unit's assignment (links to open it on Binder and Colab), and links to the
+previous and the next unit, and to the whole table of contents.
 
 The pages load nothing from other sites: MathJax and the widget manager come from the
 npm registry at build time (pinned below, kept in npm's own cache) and are served
@@ -42,7 +43,14 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
 from autograder.course import Course, path_with_tools
-from autograder.publishing.edition import COLAB, LESSON_DATA, LESSONS_DIR, Repository, units
+from autograder.publishing.edition import (
+    COLAB,
+    LESSON_DATA,
+    LESSONS_DIR,
+    Repository,
+    notebook_title,
+    units,
+)
 
 # The browser-side code the pages load, from the npm registry. Only these files of
 # each package are served (with the packages' licence files).
@@ -300,23 +308,72 @@ def _static_widgets_note(binder, colab):
         "text/plain": text.format(binder=f"Binder ({binder})", colab=f"Colab ({colab})")})
 
 
+def _held_models(model_id, saved):
+    """The ids of the saved models a widget view draws: its own and, through the
+    references in their states (children, layout, an Output's own widget views),
+    every model it holds."""
+    held, waiting = set(), [model_id]
+    while waiting:
+        current = waiting.pop()
+        if current in held or current not in saved:
+            continue
+        held.add(current)
+        waiting += _referenced(saved[current]["state"])
+    return held
+
+
+def _referenced(value):
+    """The model ids a saved widget state refers to."""
+    if isinstance(value, str):
+        return [value.removeprefix("IPY_MODEL_")] if value.startswith("IPY_MODEL_") else []
+    if isinstance(value, list):
+        return [model for item in value for model in _referenced(item)]
+    if isinstance(value, dict):
+        view = value.get("model_id")
+        return ([view] if isinstance(view, str) else []) + [
+            model for item in value.values() for model in _referenced(item)]
+    return []
+
+
 def with_static_widgets(notebook, repo, lesson_path):
     """The executed lesson as its page shows it. A page keeps the widgets' saved
     state but no kernel, so a control moved there would change nothing it drives:
-    every control in the state is disabled, and above each cell's first widget a note
-    says so and links to the lesson (`lesson_path` in the edition) on Binder and Colab.
-    A lesson without widgets comes back equal to `notebook`, which is left as it is."""
+    every control in the state (a model with a `disabled` trait) is disabled, and
+    above the first of a cell's widgets that holds a control a note says so and links
+    to the lesson (`lesson_path` in the edition) on Binder and Colab; widgets with
+    nothing to move (an Output, an HTML text) get no note. A lesson without widgets
+    comes back equal to `notebook`, which is left as it is."""
     shown = copy.deepcopy(notebook)
-    for cell in shown.cells:
-        views = [index for index, output in enumerate(cell.get("outputs", []))
-                 if WIDGET_VIEW in output.get("data", {})]
-        if views:
-            cell.outputs.insert(views[0], _static_widgets_note(repo.binder(lesson_path),
-                                                               repo.colab(lesson_path)))
     saved = shown.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
-    for model in saved.values():
-        if "disabled" in model["state"]:
-            model["state"]["disabled"] = True
+    controls = {model_id for model_id, model in saved.items()
+                if "disabled" in model["state"]}
+    for cell in shown.cells:
+        with_controls = [
+            index for index, output in enumerate(cell.get("outputs", []))
+            if WIDGET_VIEW in output.get("data", {}) and controls & _held_models(
+                output.data[WIDGET_VIEW].get("model_id"), saved)]
+        if with_controls:
+            cell.outputs.insert(with_controls[0], _static_widgets_note(
+                repo.binder(lesson_path), repo.colab(lesson_path)))
+    for model_id in controls:
+        saved[model_id]["state"]["disabled"] = True
+    return shown
+
+
+def with_assignment_links(notebook, repo, unit):
+    """The lesson as its page shows it, ending on its unit's assignment: the
+    assignment's title and links to open it on Binder and Colab. A unit without an
+    assignment comes back equal to `notebook`, which is left as it is."""
+    shown = copy.deepcopy(notebook)
+    if unit.assignment_path is None:
+        return shown
+    shown.cells.append(nbformat.v4.new_markdown_cell(
+        f"## This unit's assignment\n\n"
+        f"**Assignment {unit.number}: {notebook_title(unit.assignment)}.** Open it on "
+        f"[Binder]({repo.binder(unit.assignment_path)}) or "
+        f"[Colab]({repo.colab(unit.assignment_path)}), replace each "
+        f"`raise NotImplementedError()` with your code, and hand in the notebook where "
+        f"your course collects work."))
     return shown
 
 
@@ -394,8 +451,9 @@ def run_lesson(unit, out, *, runs, log=sys.stderr):
 
 def stage(*, course, repo, folder, asset_cache, runs=None, log=sys.stderr):
     """Write the book's sources into `folder`: configuration, table of contents, the
-    first page, every lesson as it is after a run (its widgets shown as static; an
-    unchanged lesson's last run is taken from `runs`), and the static files."""
+    first page, every lesson as it is after a run (its widgets shown as static, its
+    assignment linked at the end; an unchanged lesson's last run is taken from
+    `runs`), and the static files."""
     if not units(course):
         raise SiteError(f"no lessons in {course.root / LESSONS_DIR}")
     (folder / LESSONS_DIR).mkdir(parents=True, exist_ok=True)
@@ -403,7 +461,8 @@ def stage(*, course, repo, folder, asset_cache, runs=None, log=sys.stderr):
         staged = folder / LESSONS_DIR / unit.lesson.name
         run_lesson(unit, staged, runs=runs, log=log)
         executed = nbformat.read(staged, as_version=4)
-        nbformat.write(with_static_widgets(executed, repo, unit.lesson_path), staged)
+        page = with_static_widgets(executed, repo, unit.lesson_path)
+        nbformat.write(with_assignment_links(page, repo, unit), staged)
     folders = install_assets(folder / "_assets", asset_cache, log)
     (folder / "_assets" / "course.js").write_text(COURSE_JS)
     (folder / "_assets" / "course.css").write_text(COURSE_CSS)

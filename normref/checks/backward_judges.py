@@ -802,28 +802,33 @@ def _bn_shift_truth():
                        np.allclose(y(column), y(x), atol=1e-12))
 
 
+ONE_LETTER = "one letter"
+LETTERS_THAT_APPLY = "the letters that apply"
+# {check: (its question, what the answer is, the truth)}
 _ANSWERS = {
     "backward_rms_zero_answer": (
         "which quantity is zero for RMSNorm's dx (eps = 0), for every token and every dy",
-        _rms_zero_truth),
+        ONE_LETTER, _rms_zero_truth),
     "backward_gn_zero_sums_answer": (
-        "which sums of GroupNorm's dx are zero for every dy", _gn_zero_sums_truth),
+        "which sums of GroupNorm's dx are zero for every dy", LETTERS_THAT_APPLY,
+        _gn_zero_sums_truth),
     "backward_blind_check_answer": (
         "which wrong dx a gradient check with dy = 1 and gamma = 1 cannot catch",
-        _blind_check_truth),
+        ONE_LETTER, _blind_check_truth),
     "backward_bn_shift_answer": (
         "which shift of x leaves BatchNorm's training-mode output unchanged",
-        _bn_shift_truth),
+        ONE_LETTER, _bn_shift_truth),
 }
 
 
 def _answer_judge(name):
-    question, truth = _ANSWERS[name]
+    question, expected, truth = _ANSWERS[name]
 
     def judge(case, output):
         given = _letters(output["answer"])
         if not given:
-            return f"no answer given to: {question} (write letters from a to d)"
+            # the visible test's words for an answer left as released
+            return f"give your answer: {expected}, from a to d"
         if given != truth():
             return f"not right yet: {question} (you answered {given})"
         return None

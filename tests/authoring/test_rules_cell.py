@@ -1,11 +1,15 @@
 """Validate tells the truth: a hand-in that breaks an assignment's rules on library calls
 fails nbgrader's Validate with the rule, in the grader's words, before it is handed in."""
 
+import json
+import statistics
 import subprocess
 import sys
 
 import nbformat
+import numpy as np
 import pytest
+import torch
 
 from autograder.authoring import rules_cell
 from autograder.grading import forbidden
@@ -16,13 +20,15 @@ WITH_RULES = ["01_the_recipe", "02_rows_versus_columns", "03_pytorch_layernorm",
               "04_backward_pass"]
 
 # One answer per assignment that is correct but breaks its rule, as a student might
-# write it; the cell it replaces in the perfect sample hand-in, and the rule's cell.
+# write it; the cell it replaces in the perfect sample hand-in, the rule's cell, and
+# what Validate says the answer used: the names the student wrote.
 RULE_BREAKERS = {
-    "01_the_recipe": ("token_var_answer", "token_var_correct", '''\
+    "01_the_recipe": ("token_var_answer", "token_var_correct", "numpy.var", '''\
 def token_var(x):
     return np.var(np.asarray(x, dtype=np.float64), axis=-1)
 '''),
-    "02_rows_versus_columns": ("group_norm_answer", "group_norm_correct", '''\
+    "02_rows_versus_columns": ("group_norm_answer", "group_norm_correct",
+                               "torch.nn.functional.group_norm", '''\
 def group_norm(x, num_groups, gamma, beta, eps=1e-5):
     if np.shape(x)[1] % num_groups:
         raise ValueError("channels must split into groups")
@@ -30,11 +36,13 @@ def group_norm(x, num_groups, gamma, beta, eps=1e-5):
         torch.as_tensor(x), num_groups, torch.as_tensor(gamma),
         torch.as_tensor(beta), eps).numpy()
 '''),
-    "03_pytorch_layernorm": ("my_layer_norm_answer", "mln_parameters", '''\
+    "03_pytorch_layernorm": ("my_layer_norm_answer", "mln_parameters",
+                             "torch.nn.LayerNorm", '''\
 class MyLayerNorm(nn.LayerNorm):
     """Borrowed, not built."""
 '''),
-    "04_backward_pass": ("rms_answer", "rms_backward_dx", '''\
+    "04_backward_pass": ("rms_answer", "rms_backward_dx",
+                         "autograd, torch.Tensor.backward", '''\
 def rms_norm_backward(dy, x, gamma, eps=1e-5):
     x = torch.tensor(x, requires_grad=True)
     g = torch.tensor(gamma, requires_grad=True)
@@ -94,6 +102,61 @@ def test_a_pattern_covers_a_name_in_validate_exactly_when_it_does_in_the_grader(
                 (pattern, name)
 
 
+def test_follows_rules_returns_nothing_so_a_test_cell_ending_with_it_prints_nothing():
+    follows_rules = _rules_namespace("03_pytorch_layernorm")["follows_rules"]
+    assert follows_rules("mln_forward", lambda: torch.ones(3)) is None
+
+
+# What a student may write, and the name Validate must give it: the public one,
+# whatever numpy or torch runs inside (np.std runs numpy's _methods._std and _var).
+CALLS_AS_WRITTEN = [
+    ("numpy.var(far, axis=-1)", "numpy.var"),
+    ("far.var(axis=-1)", "numpy.var"),
+    ("numpy.std(far, axis=-1)", "numpy.std"),
+    ("numpy.nanvar(far, axis=-1)", "numpy.nanvar"),
+    ("numpy.nanstd(far, axis=-1)", "numpy.nanstd"),
+    ("numpy.cov(far)", "numpy.cov"),
+    ("numpy.corrcoef(far)", "numpy.corrcoef"),
+    ("numpy.ma.var(numpy.ma.masked_invalid(far), axis=-1)", "numpy.ma.var"),
+    ("numpy.ma.std(numpy.ma.masked_invalid(far), axis=-1)", "numpy.ma.std"),
+    ("statistics.pvariance(list(far[0]))", "statistics.pvariance"),
+    ("statistics.stdev(list(far[0]))", "statistics.stdev"),
+    ("torch.masked.var(torch.tensor(far), -1, mask=torch.ones(far.shape, dtype=bool))",
+     "torch.masked.var"),
+    ("torch.masked.std(torch.tensor(far), -1, mask=torch.ones(far.shape, dtype=bool))",
+     "torch.masked.std"),
+    ("torch.var(torch.tensor(far), -1)", "torch.var"),
+    ("torch.tensor(far).std(-1)", "torch.Tensor.std"),
+    ("torch.nn.functional.layer_norm(torch.tensor(far), (64,))",
+     "torch.nn.functional.layer_norm"),
+    ("torch.nn.LayerNorm(64, dtype=torch.float64)(torch.tensor(far))",
+     "torch.nn.LayerNorm, torch.nn.functional.layer_norm"),
+]
+
+
+@pytest.mark.parametrize("call, as_written", CALLS_AS_WRITTEN, ids=[c for c, _ in CALLS_AS_WRITTEN])
+def test_validate_names_what_the_student_called_not_the_librarys_internals(call, as_written):
+    namespace = _rules_namespace("01_the_recipe")
+    far = np.random.default_rng(1).normal(size=(3, 64))
+    scope = {"numpy": np, "torch": torch, "statistics": statistics, "far": far}
+    for name in as_written.split(", "):  # each a name the student can call
+        assert callable(eval(name, scope)), name
+    with pytest.raises(AssertionError) as refused:
+        namespace["follows_rules"]("token_var_correct", lambda: eval(call, scope))
+    said = " ".join(str(refused.value).split())
+    assert said.startswith(f"while this test called your code, it used {as_written}, "
+                           f"which this exercise forbids."), said
+
+
+def test_a_policy_listing_a_library_function_validate_cannot_name_is_refused(tmp_path):
+    policy = {"cells": {"token_var_correct": {
+        "rule": "While the grader calls your token_var, it must not run numpy's var.",
+        "forbidden": ["torch.var"], "library_functions": {"_methods": ["_var", "_mean"]}}}}
+    (tmp_path / "01_the_recipe.json").write_text(json.dumps(policy))
+    with pytest.raises(ValueError, match="_mean of _methods.*NAMES_AS_WRITTEN"):
+        rules_cell.rules_source("01_the_recipe", policies_dir=tmp_path)
+
+
 def test_a_release_whose_rules_cell_is_missing_is_refused(tmp_path):
     notebook = nbformat.read(REPO / "source" / "01_the_recipe" / "01_the_recipe.ipynb",
                              as_version=4)
@@ -112,7 +175,7 @@ def _validate(path, env):
 @pytest.mark.parametrize("assignment", WITH_RULES)
 def test_validate_fails_with_the_rule_on_a_hand_in_that_breaks_it(assignment, tmp_path,
                                                                    venv_env):
-    answer_id, graded_id, breaking = RULE_BREAKERS[assignment]
+    answer_id, graded_id, as_written, breaking = RULE_BREAKERS[assignment]
     handin = nbformat.read(REPO / "autograder" / "examples" / assignment / "ada_perfect.ipynb",
                            as_version=4)
     for cell in handin.cells:
@@ -122,5 +185,6 @@ def test_validate_fails_with_the_rule_on_a_hand_in_that_breaks_it(assignment, tm
     nbformat.write(handin, path)
     done = _validate(path, venv_env)
     assert "Success!" not in done.stdout
-    assert "which this exercise forbids. " + forbidden.load_rules(assignment)[graded_id] \
-        in " ".join(done.stdout.split()), done.stdout[-3000:]
+    said = " ".join(done.stdout.split())
+    assert f"it used {as_written}, which this exercise forbids. " \
+        + forbidden.load_rules(assignment)[graded_id] in said, done.stdout[-3000:]

@@ -5,11 +5,13 @@ differences and the course's worked facts; the checks against right and wrong co
 import re
 import warnings
 
+import nbformat
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import REPO
 from normref import backward, batchnorm
 from normref.checks import (
     CheckFailed,
@@ -1583,8 +1585,30 @@ def test_answers_are_judged_with_the_question_named(name, question, right, wrong
     for answer in wrong:
         assert judge({}, {"answer": np.array(answer)}) == (
             f"not right yet: {question} (you answered {J._letters(answer)})")
-    assert judge({}, {"answer": np.array("None")}) == (
-        f"no answer given to: {question} (write letters from a to d)")
+    assert judge({}, {"answer": np.array("None")}) == \
+        f"give your answer: {J._ANSWERS[name][1]}, from a to d"
+
+
+# The released test cell of each inline answer, and the name the answer is stored in.
+ANSWER_CELLS = {"backward_rms_zero_answer": ("rms_zero_correct", "rms_zero"),
+                "backward_gn_zero_sums_answer": ("gn_zero_sums_correct", "gn_zero_sums"),
+                "backward_blind_check_answer": ("blind_check_correct", "blind_check"),
+                "backward_bn_shift_answer": ("bn_shift_correct", "bn_shift")}
+
+
+@pytest.mark.parametrize("name", sorted(ANSWER_CELLS))
+def test_an_answer_left_as_released_gets_the_same_words_from_validate_and_the_grader(name):
+    """Left as released (None), a letter answer fails its visible test and the hidden
+    judge with one sentence: give your answer, how many letters, from which."""
+    grade_id, variable = ANSWER_CELLS[name]
+    release = REPO / "release" / "04_backward_pass" / "04_backward_pass.ipynb"
+    (cell,) = [c for c in nbformat.read(release, as_version=4).cells
+               if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    with pytest.raises(AssertionError) as visible:
+        exec(cell.source, {variable: None})
+    hidden = J._answer_judge(name)({}, {"answer": np.array(str(None))})
+    assert str(visible.value) == hidden
+    assert hidden.startswith("give your answer: ") and hidden.endswith(", from a to d")
 
 
 # ----- the probes ----------------------------------------------------------------------------

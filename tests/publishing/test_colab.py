@@ -167,3 +167,16 @@ def test_lesson_07_on_colab_compiles_on_a_gpu_and_interprets_on_a_cpu(cuda):
         assert outcome["triton_interpret"] is None, "compiled kernels, not the interpreter"
     else:
         assert outcome["device"] == "cpu" and outcome["triton_interpret"] == "1"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(REPO)))
+def test_only_unit_07_asks_for_a_gpu_runtime_and_says_so_under_its_title(path):
+    """A student on Colab learns which runtime to choose before running anything: the
+    title cell of unit 07's lesson and assignment says that this unit alone needs a
+    GPU runtime, and where Colab sets it; no other notebook asks for one."""
+    title = " ".join(nbformat.read(path, as_version=4).cells[0].source.split())
+    asks = "choose a GPU runtime" in title
+    assert asks == path.name.startswith("07_"), title[:300]
+    if asks:
+        assert "*Runtime > Change runtime type > GPU*" in title
+        assert "the only unit of the course that needs one" in title

@@ -10,6 +10,7 @@ COURSE_SKIP_EDITION_VENV=1 skips them.
 import json
 import re
 import shlex
+import shutil
 import subprocess
 
 import nbformat
@@ -107,12 +108,15 @@ def test_the_laptop_steps_leave_validate_and_no_course_menu_in_jupyterlab(
                                *shlex.split(command)[1:]], capture_output=True, text=True,
                               env=env, timeout=600, cwd=edition)
         assert done.returncode == 0, done.stdout + done.stderr
-    (assignment,) = sorted((edition / ASSIGNMENTS_DIR).glob("01_*/*.ipynb"))
-    lab = labbrowser.JupyterLab(edition, tmp_path / "lab",
+    # a copy: JupyterLab writes a checkpoint beside the notebook it opens, and the
+    # edition is shared with the tests of what it holds
+    opened = shutil.copytree(edition, tmp_path / "edition")
+    (assignment,) = sorted((opened / ASSIGNMENTS_DIR).glob("01_*/*.ipynb"))
+    lab = labbrowser.JupyterLab(opened, tmp_path / "lab",
                                 python=edition_env["python"]).start()
     try:
         page = browser.new_page()
-        page.goto(lab.url(f"lab/tree/{assignment.relative_to(edition).as_posix()}"))
+        page.goto(lab.url(f"lab/tree/{assignment.relative_to(opened).as_posix()}"))
         page.get_by_role("button", name="Validate").first.wait_for(timeout=120_000)
         menus = page.locator(".lm-MenuBar-itemLabel").all_inner_texts()
         assert "File" in menus and not any("nbgrader" in m.lower() for m in menus), menus

@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -203,6 +204,59 @@ def test_readme_lists_each_unit_with_its_links_and_the_layout(course):
     assert "| unit | lesson | assignment |" in bare_lines
     assert WHAT_IS_HERE.replace(
         "docs/            the site: the lessons as web pages, run and rendered\n", "") in bare
+
+
+CPU_TORCH = "--extra-index-url https://download.pytorch.org/whl/cpu"
+
+
+def _command_blocks(text):
+    """[(language, [command])] of the README's fenced blocks."""
+    return [(language, [line.strip() for line in body.splitlines() if line.strip()])
+            for language, body in re.findall(r"```(\w*)\n(.*?)```", text, re.S)]
+
+
+def test_readme_laptop_steps_work_when_typed_in_the_order_given(course):
+    """A student types each block top to bottom: the menus are switched off before
+    `jupyter lab` takes the terminal, pip runs in the activated environment, PowerShell
+    is allowed to run Activate.ps1 before it is asked to, and what changes a command
+    (the CPU build of torch) is said before the command, not after it."""
+    text = pub.readme(course, REPO_, with_site=False)
+    launches = [(language, lines) for language, lines in _command_blocks(text)
+                if "jupyter lab" in lines]
+    assert [language for language, _ in launches] == ["bash", "powershell", "bash"]
+    for language, lines in launches:
+        assert lines[-1] == "jupyter lab"
+        for tool in pub.STUDENT_TOOLS_ONLY:
+            assert lines.index(tool) < lines.index("jupyter lab"), (language, tool)
+        installed = [i for i, line in enumerate(lines)
+                     if line.startswith(("pip install", "conda env create"))]
+        activated = [i for i, line in enumerate(lines)
+                     if "activate" in line.lower() and "conda env" not in line]
+        assert len(installed) == len(activated) == 1, lines
+        assert max(installed + activated) < lines.index(pub.STUDENT_TOOLS_ONLY[0])
+    (linux, powershell, conda) = (lines for _, lines in launches)
+    assert linux[2:5] == ["python3.11 -m venv .venv", ". .venv/bin/activate",
+                          "pip install -r requirements.txt"]
+    assert powershell[2:6] == ["py -3.11 -m venv .venv",
+                               "Set-ExecutionPolicy -Scope CurrentUser RemoteSigned",
+                               ".venv\\Scripts\\Activate.ps1",
+                               "pip install -r requirements.txt"]
+    assert ".venv\\Scripts\\activate.bat" in text  # cmd.exe needs no policy change
+    assert conda[:2] == ["conda env create -f environment.yml",
+                         "conda activate layernorm-course"]
+    first_block = text.index("```bash")
+    for check in ("`python3.11 --version`", "`py -3.11 --version`"):
+        assert text.index(check) < first_block, check
+    assert text.index("https://www.python.org/downloads/") < first_block
+    assert text.index(f"`pip install {CPU_TORCH} -r requirements.txt`") < first_block
+    assert CPU_TORCH not in "".join(line for _, lines in launches for line in lines)
+
+
+def test_readme_says_plainly_that_only_unit_07_needs_a_gpu_runtime_on_colab(course):
+    text = " ".join(pub.readme(course, REPO_, with_site=False).split())
+    assert "Only unit 07 needs a GPU runtime" in text
+    assert "*Runtime > Change runtime type > GPU*" in text
+    assert "Units 01 to 06 run on Colab's default CPU runtime" in text
 
 
 def test_readme_of_a_course_whose_first_unit_has_no_assignment(tmp_path):

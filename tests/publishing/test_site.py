@@ -85,10 +85,14 @@ PAGE_FACTS = """() => {
         'script[type="application/vnd.jupyter.widget-view+json"]').length,
     widgetsDrawn: document.querySelectorAll('.widget-subarea .jupyter-widgets').length,
     notes: document.querySelectorAll(NOTE).length,
-    notesByWidgetOutput: [...document.querySelectorAll('.cell_output')]
+    // Per cell output with widgets: its notes, and the controls drawn in it.
+    widgetOutputs: [...document.querySelectorAll('.cell_output')]
         .filter(o => o.querySelector(
             'script[type="application/vnd.jupyter.widget-view+json"]'))
-        .map(o => o.querySelectorAll(NOTE).length),
+        .map(o => ({notes: o.querySelectorAll(NOTE).length,
+                    controls: o.querySelectorAll(
+                        '.jupyter-widgets :is(input, select, button, textarea, .noUi-target)')
+                        .length})),
   };
 }"""
 
@@ -306,18 +310,19 @@ def test_sliders_cannot_be_moved_on_the_site(opened):
                 f"{path}: slider {tried['label']} moved: {tried}"
 
 
-def test_each_widget_says_it_is_static_and_links_to_its_lesson_live(site, opened):
-    """Just above the widgets of each cell, a note says they are static on this page
-    and links to this same lesson on Binder and Colab; pages without widgets have no
-    note."""
+def test_each_control_says_it_is_static_and_links_to_its_lesson_live(site, opened):
+    """Just above the controls of each cell, a note says they are static on this page
+    and links to this same lesson on Binder and Colab; widgets with nothing to move
+    (a figure in an Output, an HTML text) and pages without widgets have no note."""
     lessons = {unit.page: unit for unit in units(Course.at(site[2]))}
     for path, (facts, _) in opened.items():
         if not facts["widgetViews"]:
             assert facts["notes"] == 0, f"{path}: a note without widgets"
             continue
-        assert set(facts["notesByWidgetOutput"]) == {1}, \
-            f"{path}: notes per output with widgets: {facts['notesByWidgetOutput']}"
-        assert facts["notes"] == len(facts["notesByWidgetOutput"]), path
+        for output in facts["widgetOutputs"]:
+            assert output["notes"] == (1 if output["controls"] else 0), \
+                f"{path}: notes and controls per output with widgets: {facts['widgetOutputs']}"
+        assert facts["notes"] == sum(o["notes"] for o in facts["widgetOutputs"]), path
         unit = lessons[path]
         for slider in facts["sliders"]:
             note = slider["note"]
@@ -360,7 +365,7 @@ def test_external_links_are_well_formed(opened):
     assert not bad, "\n".join(bad)
 
 
-def test_each_lesson_links_to_its_neighbours_and_to_binder_and_colab(opened):
+def test_each_lesson_links_to_its_neighbours_binder_colab_and_its_assignment(opened):
     course = Course.at(REPO)
     all_units = units(course)
     for index, unit in enumerate(all_units):
@@ -369,6 +374,11 @@ def test_each_lesson_links_to_its_neighbours_and_to_binder_and_colab(opened):
         hrefs = [link["href"] for link in facts["links"]]
         assert SITE_REPO.binder(unit.lesson_path) in hrefs, f"{path}: no Binder link"
         assert SITE_REPO.colab(unit.lesson_path) in hrefs, f"{path}: no Colab link"
+        if unit.assignment_path:  # the unit's assignment, to open from its lesson
+            assert SITE_REPO.binder(unit.assignment_path) in hrefs, \
+                f"{path}: no Binder link to its assignment"
+            assert SITE_REPO.colab(unit.assignment_path) in hrefs, \
+                f"{path}: no Colab link to its assignment"
         for other in all_units:  # the table of contents
             assert any(h.split("#")[0].endswith(Path(other.page).name) for h in hrefs) \
                 or other is unit, f"{path}: no link to {other.slug}"

@@ -12,6 +12,7 @@ import copy
 import io
 import json
 import os
+import re
 import sys
 import tarfile
 from html.parser import HTMLParser
@@ -377,6 +378,37 @@ def test_widgets_on_a_page_are_disabled_and_announced_with_links_to_run_the_less
         "button", "choice", "gamma", "ticked"]
 
 
+def test_the_note_stands_only_above_widgets_that_hold_a_control():
+    """A cell whose widgets have nothing to move (an Output, an HTML text) gets no
+    note; a cell that shows an Output first and its sliders after gets the note just
+    above the sliders; a slider an Output widget displays counts as that Output's."""
+    executed = _executed_with_widgets()
+    state = _saved_state(executed)
+    state.update({
+        "text": _model("HTMLModel", value="<b>gamma</b>", layout="IPY_MODEL_layout"),
+        "plot": _model("OutputModel", "@jupyter-widgets/output", outputs=[
+            nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo="})]),
+        "panel": _model("OutputModel", "@jupyter-widgets/output",
+                        outputs=[_view("choice")]),
+        "sliders": _model("HBoxModel", children=["IPY_MODEL_text", "IPY_MODEL_gamma"])})
+    code = nbformat.v4.new_code_cell
+    executed.cells = [
+        code("display(text, plot)", outputs=[_view("text"), _view("plot")]),
+        code("display(plot, sliders)", outputs=[_view("plot"), _view("sliders")]),
+        code("display(panel)", outputs=[_view("panel")]),
+        code("display(missing)", outputs=[_view("not-saved")])]
+    shown = site.with_static_widgets(executed, REPO_, "notebooks/01_alpha.ipynb")
+    nbformat.validate(shown)
+
+    def noted(cell):
+        return ["note" if "course-static-widgets" in o.data.get("text/html", "")
+                else o.data[VIEW]["model_id"] for o in cell.outputs]
+
+    assert [noted(cell) for cell in shown.cells] == [
+        ["text", "plot"], ["plot", "note", "sliders"], ["note", "panel"], ["not-saved"]]
+    assert _saved_state(shown)["text"] == state["text"], "an HTML text is no control"
+
+
 def test_a_lesson_without_widgets_is_shown_as_it_ran():
     """No widget shown, no widget state: no note and nothing changed."""
     executed = _executed_with_widgets()
@@ -598,6 +630,39 @@ def test_stage_shows_each_lessons_widgets_as_static_with_links_to_that_lesson(
             ("Binder", f"{BINDER}?urlpath=lab/tree/notebooks/{unit.lesson.name}"),
             ("Colab", f"{COLAB}notebooks/{unit.lesson.name}")]
         assert _saved_state(staged)["gamma"]["state"]["disabled"] is True
+
+
+def test_stage_ends_each_lesson_on_its_assignment_with_links_to_open_it(
+        course, tmp_path, monkeypatch, no_npm):
+    """A reader of a lesson's page finds the unit's assignment at its end, by its title,
+    with links to open that assignment (not the lesson, not another unit's) on Binder
+    and Colab; a unit without an assignment gets nothing added, and the lessons
+    themselves are left as they are."""
+    release = course.release / "01_alpha" / "01_alpha.ipynb"
+    titled = nbformat.read(release, as_version=4)
+    titled.cells.insert(0, nbformat.v4.new_markdown_cell("# Assignment 01: the alpha batch"))
+    nbformat.write(titled, release)
+    lessons = {unit.slug: unit.lesson.read_bytes() for unit in units(course)}
+    monkeypatch.setattr(site, "execute_lesson",
+                        lambda path, out, log: nbformat.write(_executed_with_widgets(), out))
+    book = tmp_path / "book"
+    site.stage(course=course, repo=REPO_, folder=book, asset_cache=npm_cache(tmp_path / "npm"),
+               log=io.StringIO())
+    assert {unit.slug: unit.lesson.read_bytes() for unit in units(course)} == lessons
+    ran = len(_executed_with_widgets().cells)
+    for unit in units(course):
+        staged = nbformat.read(book / "notebooks" / unit.lesson.name, as_version=4)
+        nbformat.validate(staged)
+        if unit.assignment is None:
+            assert len(staged.cells) == ran, unit.slug
+            continue
+        assert len(staged.cells) == ran + 1
+        last = staged.cells[-1]
+        assert last.cell_type == "markdown"
+        assert "Assignment 01: The alpha batch" in last.source
+        assert re.findall(r"\[(\w+)\]\(([^)]+)\)", last.source) == [
+            ("Binder", f"{BINDER}?urlpath=lab/tree/assignments/01_alpha/01_alpha.ipynb"),
+            ("Colab", f"{COLAB}assignments/01_alpha/01_alpha.ipynb")]
 
 
 def test_stage_refuses_a_course_without_lessons(tmp_path):
