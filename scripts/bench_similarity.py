@@ -48,7 +48,7 @@ def _bound_names(source):
 def _vary(source, rng):
     """The answer with its own names changed and a comment or two added."""
     renames = {name: f"{rng.choice(WORDS)}_{rng.randrange(1000)}"
-               for name in _bound_names(source) if rng.random() < 0.5}
+               for name in sorted(_bound_names(source)) if rng.random() < 0.5}
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
         source = tokenize.untokenize(
