@@ -435,10 +435,12 @@ def _winnowed(text, k, window):
 
 
 def _shingles(words):
+    kgrams = tuple(" ".join(words[i:i + SHINGLE_WORDS])
+                   for i in range(len(words) - SHINGLE_WORDS + 1))
     starts = defaultdict(list)
-    for i in range(len(words) - SHINGLE_WORDS + 1):
-        starts[" ".join(words[i:i + SHINGLE_WORDS])].append(i)
-    return _Print(SHINGLE_WORDS, len(words), dict(starts))
+    for i, shingle in enumerate(kgrams):
+        starts[shingle].append(i)
+    return _Print(SHINGLE_WORDS, len(words), dict(starts), kgrams=kgrams)
 
 
 def _prepare(exercise, answer):

@@ -280,6 +280,26 @@ def test_distinct_correct_one_liners_are_not_paired(planted):
         assert listed == [], gid
 
 
+def test_a_one_liner_much_of_the_class_writes_is_an_idiom():
+    """Five of twelve write the textbook one-liner (some renamed): not evidence, never
+    paired; a renamed copy of a rarer one-liner still is."""
+    exercise = sim.Exercise("token_mean_answer", NB, "code", "def token_mean(x):\n"
+                            "    raise NotImplementedError()")
+    textbook = ["def token_mean(x):\n    return x.mean(axis=-1)\n",
+                "def token_mean(t):\n    return t.mean(axis=-1)\n"]
+    rarer = ["def token_mean(x):\n    return np.add.reduce(x, axis=-1) / np.shape(x)[-1]\n",
+             "def token_mean(v):\n    return np.add.reduce(v, axis=-1) / np.shape(v)[-1]\n"]
+    others = ["np.mean(x, axis=-1)", "np.average(x, axis=-1)", "x.sum(-1) / x.shape[-1]",
+              'np.einsum("...d->...", x) / x.shape[-1]', "np.nanmean(x, -1)"]
+    answers = [sim.Answer(f"t{k}", sim.THIS_TERM, textbook[k % 2]) for k in range(5)]
+    answers += [sim.Answer(f"r{k}", sim.THIS_TERM, text) for k, text in enumerate(rarer)]
+    answers += [sim.Answer(f"o{k}", sim.THIS_TERM, f"def token_mean(x):\n    return {text}\n")
+                for k, text in enumerate(others)]
+    pairs, notes = sim.compare_exercise(exercise, answers)
+    assert [_key(pair) for pair in pairs] == [frozenset({"r0", "r1"})]
+    assert pairs[0].score == 1.0 and notes.common_fingerprints > 0
+
+
 def test_a_ring_handing_in_one_answer_is_paired_and_reported(planted):
     """Five of the eight students who answer chunked_var hand in one answer (renamed,
     commented): more than 30% of the class, yet every pair of them is listed, and the
@@ -374,6 +394,27 @@ def test_written_answers_are_compared_as_text():
                                                other])
     assert [_key(p) for p in pairs] == [frozenset("ab")] and pairs[0].score > 0.8
     assert pairs[0].spans_a and pairs[0].spans_b
+
+
+def test_a_phrase_most_of_the_class_writes_is_not_evidence_in_text_answers():
+    """Ten written answers open with the phrase the lesson uses; it is left out, and
+    only the two that share a paragraph of their own are paired."""
+    exercise = sim.Exercise("why_answer", NB, "markdown", "YOUR ANSWER HERE")
+    phrase = "Catastrophic cancellation in float32 arithmetic. "
+    reasons = ["the offset", "a large mean", "the bias term", "big activations",
+               "an outlier channel", "the residual stream", "a shifted input",
+               "warm-up steps", "a bad seed", "loss spikes"]
+    answers = [sim.Answer(f"s{k}", sim.THIS_TERM, phrase + f"It comes from {reason}.")
+               for k, reason in enumerate(reasons)]
+    pairs, notes = sim.compare_exercise(exercise, answers)
+    assert pairs == [] and notes.common_fingerprints > 0
+    own = ("Squaring the mean first keeps only the leading digits that the two terms "
+           "share, so the difference is rounding error once the offset is large.")
+    answers[2].text = answers[7].text = phrase + own
+    pairs, _ = sim.compare_exercise(exercise, answers)
+    assert [_key(pair) for pair in pairs] == [frozenset({"s2", "s7"})]
+    marked = " ".join(answers[2].text[start:end] for start, end in pairs[0].spans_a)
+    assert "Catastrophic" not in marked and "Squaring" in marked
 
 
 def test_earlier_terms_and_known_solutions_are_matched_and_labelled(planted, tmp_path):
