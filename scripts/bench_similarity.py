@@ -48,7 +48,7 @@ def _bound_names(source):
 def _vary(source, rng):
     """The answer with its own names changed and a comment or two added."""
     renames = {name: f"{rng.choice(WORDS)}_{rng.randrange(1000)}"
-               for name in _bound_names(source) if rng.random() < 0.5}
+               for name in sorted(_bound_names(source)) if rng.random() < 0.5}
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
         source = tokenize.untokenize(
@@ -87,10 +87,10 @@ def main(argv=None):
         shutil.copytree(REPO / "release" / args.assignment, course.release / args.assignment)
         make_class(course, args.assignment, args.students)
         started = time.perf_counter()
-        results = sim.similarity(course=course, assignment=args.assignment)
+        report = sim.similarity(course=course, assignment=args.assignment)
         seconds = time.perf_counter() - started
-    pairs = sum(len(p) for p, _ in results.values())
-    print(f"{args.students} students x {len(results)} exercises ({args.assignment}): "
+    pairs = sum(len(p) for p, _ in report.exercises.values())
+    print(f"{args.students} students x {len(report.exercises)} exercises ({args.assignment}): "
           f"{pairs} pairs listed in {seconds:.1f} s")
 
 
