@@ -275,6 +275,34 @@ def grad_norms_by_layer(model, batch, detach_branches=False):
     return torch.stack([g.detach().double().norm() for g in grads])  # n_layers
 
 
+def first_step_update(model, batch, lr):
+    """How much Adam's first step changes the model's output, relative to it.
+
+    Adam's first step, with its bias correction, moves every parameter by
+    lr * g / (|g| + eps), which is lr * sign(g) for eps -> 0 (0 where g = 0).
+    Takes that step down the gradient of lm_loss on `batch`, and returns
+    ||logits after - logits before|| / ||logits before|| on the batch's
+    inputs (Frobenius norms over everything), the quantity DeepNet (Wang et
+    al. 2022) bounds as the "model update". The model's parameters are put
+    back as they were, also when something fails.
+    """
+    inputs, _ = batch
+    params = list(model.parameters())
+    grads = torch.autograd.grad(lm_loss(model, batch), params)
+    saved = [p.detach().clone() for p in params]
+    try:
+        with torch.no_grad():
+            before = model(inputs)
+            for p, g in zip(params, grads):
+                p -= lr * g.sign()
+            after = model(inputs)
+    finally:
+        with torch.no_grad():
+            for p, value in zip(params, saved):
+                p.copy_(value)
+    return float((after - before).double().norm() / before.double().norm())
+
+
 def layer_profiles(d_model, n_layers, seeds, n_heads=4, vocab=16, n_symbols=8, batch_size=32):
     """Per-layer FFN gradient norms at initialization, for both kinds of model.
 

@@ -1,7 +1,6 @@
 """Unit 05 checks, the grader-facing half: inputs, references, diagnoses."""
 
 import contextlib
-import functools
 
 import numpy as np
 import torch
@@ -10,7 +9,7 @@ import torch.nn.functional as F
 from normref import blocks
 from normref.checks import blocks_probes as probes
 from normref.checks._registry import Check
-from normref.checks.tolerances import _show, matches, mismatch, number_from_answer
+from normref.checks.tolerances import _show, matches, mismatch
 
 F64 = np.float64
 
@@ -374,61 +373,16 @@ def _judge_model_norms(case, output):
 
 # --- the prediction and the questions on the measured profiles ---
 
-PROFILE_LAYERS, PROFILE_SEEDS = probes.PROFILE_LAYERS, probes.PROFILE_SEEDS
-CHOICES = {"predict_flattest": KINDS, "predict_steepest": KINDS,
-           "flattest": KINDS, "steepest": KINDS}
-_QUESTIONS = {
-    "flattest": "Which model's profile is flattest (smallest largest/smallest block norm)?",
-    "steepest": "Which model's profile falls most from the first block to the last "
-                "(smallest last/first)?",
-    "sandwich_over_pre": "SANDWICH_OVER_PRE, the last-block norm of sandwich-LN over "
-                         "Pre-LN's",
-    "deepnorm_over_post": "DEEPNORM_OVER_POST, the last-block norm of DeepNorm over "
-                          "Post-LN's",
-}
-RELATIVE_TOLERANCE = 0.05  # numbers read off a printout, rounded to two digits
-
-
-@functools.lru_cache(maxsize=1)
-def measured_profiles():
-    """The experiment of the assignment, run with the references:
-    {kind: (PROFILE_LAYERS,) median over PROFILE_SEEDS}."""
-    with _one_thread():
-        return {kind: blocks.experiment_profile(kind, PROFILE_LAYERS, PROFILE_SEEDS).numpy()
-                for kind in KINDS}
-
-
-def true_answers():
-    """Each answer worked out from the measured profiles, not typed in."""
-    return _answers_from(measured_profiles())
-
-
-def _answers_from(profiles):
-    spread = {kind: p.max() / p.min() for kind, p in profiles.items()}
-    fall = {kind: p[-1] / p[0] for kind, p in profiles.items()}
-    return {
-        "flattest": min(spread, key=spread.get),
-        "steepest": min(fall, key=fall.get),
-        "sandwich_over_pre": float(profiles["sandwich"][-1] / profiles["pre"][-1]),
-        "deepnorm_over_post": float(profiles["deepnorm"][-1] / profiles["post"][-1]),
-    }
+CHOICES = {"predict_flattest": KINDS, "predict_steepest": KINDS}
 
 
 def _one_case(label):
     return lambda rng: [(label, {})]
 
 
-def _profile_case(label):
-    """One case with the experiment's batches, for measuring the student's
-    own make_model the way the notebook does."""
-    def cases(rng):
-        case = {}
-        for seed in PROFILE_SEEDS:
-            inputs, targets = blocks.experiment_batch(seed)
-            case[f"inputs{seed}"], case[f"targets{seed}"] = inputs.numpy(), targets.numpy()
-        return [(label, case)]
-
-    return cases
+def _choice(answer):
+    """A choice as a student may type it: any case, spaces around it."""
+    return str(answer).strip().lower()
 
 
 def _given(output, names):
@@ -436,70 +390,15 @@ def _given(output, names):
     if missing:
         return f"no answer given for {', '.join(missing)}"
     for name in names:
-        answer = str(output[name])
+        answer = _choice(output[name])
         if answer not in CHOICES[name]:
-            return (f"{name.upper()} is {answer!r}; answer with one of "
+            return (f"{name.upper()} is {str(output[name])!r}; answer with one of "
                     f"{', '.join(repr(c) for c in CHOICES[name])}")
     return None
 
 
 def _judge_prediction(case, output):
     return _given(output, ("predict_flattest", "predict_steepest"))
-
-
-def _own_answers(output):
-    """The answers for the table the student's own make_model gives, or None
-    when the probe could not measure it."""
-    own = {}
-    for kind in KINDS:
-        profile = np.asarray(output.get(f"own:{kind}", np.zeros(0)), dtype=F64)
-        if profile.shape != (PROFILE_LAYERS,) or not np.all(np.isfinite(profile) & (profile > 0)):
-            return None
-        own[kind] = profile
-    return _answers_from(own)
-
-
-def _tables(output):
-    """The answer sets an answer may match: the grader's, then the student's own."""
-    own = _own_answers(output)
-    return [true_answers()] + ([own] if own is not None else [])
-
-
-BOTH_TABLES = ("(checked against the grader's table and against the one your make_model "
-               "gives, so a slip in exercise 4 is not counted twice)")
-
-
-def _judge_profile_shapes(case, output):
-    problem = _given(output, ("flattest", "steepest"))
-    if problem:
-        return problem
-    tables = _tables(output)
-    wrong = [name for name in ("flattest", "steepest")
-             if not any(str(output[name]) == truths[name] for truths in tables)]
-    if wrong:
-        return "not yet right: " + "; ".join(
-            f"{_QUESTIONS[name]} (you answered {output[name]})" for name in wrong
-        ) + f" {BOTH_TABLES}"
-    return None
-
-
-def _judge_profile_numbers(case, output):
-    tables = _tables(output)
-    problems = []
-    for name in ("sandwich_over_pre", "deepnorm_over_post"):
-        if name not in output:
-            return f"no answer given for {name.upper()}"
-        value = number_from_answer(output[name])
-        if value is None:
-            return f"{name.upper()} is {str(output[name])!r}, not a number"
-        if not any(abs(value - truths[name]) <= RELATIVE_TOLERANCE * abs(truths[name])
-                   for truths in tables):
-            problems.append(f"{_QUESTIONS[name]} (you answered {value:g})")
-    if problems:
-        return ("not yet right, within 5%: " + "; ".join(problems)
-                + f". Read them off the printed profiles at L = 8, seeds 0, 1, 2 {BOTH_TABLES}")
-    return None
-
 
 
 # --- exercise 7: the gradient profile with the later branches cut ---
@@ -620,93 +519,107 @@ def _judge_gradient_profile(case, output):
                     what="your profile with detach_branches=False")
 
 
-CUT_LETTERS = {
-    "a": "the first blocks' gradients fall to about the last blocks' level, and the last "
-         "block's stays as it was",
-    "b": "the last blocks' gradients rise to about the first blocks' level, and the first "
-         "block's stays as it was",
-    "c": "every block's gradient shrinks by about the same factor: the profile keeps its shape",
-    "d": "the profile tilts the other way: the last blocks get clearly the largest gradients",
-}
-CUT_RELATIVE_TOLERANCE = 0.05
+# --- exercise 6: the first step's update ---
+
+UPDATE_LR = {"pre": 1e-3, "post": 3e-3}
 
 
-def cut_letter(intact, cut):
-    """Which of CUT_LETTERS describes going from the intact profile to the cut
-    one, worked out from the numbers; None if none does."""
-    change = cut / intact
-    if cut[-1] / cut[0] > 1.5:
-        return "d"
-    if abs(change[-1] - 1) < 0.02 and change[0] < 0.8:
-        return "a"
-    if abs(change[0] - 1) < 0.02 and change[-1] > 1.25:
-        return "b"
-    if change.max() / change.min() < 1.1 and change.max() < 0.98:
-        return "c"
-    return None
+def _first_step_update_cases(rng):
+    def case(kind, vocab, d, heads, d_ff, n_layers, batch, n_symbols):
+        max_len = 2 * n_symbols
+        inputs = rng.integers(0, vocab, (batch, max_len))
+        targets = rng.integers(0, vocab, (batch, max_len))
+        targets[:, :n_symbols] = blocks.IGNORE
+        weights = _model_weights(rng, vocab, d, n_layers, d_ff, max_len)
+        if kind == "post":
+            weights = {k: v for k, v in weights.items() if not k.startswith("w:ln_f.")}
+        return {"kind": np.array(kind), "vocab": np.array(vocab), "d_model": np.array(d),
+                "n_heads": np.array(heads), "d_ff": np.array(d_ff),
+                "n_layers": np.array(n_layers), "max_len": np.array(max_len),
+                "lr": np.array(UPDATE_LR[kind]), "inputs": inputs, "targets": targets,
+                **weights}
+
+    return [("3 Post-LN blocks, d = 8, 2 heads, d_ff = 16, vocabulary 7, 2 sequences of 6, "
+             "lr 3e-3", case("post", 7, 8, 2, 16, 3, 2, 3)),
+            ("2 Pre-LN blocks, d = 12, 3 heads, d_ff = 20, vocabulary 9, 3 sequences of 8, "
+             "lr 1e-3", case("pre", 9, 12, 3, 20, 2, 3, 4))]
 
 
-@functools.lru_cache(maxsize=1)
-def measured_cut_profiles():
-    """The sandwich-LN profiles of exercise 7 with the references:
-    {"intact": (PROFILE_LAYERS,), "cut": ...}, median over PROFILE_SEEDS."""
+def _update_model(case):
+    d, heads, d_ff = int(case["d_model"]), int(case["n_heads"]), int(case["d_ff"])
+    model = blocks.TinyLM(int(case["vocab"]), d, int(case["n_layers"]), heads,
+                          str(case["kind"]), d_ff=d_ff, max_len=int(case["max_len"]))
+    probes._load_by_contract(model, probes._weights(case), "the reference")
+    batch = (torch.from_numpy(case["inputs"]), torch.from_numpy(case["targets"]))
+    return model, batch
+
+
+def _update_by_hand(model, batch, lr, *, step="sign", relative=True):
+    """The update of a slip: another step (Adam's own with eps 1e-8, plain
+    gradient descent, up the gradient), or the change not divided by the
+    output's size. The model is put back afterwards."""
+    inputs, _ = batch
+    params = list(model.parameters())
+    grads = torch.autograd.grad(blocks.lm_loss(model, batch), params)
+    moves = {"sign": lambda g: -g.sign(), "adam": lambda g: -g / (g.abs() + 1e-8),
+             "sgd": lambda g: -g, "up": lambda g: g.sign()}[step]
+    saved = [p.detach().clone() for p in params]
+    with torch.no_grad():
+        before = model(inputs)
+        for p, g in zip(params, grads):
+            p += lr * moves(g)
+        after = model(inputs)
+        for p, value in zip(params, saved):
+            p.copy_(value)
+    change = float((after - before).norm())
+    return change / float(before.norm()) if relative else change
+
+
+def _judge_first_step_update(case, output):
+    model, batch = _update_model(case)
+    lr = float(case["lr"])
     with _one_thread():
-        return {key: blocks.experiment_profile("sandwich", PROFILE_LAYERS, PROFILE_SEEDS,
-                                               detach_branches=key == "cut").numpy()
-                for key in ("intact", "cut")}
+        expected = blocks.first_step_update(model, batch, lr)
+        adam = _update_by_hand(model, batch, lr, step="adam")
+        slips = {
+            "Adam's first step moves every parameter by lr * sign(g), whatever the size of "
+            "its gradient g: this is plain gradient descent, lr * g":
+                _update_by_hand(model, batch, lr, step="sgd"),
+            "step down the gradient, p - lr * sign(g), as an optimizer does":
+                _update_by_hand(model, batch, lr, step="up"),
+            "divide the change of the logits by the size of the logits before the step: "
+            "the update is relative": _update_by_hand(model, batch, lr, relative=False),
+        }
+    first, second = output["first"], output["second"]
+    if first.size != 1:
+        return (f"first_step_update returned shape {first.shape}; expected one number, "
+                "the relative change of the logits")
+    right = [matches(value, expected, dtype=F64) or matches(value, adam, dtype=F64)
+             for value in (first.reshape(()), second.reshape(()))]
+    restored = all(matches(output[f"p:{name}"], value, dtype=F64)
+                   for name, value in probes._weights(case).items())
+    if right[0] and (not right[1] or not restored):
+        return ("the first call is right, but it left the model changed, so a second call "
+                "measured another model. Hint: put every parameter back as it was before "
+                "returning (keep a copy and copy it back, also when something fails)")
+    if right[0]:
+        return None
+    problem = mismatch(first.reshape(()), expected, dtype=F64,
+                       what="the update of your first_step_update")
+    for hint, wrong in slips.items():
+        if matches(first.reshape(()), wrong, dtype=F64):
+            return f"{problem}. Hint: {hint}"
+    return problem
 
 
-def _cut_answers_from(profiles):
-    intact, cut = profiles["intact"], profiles["cut"]
-    return {"cut_letter": cut_letter(intact, cut),
-            "cut_last_over_first": float(cut[-1] / cut[0])}
-
-
-def true_cut_answers():
-    """The answers worked out from the measured profiles, not typed in."""
-    return _cut_answers_from(measured_cut_profiles())
+CUT_LETTERS = ("a", "b", "c", "d")
 
 
 def _judge_cut_prediction(case, output):
-    answer = str(output.get("predict_cut", "None")).strip().lower()
+    answer = _choice(output.get("predict_cut", "None"))
     if answer not in CUT_LETTERS:
-        return (f"PREDICT_CUT is {answer!r}; answer with one of "
+        return (f"PREDICT_CUT is {str(output.get('predict_cut'))!r}; answer with one of "
                 f"{', '.join(repr(c) for c in CUT_LETTERS)}")
-    return None
-
-
-def _cut_tables(output):
-    tables = [true_cut_answers()]
-    own = {key: np.asarray(output.get(f"own:{key}", np.zeros(0)), dtype=F64)
-           for key in ("intact", "cut")}
-    if all(p.shape == (PROFILE_LAYERS,) and np.all(np.isfinite(p) & (p > 0))
-           for p in own.values()):
-        tables.append(_cut_answers_from(own))
-    return tables
-
-
-def _judge_cut_reading(case, output):
-    letter = str(output.get("cut_answer", "None")).strip().lower()
-    if letter not in CUT_LETTERS:
-        return (f"CUT_ANSWER is {letter!r}; answer with one of "
-                f"{', '.join(repr(c) for c in CUT_LETTERS)}")
-    value = number_from_answer(output.get("cut_last_over_first", "None"))
-    if value is None:
-        return (f"CUT_LAST_OVER_FIRST is {str(output.get('cut_last_over_first'))!r}, "
-                "not a number")
-    tables = _cut_tables(output)
-    problems = []
-    if not any(letter == truths["cut_letter"] for truths in tables):
-        problems.append(f"CUT_ANSWER, which sentence the two printed profiles bear out "
-                        f"(you answered {letter!r}: compare the first and the last block "
-                        "of the intact and the cut profile)")
-    if not any(abs(value - t["cut_last_over_first"])
-               <= CUT_RELATIVE_TOLERANCE * abs(t["cut_last_over_first"]) for t in tables):
-        problems.append(f"CUT_LAST_OVER_FIRST, the cut profile's last block over its first "
-                        f"(you answered {value:g})")
-    if problems:
-        return ("not yet right, numbers within 5%: " + "; ".join(problems)
-                + f" {BOTH_TABLES}")
     return None
 
 
@@ -803,11 +716,8 @@ CHECKS = {
     "blocks_deepnorm_scale": Check(_deepnorm_scale_cases, _judge_deepnorm_scale),
     "blocks_make_model": Check(_make_model_cases, _judge_make_model),
     "blocks_prediction": Check(_one_case("your two predictions"), _judge_prediction),
-    "blocks_profile_shapes": Check(_profile_case("your two choices"), _judge_profile_shapes),
-    "blocks_profile_numbers": Check(_profile_case("your two ratios"), _judge_profile_numbers),
     "blocks_gradient_profile": Check(_gradient_profile_cases, _judge_gradient_profile),
+    "blocks_first_step_update": Check(_first_step_update_cases, _judge_first_step_update),
     "blocks_cut_prediction": Check(_one_case("your prediction"), _judge_cut_prediction),
-    "blocks_cut_reading": Check(_profile_case("your letter and your ratio"),
-                                _judge_cut_reading),
     "blocks_adaln_zero": Check(_adaln_cases, _judge_adaln_zero),
 }

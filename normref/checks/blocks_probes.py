@@ -183,69 +183,9 @@ def _answers_as_text(answers, case):
     return {name: np.array(str(value)) for name, value in answers.items()}
 
 
-# The assignment's experiment: 8 blocks, seeds 0, 1, 2, one copy-task batch
-# per seed (the case carries them as "inputs<seed>", "targets<seed>").
-PROFILE_KINDS = ("pre", "post", "sandwich", "deepnorm")
-PROFILE_LAYERS, PROFILE_SEEDS = 8, (0, 1, 2)
-
-
-def _own_profiles(make_model, case):
-    """{kind: (PROFILE_LAYERS,)} measured with the student's make_model, as
-    the notebook's experiment cell measures it; None if it cannot be run."""
-    torch = _torch()
-    F = torch.nn.functional
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        profiles = {}
-        for kind in PROFILE_KINDS:
-            rows = []
-            for seed in PROFILE_SEEDS:
-                model = make_model(kind, PROFILE_LAYERS, seed)
-                inputs = torch.from_numpy(case[f"inputs{seed}"].copy())
-                targets = torch.from_numpy(case[f"targets{seed}"].copy())
-                logits = model(inputs)
-                loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-                weights = [block.mlp.proj.weight for block in model.blocks]
-                grads = torch.autograd.grad(loss, weights)
-                rows.append([float(g.double().norm()) for g in grads])
-            profiles[kind] = np.median(np.array(rows), axis=0)
-        return profiles
-    except Exception:  # a broken make_model: only the grader's table counts
-        return None
-    finally:
-        torch.set_num_threads(before)
-
-
-def _answers_and_own_profiles(answers, case):
-    """The answers as text and, when make_model is given, the profiles that
-    the student's own make_model gives ("own:<kind>")."""
-    answers = dict(answers)
-    make_model = answers.pop("make_model", None)
-    result = _answers_as_text(answers, case)
-    own = _own_profiles(make_model, case) if make_model is not None else None
-    for kind, profile in (own or {}).items():
-        result[f"own:{kind}"] = profile
-    return result
-
-
 def check_prediction(**answers):
     """Check that the predictions are given, before the experiment runs."""
     run_check("blocks_prediction", answers, _answers_as_text)
-
-
-def check_profile_shapes(make_model=None, **answers):
-    """Check the two choices read off the measured profiles: right for the
-    grader's table, or for the table the student's make_model gives."""
-    answers["make_model"] = make_model
-    run_check("blocks_profile_shapes", answers, _answers_and_own_profiles)
-
-
-def check_profile_numbers(make_model=None, **answers):
-    """Check the two ratios read off the measured profiles: right for the
-    grader's table, or for the table the student's make_model gives."""
-    answers["make_model"] = make_model
-    run_check("blocks_profile_numbers", answers, _answers_and_own_profiles)
 
 
 # --- exercise 7: the gradient profile with the later branches cut ---
@@ -278,52 +218,42 @@ def check_gradient_profile(gradient_profile, TinyLM, PreLNBlock):
               _probe_gradient_profile)
 
 
+# --- exercise 6: the first step's update ---
+
+def _probe_first_step_update(subject, case):
+    """Build a TinyLM of the case's kind ("pre" or "post") from the notebook's
+    provided classes, load the case's weights (float64), call the student's
+    first_step_update twice on it, and report both values and the weights
+    the model holds afterwards ("p:<name>")."""
+    first_step_update, TinyLM, blocks_by_kind = subject
+    torch = _torch()
+    kind = str(case["kind"])
+    d, heads, d_ff = int(case["d_model"]), int(case["n_heads"]), int(case["d_ff"])
+    block = blocks_by_kind[kind]
+    model = TinyLM(int(case["vocab"]), d,
+                   [block(d, heads, d_ff) for _ in range(int(case["n_layers"]))],
+                   kind == "pre", max_len=int(case["max_len"]))
+    params = _load_by_contract(model, _weights(case), "the test model")
+    batch = (torch.from_numpy(case["inputs"].copy()), torch.from_numpy(case["targets"].copy()))
+    lr = float(case["lr"])
+    result = {key: to_array(first_step_update(model, batch, lr),
+                            what=f"first_step_update's result ({key} call)")
+              for key in ("first", "second")}
+    result.update({f"p:{name}": p.detach() for name, p in params.items()})
+    return result
+
+
+def check_first_step_update(first_step_update, TinyLM, PreLNBlock, PostLNBlock):
+    """Check first_step_update(model, batch, lr) on Pre-LN and Post-LN models
+    built from the provided classes, against the reference, in float64."""
+    run_check("blocks_first_step_update",
+              (first_step_update, TinyLM, {"pre": PreLNBlock, "post": PostLNBlock}),
+              _probe_first_step_update)
+
+
 def check_cut_prediction(**answers):
     """Check that the prediction about the cut branches is given."""
     run_check("blocks_cut_prediction", answers, _answers_as_text)
-
-
-def check_cut_reading(gradient_profile=None, make_model=None, **answers):
-    """Check the letter and the ratio read off the cut profiles: right for the
-    grader's table, or for the one the student's own functions give."""
-    answers["functions"] = (gradient_profile, make_model)
-    run_check("blocks_cut_reading", answers, _answers_and_cut_profiles)
-
-
-def _cut_profiles(functions, case):
-    """{"intact": ..., "cut": ...}: the sandwich-LN profiles (PROFILE_LAYERS,)
-    measured with the student's own make_model and gradient_profile, median
-    over PROFILE_SEEDS; None if they cannot be run."""
-    gradient_profile, make_model = functions
-    if gradient_profile is None or make_model is None:
-        return None
-    torch = _torch()
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        rows = {"intact": [], "cut": []}
-        for seed in PROFILE_SEEDS:
-            batch = (torch.from_numpy(case[f"inputs{seed}"].copy()),
-                     torch.from_numpy(case[f"targets{seed}"].copy()))
-            for key in rows:
-                model = make_model("sandwich", PROFILE_LAYERS, seed)
-                profile = gradient_profile(model, batch, detach_branches=key == "cut")
-                rows[key].append(to_array(profile).astype(np.float64))
-        return {key: np.median(np.array(value), axis=0) for key, value in rows.items()}
-    except Exception:  # broken functions: only the grader's table counts
-        return None
-    finally:
-        torch.set_num_threads(before)
-
-
-def _answers_and_cut_profiles(answers, case):
-    answers = dict(answers)
-    functions = answers.pop("functions", (None, None))
-    result = _answers_as_text(answers, case)
-    own = _cut_profiles(functions, case)
-    for key, profile in (own or {}).items():
-        result[f"own:{key}"] = profile
-    return result
 
 
 # --- exercise 8: adaLN-Zero ---

@@ -20,8 +20,6 @@ from normref.checks.blocks_judges import (
     _judge_deepnorm_scale,
     _judge_make_model,
     _judge_prediction,
-    _judge_profile_numbers,
-    _judge_profile_shapes,
 )
 from normref.checks.tolerances import mismatch
 
@@ -301,16 +299,7 @@ def test_make_model_cases_one_per_kind_with_its_batch():
         np.testing.assert_array_equal(case["targets"], targets.numpy())
 
 
-def test_profile_case_carries_the_three_seeds_batches():
-    cases = blocks_judges._profile_case("your two ratios")(None)
-    assert [label for label, _ in cases] == ["your two ratios"]
-    case = cases[0][1]
-    assert sorted(case) == ["inputs0", "inputs1", "inputs2", "targets0", "targets1",
-                            "targets2"]
-    for seed in (0, 1, 2):
-        inputs, targets = blocks.experiment_batch(seed)
-        np.testing.assert_array_equal(case[f"inputs{seed}"], inputs.numpy())
-        np.testing.assert_array_equal(case[f"targets{seed}"], targets.numpy())
+def test_one_case_is_a_single_empty_case_with_its_label():
     assert blocks_judges._one_case("x")(None) == [("x", {})]
 
 
@@ -867,29 +856,6 @@ def test_judge_make_model_runs_on_one_thread_and_puts_it_back():
     assert seen == [1] and torch.get_num_threads() == 2
 
 
-# ------------------------------------------------------------ the profiles and answers
-
-PROFILES = {"pre": np.array([4.0, 2.0, 0.8]), "post": np.array([1.0, 3.0, 2.0]),
-            "sandwich": np.array([2.0, 1.0, 0.25]), "deepnorm": np.array([1.0, 1.1, 1.0])}
-
-
-def test_answers_from_profiles_by_hand():
-    """Flattest: smallest max/min; steepest: smallest last/first; ratios of the
-    last blocks."""
-    assert blocks_judges._answers_from(PROFILES) == {
-        "flattest": "deepnorm", "steepest": "sandwich",
-        "sandwich_over_pre": pytest.approx(0.3125, rel=1e-15), "deepnorm_over_post": 0.5}
-    other = {"pre": np.array([1.0, 8.0, 0.5]), "post": np.array([2.0, 2.0, 0.5]),
-             "sandwich": np.array([1.0, 1.05, 1.0]), "deepnorm": np.array([1.0, 1.0, 1.2])}
-    answers = blocks_judges._answers_from(other)
-    assert (answers["flattest"], answers["steepest"]) == ("sandwich", "post")
-
-
-def test_true_answers_come_from_the_measured_profiles():
-    assert blocks_judges.true_answers() == blocks_judges._answers_from(
-        blocks_judges.measured_profiles())
-
-
 def test_given_answers_must_be_choices():
     assert _judge_prediction({}, {"predict_flattest": np.array("pre"),
                                   "predict_steepest": np.array("deepnorm")}) is None
@@ -897,143 +863,12 @@ def test_given_answers_must_be_choices():
         "no answer given for predict_flattest, predict_steepest")
     assert _judge_prediction({}, {"predict_flattest": np.array("pre")}) == (
         "no answer given for predict_steepest")
+    assert _judge_prediction({}, {"predict_flattest": np.array(" Pre"),
+                                  "predict_steepest": np.array("DEEPNORM ")}) is None
     assert _judge_prediction({}, {"predict_flattest": np.array("pre"),
-                                  "predict_steepest": np.array("Post")}) == (
-        "PREDICT_STEEPEST is 'Post'; answer with one of 'pre', 'post', 'sandwich', 'deepnorm'")
-
-
-def _own(profiles):
-    return {f"own:{kind}": np.asarray(p, float) for kind, p in profiles.items()}
-
-
-def _eight(profile):
-    """The profile stretched to 8 blocks: its first value repeated in front."""
-    profile = np.asarray(profile, float)
-    return np.r_[np.full(8 - profile.size, profile[0]), profile]
-
-
-EIGHT = {kind: _eight(p) for kind, p in PROFILES.items()}
-
-
-def test_own_answers_need_four_positive_finite_profiles_of_eight():
-    assert blocks_judges._own_answers(_own(EIGHT)) == blocks_judges._answers_from(EIGHT)
-    for kind in ("pre", "deepnorm"):
-        for bad in (EIGHT[kind][:7], np.r_[EIGHT[kind][:7], np.nan],
-                    np.r_[EIGHT[kind][:7], 0.0], np.r_[EIGHT[kind][:7], -1.0]):
-            assert blocks_judges._own_answers(_own({**EIGHT, kind: bad})) is None
-    assert blocks_judges._own_answers({}) is None
-
-
-@pytest.fixture
-def known_truths(monkeypatch):
-    truths = {"flattest": "deepnorm", "steepest": "sandwich", "sandwich_over_pre": 10.0,
-              "deepnorm_over_post": 0.5}
-    monkeypatch.setattr(blocks_judges, "true_answers", lambda: dict(truths))
-    return truths
-
-
-def test_tables_are_the_graders_then_the_students_own(known_truths):
-    assert blocks_judges._tables({}) == [known_truths]
-    assert blocks_judges._tables(_own(EIGHT)) == [known_truths,
-                                                  blocks_judges._answers_from(EIGHT)]
-
-
-BOTH = ("(checked against the grader's table and against the one your make_model gives, so "
-        "a slip in exercise 4 is not counted twice)")
-
-
-def test_profile_shapes_judged_against_either_table(known_truths):
-    def shapes(flattest, steepest, own=None):
-        output = {"flattest": np.array(flattest), "steepest": np.array(steepest)}
-        return _judge_profile_shapes({}, {**output, **_own(own or {})})
-
-    assert shapes("deepnorm", "sandwich") is None
-    assert shapes("pre", "sandwich") == (
-        "not yet right: Which model's profile is flattest (smallest largest/smallest block "
-        f"norm)? (you answered pre) {BOTH}")
-    assert shapes("pre", "post") == (
-        "not yet right: Which model's profile is flattest (smallest largest/smallest block "
-        "norm)? (you answered pre); Which model's profile falls most from the first block to "
-        f"the last (smallest last/first)? (you answered post) {BOTH}")
-    own = {**EIGHT, "pre": _eight([1.0, 1.01, 1.0]), "post": _eight([9.0, 3.0, 1.0])}
-    assert shapes("pre", "post", own) is None
-    assert shapes("flat", "post") == (
-        "FLATTEST is 'flat'; answer with one of 'pre', 'post', 'sandwich', 'deepnorm'")
-    assert _judge_profile_shapes({}, {"flattest": np.array("pre")}) == (
-        "no answer given for steepest")
-
-
-def test_profile_numbers_judged_within_five_percent_of_either_table(known_truths):
-    def numbers(sandwich_over_pre, deepnorm_over_post, own=None):
-        output = {"sandwich_over_pre": np.array(str(sandwich_over_pre)),
-                  "deepnorm_over_post": np.array(str(deepnorm_over_post))}
-        return _judge_profile_numbers({}, {**output, **_own(own or {})})
-
-    assert numbers(10.0, 0.5) is None
-    assert numbers(10.5, 0.49) is None, "5% is inside"
-    assert numbers(9.5, 0.51) is None
-    assert numbers(10.6, 0.5) == (
-        "not yet right, within 5%: SANDWICH_OVER_PRE, the last-block norm of sandwich-LN over "
-        "Pre-LN's (you answered 10.6). Read them off the printed profiles at L = 8, seeds 0, "
-        f"1, 2 {BOTH}")
-    assert numbers(1.0, 0.2) == (
-        "not yet right, within 5%: SANDWICH_OVER_PRE, the last-block norm of sandwich-LN over "
-        "Pre-LN's (you answered 1); DEEPNORM_OVER_POST, the last-block norm of DeepNorm over "
-        "Post-LN's (you answered 0.2). Read them off the printed profiles at L = 8, seeds 0, "
-        f"1, 2 {BOTH}")
-    own = {**EIGHT, "pre": _eight([1.0, 1.0, 4.0]), "post": _eight([1.0, 1.0, 5.0])}
-    assert numbers(0.0625, 0.2, own) is None, "the student's own table: 0.25/4, 1/5"
-    assert numbers(0.0625, 0.5, own) is None, "one from each table"
-    assert numbers("about one", 0.5) == "SANDWICH_OVER_PRE is 'about one', not a number"
-    assert _judge_profile_numbers({}, {"sandwich_over_pre": np.array("10")}) == (
-        "no answer given for DEEPNORM_OVER_POST")
-    assert _judge_profile_numbers({}, {}) == "no answer given for SANDWICH_OVER_PRE"
-
-
-# ------------------------------------------------------------ the student's own profiles
-
-def _no_final_ln(kind, n_layers, seed):
-    model = blocks.experiment_model(kind, n_layers, seed)
-    model.ln_f = nn.Identity()
-    return model
-
-
-def _broken(kind, n_layers, seed):
-    raise NotImplementedError()
-
-
-PROFILE_CASE = blocks_judges._profile_case("")(None)[0][1]
-
-
-def test_own_profiles_are_measured_like_the_notebook():
-    """The reference's make_model gives the grader's profiles; the threads are
-    put back, and a broken make_model gives None."""
-    torch.set_num_threads(2)
-    own = blocks_probes._own_profiles(blocks.experiment_model, PROFILE_CASE)
-    assert torch.get_num_threads() == 2
-    measured = blocks_judges.measured_profiles()
-    assert list(own) == ["pre", "post", "sandwich", "deepnorm"]
-    for kind in measured:
-        np.testing.assert_allclose(own[kind], measured[kind], rtol=1e-10)
-    assert blocks_probes._own_profiles(_broken, PROFILE_CASE) is None
-    assert torch.get_num_threads() == 2
-
-
-def test_answers_and_own_profiles():
-    result = blocks_probes._answers_and_own_profiles(
-        {"flattest": "pre", "make_model": _no_final_ln}, PROFILE_CASE)
-    assert sorted(result) == ["flattest", "own:deepnorm", "own:post", "own:pre",
-                              "own:sandwich"]
-    assert str(result["flattest"]) == "pre"
-    own = blocks_probes._own_profiles(_no_final_ln, PROFILE_CASE)
-    np.testing.assert_array_equal(result["own:pre"], own["pre"])
-    assert {k: str(v) for k, v in blocks_probes._answers_and_own_profiles(
-        {"flattest": 3, "make_model": None}, {}).items()} == {"flattest": "3"}
-    assert sorted(blocks_probes._answers_and_own_profiles(
-        {"flattest": 3, "make_model": _broken}, PROFILE_CASE)) == ["flattest"]
-    answers = {"flattest": "pre", "make_model": None}
-    blocks_probes._answers_and_own_profiles(answers, {})
-    assert answers == {"flattest": "pre", "make_model": None}, "the caller's dict is kept"
+                                  "predict_steepest": np.array("post-ln")}) == (
+        "PREDICT_STEEPEST is 'post-ln'; answer with one of 'pre', 'post', 'sandwich', "
+        "'deepnorm'")
 
 
 # ------------------------------------------------------------ the checks end to end
@@ -1056,61 +891,14 @@ def test_every_check_function_runs_its_check():
     blocks_probes.check_prediction(predict_flattest="post", predict_steepest="pre")
     with pytest.raises(CheckFailed, match="no answer given for predict_steepest"):
         blocks_probes.check_prediction(predict_flattest="post")
+    blocks_probes.check_first_step_update(blocks.first_step_update, _TestLM, blocks.PreLNBlock,
+                                          blocks.PostLNBlock)
+    with pytest.raises(CheckFailed, match="blocks_first_step_update, .*left the model changed"):
+        blocks_probes.check_first_step_update(_update_left_stepped, _TestLM, blocks.PreLNBlock,
+                                              blocks.PostLNBlock)
 
 
-def test_profile_checks_use_the_students_own_make_model():
-    truths = blocks_judges.true_answers()
-    own = blocks_judges._answers_from(blocks_probes._own_profiles(_no_final_ln, PROFILE_CASE))
-    numbers = {"sandwich_over_pre": own["sandwich_over_pre"],
-               "deepnorm_over_post": own["deepnorm_over_post"]}
-    blocks_probes.check_profile_numbers(make_model=_no_final_ln, **numbers)
-    with pytest.raises(CheckFailed, match="not counted twice"):
-        blocks_probes.check_profile_numbers(**numbers)
-    blocks_probes.check_profile_shapes(flattest=truths["flattest"], steepest=truths["steepest"])
-    wrong = "pre" if truths["flattest"] != "pre" else "post"
-    with pytest.raises(CheckFailed, match="flattest"):
-        blocks_probes.check_profile_shapes(flattest=wrong, steepest=truths["steepest"])
-    if (own["flattest"], own["steepest"]) != (truths["flattest"], truths["steepest"]):
-        blocks_probes.check_profile_shapes(make_model=_no_final_ln, flattest=own["flattest"],
-                                           steepest=own["steepest"])
-
-
-_ROTATED = {"pre": "post", "post": "sandwich", "sandwich": "deepnorm", "deepnorm": "pre"}
-
-
-def _kinds_rotated(kind, n_layers, seed):
-    """A make_model that builds the wrong kind for every kind asked for."""
-    return blocks.experiment_model(_ROTATED[kind], n_layers, seed)
-
-
-def test_profile_shapes_accepts_the_choices_of_the_students_own_table():
-    """Choices read off the student's own profiles (here every kind renamed,
-    so both choices differ from the grader's) pass when make_model is given
-    and fail without it."""
-    truths = blocks_judges.true_answers()
-    own = blocks_judges._answers_from(blocks_probes._own_profiles(_kinds_rotated, PROFILE_CASE))
-    assert own["flattest"] != truths["flattest"] and own["steepest"] != truths["steepest"]
-    blocks_probes.check_profile_shapes(make_model=_kinds_rotated, flattest=own["flattest"],
-                                       steepest=own["steepest"])
-    with pytest.raises(CheckFailed, match=r"flattest.*you answered.*falls most.*you answered"):
-        blocks_probes.check_profile_shapes(flattest=own["flattest"], steepest=own["steepest"])
-
-
-def test_own_profiles_are_measured_on_one_thread():
-    """The student's models run on one thread, like the grader's table and the
-    notebook's experiment, whatever the count before."""
-    seen = []
-
-    def make_model(kind, n_layers, seed):
-        seen.append(torch.get_num_threads())
-        raise NotImplementedError()
-
-    torch.set_num_threads(2)
-    assert blocks_probes._own_profiles(make_model, PROFILE_CASE) is None
-    assert seen == [1] and torch.get_num_threads() == 2
-
-
-# --- exercise 7: gradient_profile, the prediction and the reading ---
+# --- exercise 7: gradient_profile and the prediction ---
 
 class _TestLM(nn.Module):
     """The notebook's TinyLM(vocab, d, blocks, final_ln, max_len)."""
@@ -1190,38 +978,80 @@ def test_gradient_profile_mistakes_are_named(mistake, hint):
     assert verdict is not None and hint in verdict, verdict
 
 
-def test_cut_letter_reads_each_shape_of_change():
-    intact = np.array([2.0, 1.5, 1.0])
-    assert blocks_judges.cut_letter(intact, np.array([1.0, 1.1, 1.0])) == "a"
-    assert blocks_judges.cut_letter(intact, np.array([2.0, 2.0, 1.9])) == "b"
-    assert blocks_judges.cut_letter(intact, intact / 2) == "c"
-    assert blocks_judges.cut_letter(intact, np.array([0.5, 1.0, 1.0])) == "d"
-    assert blocks_judges.cut_letter(intact, intact) is None
+# --- exercise 6: first_step_update ---
+
+def _update_verdicts(first_step_update):
+    verdicts = []
+    for _, case in blocks_judges._first_step_update_cases(np.random.default_rng(0)):
+        output = _as_arrays(blocks_probes._probe_first_step_update(
+            (first_step_update, _TestLM, {"pre": blocks.PreLNBlock, "post": blocks.PostLNBlock}),
+            case))
+        verdicts.append(blocks_judges._judge_first_step_update(case, output))
+    return verdicts
 
 
-def test_true_cut_answers_are_a_and_the_measured_ratio():
-    truths = blocks_judges.true_cut_answers()
-    cut = blocks_judges.measured_cut_profiles()["cut"]
-    assert truths["cut_letter"] == "a"
-    assert truths["cut_last_over_first"] == pytest.approx(cut[-1] / cut[0])
+def _update_with_torch_adam(model, batch, lr):
+    """The unusual route: torch's own Adam takes the step (eps 1e-8 kept)."""
+    saved = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    with torch.no_grad():
+        before = model(batch[0])
+    optimizer.zero_grad()
+    blocks.lm_loss(model, batch).backward()
+    optimizer.step()
+    with torch.no_grad():
+        after = model(batch[0])
+        for name, p in model.named_parameters():
+            p.copy_(saved[name])
+    return (after - before).norm() / before.norm()
+
+
+def _update_left_stepped(model, batch, lr):
+    params = list(model.parameters())
+    grads = torch.autograd.grad(blocks.lm_loss(model, batch), params)
+    with torch.no_grad():
+        before = model(batch[0])
+        for p, g in zip(params, grads):
+            p -= lr * g.sign()
+        return float((model(batch[0]) - before).norm() / before.norm())
+
+
+def _update_slip(**slip):
+    return lambda model, batch, lr: blocks_judges._update_by_hand(model, batch, lr, **slip)
+
+
+@pytest.mark.parametrize("first_step_update", [
+    blocks.first_step_update, _update_with_torch_adam, _update_slip(step="adam")])
+def test_first_step_update_right_answers_pass(first_step_update):
+    assert _update_verdicts(first_step_update) == [None, None]
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    (_update_slip(step="sgd"), "this is plain gradient descent"),
+    (_update_slip(step="up"), "step down the gradient"),
+    (_update_slip(relative=False), "the update is relative"),
+    (_update_left_stepped, "it left the model changed"),
+    (lambda model, batch, lr: [1.0, 2.0], "expected one number"),
+])
+def test_first_step_update_mistakes_are_named(mistake, hint):
+    for verdict in _update_verdicts(mistake):
+        assert verdict is not None and hint in verdict, verdict
+
+
+def test_first_step_update_cases_are_what_their_labels_say():
+    for label, case in blocks_judges._first_step_update_cases(np.random.default_rng(0)):
+        kind = str(case["kind"])
+        assert label.startswith(f"{int(case['n_layers'])} {kind.capitalize()}-LN blocks")
+        assert f"lr {float(case['lr']):.0e}".replace("e-0", "e-") in label
+        assert ("w:ln_f.weight" in case) == (kind == "pre")
+        assert case["inputs"].shape == case["targets"].shape
 
 
 def test_cut_prediction_needs_one_of_the_letters():
     judge = blocks_judges._judge_cut_prediction
     assert judge({}, {"predict_cut": np.array("c")}) is None
+    assert judge({}, {"predict_cut": np.array(" B ")}) is None
     assert "answer with one of" in judge({}, {"predict_cut": np.array("None")})
-
-
-def test_cut_reading_takes_the_right_letter_and_ratio_within_five_percent():
-    judge = blocks_judges._judge_cut_reading
-    ratio = blocks_judges.true_cut_answers()["cut_last_over_first"]
-    right = {"cut_answer": np.array("a"), "cut_last_over_first": np.array(str(ratio * 1.04))}
-    assert judge({}, right) is None
-    wrong_letter = dict(right, cut_answer=np.array("c"))
-    assert "CUT_ANSWER" in judge({}, wrong_letter)
-    far = dict(right, cut_last_over_first=np.array(str(ratio * 1.07)))
-    assert "CUT_LAST_OVER_FIRST" in judge({}, far)
-    assert "not a number" in judge({}, dict(right, cut_last_over_first=np.array("x")))
 
 
 # --- exercise 8: adaLN-Zero ---
