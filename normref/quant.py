@@ -275,19 +275,88 @@ def outlier_layer(n_tokens=128, d=256, d_out=128, seed=0):
     return F.layer_norm(tokens, (d,), weight=gamma), W
 
 
-def matmul_relative_error(A, A_rt, W):
-    """||A_rt @ W - A @ W|| / ||A @ W|| (Frobenius), all in float64."""
+def matmul_relative_error(A, A_rt, W, W_rt=None, rows=None):
+    """||A_rt @ W_rt - A @ W|| / ||A @ W|| (Frobenius), all in float64.
+
+    W_rt is the weight the stored activation meets (W unless a fold changed
+    it); rows, a bool mask or indices of the tokens measured (all if None).
+    """
     exact = A.double() @ W.double()  # T, d_out
-    return float((A_rt.double() @ W.double() - exact).norm() / exact.norm())
+    approx = A_rt.double() @ (W if W_rt is None else W_rt).double()  # T, d_out
+    if rows is not None:
+        exact, approx = exact[rows], approx[rows]
+    return float((approx - exact).norm() / exact.norm())
+
+
+def smoothing_factors(X, W, alpha=0.5):
+    """SmoothQuant's per-channel factors (Xiao et al., 2023, arXiv:2211.10438).
+
+    X: float (T, C), the activation; W: float (C, D), the weight it feeds.
+    s_c = max_t |X[t, c]| ** alpha / max_d |W[c, d]| ** (1 - alpha), in float64;
+    a channel whose activation or weight row is all zeros gets 1 (its fold
+    changes nothing). Returns float64 (C,).
+    """
+    x_max = X.double().abs().amax(dim=0)  # C
+    w_max = W.double().abs().amax(dim=1)  # C
+    live = (x_max > 0) & (w_max > 0)
+    s = x_max.clamp_min(1e-300) ** alpha / w_max.clamp_min(1e-300) ** (1 - alpha)
+    return torch.where(live, s, torch.ones_like(s))  # C
+
+
+def smoothquant_fold(X, W, alpha=0.5):
+    """(X diag(s)^-1, diag(s) W) with s = smoothing_factors(X, W, alpha), float64.
+
+    The product is unchanged: X diag(s)^-1 diag(s) W = X W. The activation's
+    loud channels are divided down and the matching rows of W multiplied up.
+    """
+    s = smoothing_factors(X, W, alpha)  # C
+    return X.double() / s, s.unsqueeze(-1) * W.double()  # T, C and C, D
+
+
+def scheme_errors(A, W, dtype=torch.float8_e4m3fn, rows=None):
+    """{scheme: matmul_relative_error} of A @ W for the five scalings, on `rows`.
+
+    "smoothquant" folds with alpha 0.5, stores the smoothed activation with
+    one per-tensor scale and multiplies it by the folded weight.
+    """
+    A_smooth, W_smooth = smoothquant_fold(A, W)
+    stored = {
+        "per-tensor": (fp8_round_trip(A, dtype), W),
+        "per-token": (per_token_round_trip(A, dtype), W),
+        "per-channel": (per_channel_dequantize(*per_channel_quantize(A, dtype)), W),
+        "per-block": (mx_dequantize(*mx_quantize(A, dtype)), W),
+        "smoothquant": (fp8_round_trip(A_smooth.float(), dtype), W_smooth),
+    }
+    return {name: matmul_relative_error(A, A_rt, W, W_rt, rows)
+            for name, (A_rt, W_rt) in stored.items()}
 
 
 def matmul_errors(dtype=torch.float8_e4m3fn):
-    """{scheme: matmul_relative_error} on outlier_layer() for the four scalings."""
+    """{scheme: matmul_relative_error} on outlier_layer() for the five scalings."""
     A, W = outlier_layer()
-    round_trips = {
-        "per-tensor": fp8_round_trip(A, dtype),
-        "per-token": per_token_round_trip(A, dtype),
-        "per-channel": per_channel_dequantize(*per_channel_quantize(A, dtype)),
-        "per-block": mx_dequantize(*mx_quantize(A, dtype)),
-    }
-    return {name: matmul_relative_error(A, A_rt, W) for name, A_rt in round_trips.items()}
+    return scheme_errors(A, W, dtype)
+
+
+LOUD_TOKENS = (0, 31, 64, 100)  # question 3's loud tokens
+LOUD_TOKEN_FACTOR = 1e5
+
+
+def loud_token_layer(n_tokens=128, d=256, d_out=128, seed=0):
+    """(A, W, quiet): layer norm's output (no gamma) with LOUD_TOKENS multiplied
+    by LOUD_TOKEN_FACTOR, the weight of outlier_layer before its rows were
+    divided, and the bool mask (n_tokens,) of the other tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randn(n_tokens, d, generator=gen)  # T, d
+    W = torch.randn(d, d_out, generator=gen) / d**0.5  # d, d_out
+    A = F.layer_norm(tokens, (d,))
+    A[list(LOUD_TOKENS)] *= LOUD_TOKEN_FACTOR
+    quiet = torch.ones(n_tokens, dtype=torch.bool)
+    quiet[list(LOUD_TOKENS)] = False
+    return A, W, quiet
+
+
+def loud_token_errors(dtype=torch.float8_e4m3fn):
+    """{scheme: matmul error on the quiet tokens} of loud_token_layer()."""
+    A, W, quiet = loud_token_layer()
+    return scheme_errors(A, W, dtype, rows=quiet)
+

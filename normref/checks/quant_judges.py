@@ -11,6 +11,7 @@ from normref.checks.quant_probes import (
     MATMUL_SCHEMES,
     SCALING_CHOICES,
     TOKEN_SET_NAMES,
+    as_choice,
     experiment_token_sets,
 )
 from normref.checks.tolerances import mismatch, number_from_answer
@@ -260,8 +261,9 @@ def _histories(case):
 # -- predictions and answers -------------------------------------------------
 
 def _judge_predictions(case, output):
+    choices = {as_choice(choice) for choice in SCALING_CHOICES}
     missing = [name for name in ("loud_token", "loud_channel", "rms_offset")
-               if str(output.get(name, "None")) not in SCALING_CHOICES]
+               if as_choice(output.get(name, "None")) not in choices]
     if missing:
         return (f"give each prediction as one of {list(SCALING_CHOICES)}; not yet: "
                 f"{', '.join(missing)}. Any of the three earns the point: it is your guess")
@@ -331,11 +333,12 @@ def _judge_scaling_answers(case, output):
     given = {name: str(output.get(name, "None")).strip() for name in truths}
     choices = {"rms_why": RMS_WHY_CHOICES, "channel_fix": CHANNEL_FIX_CHOICES}
     invalid = [f"{name} must be one of {list(choices[name])} (you gave {given[name]!r})"
-               for name in truths if given[name] not in choices[name]]
+               for name in truths
+               if as_choice(given[name]) not in map(as_choice, choices[name])]
     if invalid:
         return "; ".join(invalid)
     wrong = [f"{name} (you answered {given[name]!r})" for name in truths
-             if given[name] != truths[name]]
+             if as_choice(given[name]) != as_choice(truths[name])]
     if wrong:
         return "not yet right: " + "; ".join(wrong) + ". Look at your table again"
     return None
@@ -344,7 +347,9 @@ def _judge_scaling_answers(case, output):
 # -- per-channel and MX block scaling ----------------------------------------
 
 MATMUL_RTOL = 0.05  # the student's measurement against the reference's
-MATMUL_GAIN_RTOL = 0.25  # "roughly": the gain read off the table
+WINNER_RATIO = 1.25  # question 3: a winner's error is within 25% of the best
+SMOOTH_WHY_CHOICES = ("a", "b", "c")
+SMOOTH_WHY = "a"  # tests/normref/test_quant_scaling.py checks why b and c are wrong
 
 
 def _dtype_of(case):
@@ -563,61 +568,174 @@ def _judge_mx(case, output):
     return shown
 
 
+# -- SmoothQuant's fold -------------------------------------------------------
+
+def _fold_case(rng, n_tokens, channels, d_out, loud=(), zero_channel=None,
+               zero_row=None, alpha=0.5):
+    x = rng.normal(size=(n_tokens, channels))
+    x[:, list(loud)] *= 1e3
+    w = rng.normal(size=(channels, d_out)) / np.sqrt(channels)
+    if zero_channel is not None:
+        x[:, zero_channel] = 0.0
+    if zero_row is not None:
+        w[zero_row] = 0.0
+    return {"x": _f32(x), "w": _f32(w), "alpha": np.array(alpha)}
+
+
+def _fold_cases(rng):
+    return [
+        ("X (16 tokens, 8 channels) with channels 2 and 5 a thousand times louder, "
+         "W (8, 4), alpha = 0.5", _fold_case(rng, 16, 8, 4, loud=(2, 5))),
+        ("the same shapes, alpha = 0.8 (more of each channel's size moved into W)",
+         _fold_case(rng, 16, 8, 4, loud=(2, 5), alpha=0.8)),
+        ("X (32, 64) with channel 7 loud, W (64, 64) square, alpha = 0.3",
+         _fold_case(rng, 32, 64, 64, loud=(7,), alpha=0.3)),
+        ("channel 3 of X all zeros, W (12, 6), alpha = 0.5",
+         _fold_case(rng, 10, 12, 6, zero_channel=3)),
+        ("row 4 of W all zeros (channel 4 feeds nothing), alpha = 0.5",
+         _fold_case(rng, 10, 12, 6, loud=(1,), zero_row=4)),
+    ]
+
+
+def _fold_with(x, w, s):
+    return x / s, s[:, None] * w
+
+
+def _fold_mistakes(x, w, alpha):
+    """{hint: (X_smooth, W_smooth)} of the usual slips, in float64."""
+    x_max, w_max = np.abs(x).max(axis=0), np.abs(w).max(axis=1)
+    with np.errstate(all="ignore"):
+        right = x_max**alpha / w_max ** (1 - alpha)
+        mistakes = {
+            "the exponents are the wrong way round: alpha goes on the activation's "
+            "max, 1 - alpha on the weight's":
+                _fold_with(x, w, x_max ** (1 - alpha) / w_max**alpha),
+            "the activation is multiplied by s and W divided by it; divide X's "
+            "channel c by s_c and multiply W's row c by s_c":
+                (x * right, w / right[:, None]),
+        }
+        if w.shape[0] == w.shape[1]:
+            by_column = np.abs(w).max(axis=0)
+            mistakes["W's max is taken down its columns; s_c needs the max of row c, "
+                      "the weights channel c feeds (max over the last axis)"] = \
+                _fold_with(x, w, x_max**alpha / by_column ** (1 - alpha))
+            mistakes["W is scaled column by column; s_c multiplies W's row c "
+                      "(s[:, None] * W)"] = (x / right, w * right[None, :])
+    return mistakes
+
+
+def _judge_fold(case, output):
+    x, w = case["x"].astype(np.float64), case["w"].astype(np.float64)
+    alpha = float(case["alpha"])
+    ref_x, ref_w = (part.numpy() for part in quant.smoothquant_fold(
+        torch.from_numpy(x), torch.from_numpy(w), alpha))
+    got_x = np.asarray(output["x_smooth"], np.float64)
+    got_w = np.asarray(output["w_smooth"], np.float64)
+    problem = (mismatch(got_x, ref_x, dtype="float32", what="X_smooth")
+               or mismatch(got_w, ref_w, dtype="float32", what="W_smooth"))
+    if problem is None:
+        return None
+    if got_x.shape != ref_x.shape or got_w.shape != ref_w.shape:
+        return problem
+    if not (np.all(np.isfinite(got_x)) and np.all(np.isfinite(got_w))):
+        return (f"{problem}. Hint: a channel whose activation or weight row is all "
+                "zeros has a max of 0: give it s = 1, so that its fold changes nothing")
+    for hint, (wrong_x, wrong_w) in _fold_mistakes(x, w, alpha).items():
+        if (mismatch(got_x, wrong_x, dtype="float32") is None
+                and mismatch(got_w, wrong_w, dtype="float32") is None):
+            return f"{problem}. Hint: {hint}"
+    if mismatch(got_x @ got_w, x @ w, dtype="float32") is not None:
+        return (f"{problem}. Hint: X_smooth @ W_smooth must equal X @ W: whatever "
+                "divides channel c of X must multiply row c of W")
+    return problem
+
+
 # -- the matmul --------------------------------------------------------------
 
 @functools.cache
 def _reference_matmul():
-    """The matmul errors of the four schemes, in MATMUL_SCHEMES order."""
+    """The matmul errors of the five schemes, in MATMUL_SCHEMES order."""
     errors = quant.matmul_errors()
+    return np.array([errors[name] for name in MATMUL_SCHEMES], np.float64)
+
+
+@functools.cache
+def _reference_loud_tokens():
+    """Question 3's errors on the quiet tokens, in MATMUL_SCHEMES order."""
+    errors = quant.loud_token_errors()
     return np.array([errors[name] for name in MATMUL_SCHEMES], np.float64)
 
 
 _FUNCTIONS = {"per-tensor": "fp8_round_trip", "per-token": "per_token_round_trip",
               "per-channel": "per_channel_quantize and per_channel_dequantize",
-              "per-block": "mx_quantize and mx_dequantize"}
+              "per-block": "mx_quantize and mx_dequantize",
+              "smoothquant": "smoothquant_fold (then fp8_round_trip)"}
 
 
-def _judge_matmul_errors(case, output):
+def _judge_measured(output, reference, name, layer, built_as=""):
     errors = np.asarray(output["errors"], np.float64)
     measured = np.asarray(output["measured"], np.float64)
-    reference = _reference_matmul()
     if not np.isclose(measured[0], reference[0], rtol=1e-6):
         return "the lesson's per-tensor round trip gave other figures here"
-    for name, got, ref in zip(MATMUL_SCHEMES, measured, reference):
+    for scheme, got, ref in zip(MATMUL_SCHEMES, measured, reference):
         if not (np.isfinite(got) and np.isclose(got, ref, rtol=MATMUL_RTOL)):
-            return (f"measured with your {_FUNCTIONS[name]}, the {name} matmul error "
-                    f"is {got:.3g}; the reference measures {ref:.3g}. Hint: make "
-                    "those functions pass their own check first")
+            return (f"measured with your {_FUNCTIONS[scheme]}, the {scheme} matmul error "
+                    f"{layer} is {got:.3g}; the reference measures {ref:.3g}. Hint: make "
+                    "those functions pass their own checks first")
     if not np.allclose(errors, measured, rtol=TABLE_RTOL):
-        return (f"your MATMUL_ERRORS say {_listed(errors)} ({', '.join(MATMUL_SCHEMES)}), "
-                f"but your functions measure {_listed(measured)} on the same layer "
-                "(||A_rt @ W - A @ W|| / ||A @ W||, in float64): fill it from your "
-                "measurement, do not type the figures in")
+        return (f"your {name} say {_listed(errors)} ({', '.join(MATMUL_SCHEMES)}), "
+                f"but your functions measure {_listed(measured)} {layer}: fill it "
+                f"from your measurement, do not type the figures in{built_as}")
     return None
 
 
-def _judge_matmul_answers(case, output):
-    reference = _reference_matmul()
-    best = MATMUL_SCHEMES[int(np.argmin(reference))]
-    gain = reference[0] / reference.min()
-    given = str(output.get("best", "None")).strip()
-    if given not in MATMUL_SCHEMES:
-        return f"ANSWER_MATMUL_BEST must be one of {list(MATMUL_SCHEMES)} (you gave {given!r})"
-    if given != best:
-        return (f"not yet right: {given!r} is not the scheme with the smallest "
-                "matmul error; read it off your MATMUL_ERRORS")
-    answer = str(output.get("gain", "None")).strip()
-    value = number_from_answer(answer)
-    if value is None:
-        return f"give ANSWER_MATMUL_GAIN as a number (you gave {answer!r})"
-    if value > 0 and abs(value * gain - 1) <= MATMUL_GAIN_RTOL:
-        return (f"you answered {answer}, the best error over the per-tensor one; "
-                "the question asks the other way round: per-tensor error over the "
-                "best error")
-    if abs(value / gain - 1) > MATMUL_GAIN_RTOL:
-        return (f"not yet right: you answered {answer}. Divide the per-tensor error by "
-                f"the {best} error in your MATMUL_ERRORS (roughly is fine: within "
-                f"{MATMUL_GAIN_RTOL:.0%})")
+def _judge_matmul_errors(case, output):
+    return _judge_measured(output, _reference_matmul(), "MATMUL_ERRORS",
+                           "on the outlier layer")
+
+
+def _judge_loud_token_errors(case, output):
+    return _judge_measured(
+        output, _reference_loud_tokens(), "LOUD_TOKEN_ERRORS",
+        "on the quiet tokens of the loud-token batch",
+        built_as=(". If you did measure them, check the batch: layer norm's output of "
+                  "`tokens` with no gamma, the rows LOUD_TOKENS multiplied by 1e5, "
+                  "W_PLAIN as the weight, and the error on rows=QUIET_TOKENS"))
+
+
+def true_loud_token_winners():
+    """The schemes within WINNER_RATIO of the best quiet-token error."""
+    reference = _reference_loud_tokens()
+    return {name for name, error in zip(MATMUL_SCHEMES, reference)
+            if error <= WINNER_RATIO * reference.min()}
+
+
+def _judge_loud_token_answers(case, output):
+    names = [str(name) for name in np.ravel(output["winners"])][:int(output["n_winners"])]
+    schemes = {as_choice(name): name for name in MATMUL_SCHEMES}
+    unknown = [name for name in names if as_choice(name) not in schemes]
+    problems = []
+    if unknown or not names:
+        problems.append(f"ANSWER_TOKEN_WINNERS must hold names from {list(MATMUL_SCHEMES)}"
+                        f" (you gave {names!r})")
+    why = str(output.get("smooth_why", "None")).strip()
+    if as_choice(why) not in SMOOTH_WHY_CHOICES:
+        problems.append(f"ANSWER_SMOOTH_WHY must be one of {list(SMOOTH_WHY_CHOICES)} "
+                        f"(you gave {why!r})")
+    if problems:
+        return "; ".join(problems)
+    given = {schemes[as_choice(name)] for name in names}
+    truth = true_loud_token_winners()
+    if given != truth:
+        extra, missed = sorted(given - truth), sorted(truth - given)
+        parts = ([f"{', '.join(extra)} is not within 25% of the best"] if extra else []) \
+            + ([f"{', '.join(missed)} is, and is missing"] if missed else [])
+        return (f"not yet right: ANSWER_TOKEN_WINNERS; on the quiet tokens "
+                f"{' and '.join(parts)}. Read your LOUD_TOKEN_ERRORS again")
+    if as_choice(why) != SMOOTH_WHY:
+        return (f"not yet right: ANSWER_SMOOTH_WHY (you answered {why!r}). Look at "
+                "which channels' max|X_c| the loud tokens set, and what that leaves of "
+                "the factors s_c")
     return None
 
 
@@ -636,9 +754,14 @@ CHECKS = {
                                    _judge_scaling_answers),
     "quant_per_channel": Check(_per_channel_cases, _judge_per_channel),
     "quant_mx_blocks": Check(_mx_cases, _judge_mx),
+    "quant_smoothquant_fold": Check(_fold_cases, _judge_fold),
     "quant_matmul_errors": Check(
         lambda rng: [("your MATMUL_ERRORS, and the same measurement with your "
                       "quantizers on the outlier layer", {})], _judge_matmul_errors),
-    "quant_matmul_answers": Check(lambda rng: [("your two answers about the matmul", {})],
-                                  _judge_matmul_answers),
+    "quant_loud_token_errors": Check(
+        lambda rng: [("your LOUD_TOKEN_ERRORS, and the same measurement with your "
+                      "quantizers on the quiet tokens", {})], _judge_loud_token_errors),
+    "quant_loud_token_answers": Check(
+        lambda rng: [("your two answers about the loud tokens", {})],
+        _judge_loud_token_answers),
 }

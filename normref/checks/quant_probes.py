@@ -15,6 +15,26 @@ TOKEN_SET_NAMES = ("plain", "loud token", "loud channel", "RMSNorm, mu = 20")
 SCALING_CHOICES = ("per-tensor", "per-token", "about the same")
 
 
+def as_choice(answer):
+    """A choice as the grader reads it: case, the spaces around it, and
+    hyphens, underscores or spaces between its words do not matter
+    ("Per_Token " reads as "per-token")."""
+    return "-".join(str(answer).strip().lower().replace("_", " ").replace("-", " ")
+                    .split())
+
+
+def _by_choice(table, names, what, form, entry="entry"):
+    """{name: table's entry} for each of `names`, the table's keys read with
+    as_choice; a KeyError naming the missing ones."""
+    if not hasattr(table, "keys"):
+        raise TypeError(f"{what} is {type(table).__name__}, not a dict {form}")
+    entries = {as_choice(key): table[key] for key in table.keys()}
+    missing = [name for name in names if as_choice(name) not in entries]
+    if missing:
+        raise KeyError(f"{what} has no {entry} for {missing}; it needs {list(names)}")
+    return {name: entries[as_choice(name)] for name in names}
+
+
 def _torch_dtype(name):
     import torch
 
@@ -113,13 +133,9 @@ def _table_probe(subject, case):
     import torch
 
     table, per_token_round_trip = subject
-    if not hasattr(table, "keys"):
-        raise TypeError(f"the table is {type(table).__name__}, not a dict "
-                        "{name: (per-tensor error, per-token error)}")
-    missing = [name for name in TOKEN_SET_NAMES if name not in table]
-    if missing:
-        raise KeyError(f"the table has no row for {missing}; it needs {list(TOKEN_SET_NAMES)}")
-    rows = [tuple(float(v) for v in table[name]) for name in TOKEN_SET_NAMES]
+    by_name = _by_choice(table, TOKEN_SET_NAMES, "the table",
+                         "{name: (per-tensor error, per-token error)}", entry="row")
+    rows = [tuple(float(v) for v in by_name[name]) for name in TOKEN_SET_NAMES]
     if any(len(row) != 2 for row in rows):
         raise ValueError("each row must be a pair (per-tensor error, per-token error)")
     e4m3 = torch.float8_e4m3fn
@@ -173,11 +189,21 @@ def check_scaling_answers(rms_why, channel_fix):
               _answers_as_text)
 
 
-# -- per-channel and MX block scaling, and the matmul they feed ---------------
+# -- per-channel and MX block scaling, SmoothQuant, and the matmul they feed --
 
-MATMUL_SCHEMES = ("per-tensor", "per-token", "per-channel", "per-block")
+MATMUL_SCHEMES = ("per-tensor", "per-token", "per-channel", "per-block", "smoothquant")
 OUTLIER_CHANNELS = (5, 77, 130, 201)
 OUTLIER_GAMMA = 1e5
+LOUD_TOKENS = (0, 31, 64, 100)
+LOUD_TOKEN_FACTOR = 1e5
+
+
+def _tokens_and_weight(n_tokens, d, d_out, seed):
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randn(n_tokens, d, generator=gen)
+    return tokens, torch.randn(d, d_out, generator=gen) / d**0.5
 
 
 def outlier_layer(n_tokens=128, d=256, d_out=128, seed=0):
@@ -187,19 +213,35 @@ def outlier_layer(n_tokens=128, d=256, d_out=128, seed=0):
     import torch
     import torch.nn.functional as F
 
-    gen = torch.Generator().manual_seed(seed)
-    tokens = torch.randn(n_tokens, d, generator=gen)
-    W = torch.randn(d, d_out, generator=gen) / d**0.5
+    tokens, W = _tokens_and_weight(n_tokens, d, d_out, seed)
     gamma = torch.ones(d)
     gamma[list(OUTLIER_CHANNELS)] = OUTLIER_GAMMA
     W[list(OUTLIER_CHANNELS)] /= OUTLIER_GAMMA
     return F.layer_norm(tokens, (d,), weight=gamma), W
 
 
-def matmul_relative_error(A, A_rt, W):
-    """||A_rt @ W - A @ W|| / ||A @ W||, in float64."""
+def loud_token_layer(n_tokens=128, d=256, d_out=128, seed=0):
+    """(A, W, quiet) of question 3: layer norm's output (no gamma) with four
+    tokens 1e5 times louder, the weight before any row was divided, and the
+    bool mask of the other tokens. The assignment asks for the same A."""
+    import torch
+    import torch.nn.functional as F
+
+    tokens, W = _tokens_and_weight(n_tokens, d, d_out, seed)
+    A = F.layer_norm(tokens, (d,))
+    A[list(LOUD_TOKENS)] *= LOUD_TOKEN_FACTOR
+    quiet = torch.ones(n_tokens, dtype=torch.bool)
+    quiet[list(LOUD_TOKENS)] = False
+    return A, W, quiet
+
+
+def matmul_relative_error(A, A_rt, W, W_rt=None, rows=None):
+    """||A_rt @ W_rt - A @ W|| / ||A @ W|| on the token rows `rows`, float64."""
     exact = A.double() @ W.double()
-    return float((A_rt.double() @ W.double() - exact).norm() / exact.norm())
+    approx = A_rt.double() @ (W if W_rt is None else W_rt).double()
+    if rows is not None:
+        exact, approx = exact[rows], approx[rows]
+    return float((approx - exact).norm() / exact.norm())
 
 
 def _as_float32(value):
@@ -231,33 +273,78 @@ def _call_quantizer(subject, case):
             "y": np.asarray(_as_float32(y).numpy(), np.float64), "y_dtype": _dtype_name(y)}
 
 
-def _matmul_probe(subject, case):
-    """The student's matmul errors, and the same measurement redone here with
-    the lesson's round trip and the student's three other quantizers."""
+def _folded(smoothquant_fold, X, W, alpha):
+    """The student's (X_smooth, W_smooth) as float64 tensors."""
     import torch
 
-    errors, per_token, channel_pair, block_pair = subject
-    if not hasattr(errors, "keys"):
-        raise TypeError(f"MATMUL_ERRORS is {type(errors).__name__}, not a dict "
-                        "{scheme: relative error}")
-    missing = [name for name in MATMUL_SCHEMES if name not in errors]
-    if missing:
-        raise KeyError(f"MATMUL_ERRORS has no entry for {missing}; it needs "
-                       f"{list(MATMUL_SCHEMES)}")
+    result = smoothquant_fold(X.clone(), W.clone(), alpha)
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise TypeError("smoothquant_fold must return a pair (X_smooth, W_smooth), "
+                        f"not {type(result).__name__}")
+    return tuple(torch.as_tensor(part).detach().double() for part in result)
+
+
+def _call_fold(smoothquant_fold, case):
+    X, W = _tensor(case["x"]), _tensor(case["w"])
+    x_smooth, w_smooth = _folded(smoothquant_fold, X, W, float(case["alpha"]))
+    return {"x_smooth": x_smooth.numpy(), "w_smooth": w_smooth.numpy()}
+
+
+def _measure_schemes(quantizers, A, W, rows=None):
+    """The five schemes' matmul errors, measured with the student's functions."""
+    import torch
+
+    per_token, channel_pair, block_pair, smoothquant_fold = quantizers
     e4m3 = torch.float8_e4m3fn
-    A, W = outlier_layer()
-    round_trips = {
-        "per-tensor": lambda: per_tensor_round_trip(A, e4m3),
-        "per-token": lambda: per_token(A.clone(), e4m3),
-        "per-channel": lambda: channel_pair[1](*channel_pair[0](A.clone(), e4m3)),
-        "per-block": lambda: block_pair[1](*block_pair[0](A.clone(), e4m3)),
+
+    def smoothed():
+        A_smooth, W_smooth = _folded(smoothquant_fold, A, W, 0.5)
+        return per_tensor_round_trip(A_smooth.float(), e4m3), W_smooth
+
+    stored = {
+        "per-tensor": lambda: (per_tensor_round_trip(A, e4m3), W),
+        "per-token": lambda: (per_token(A.clone(), e4m3), W),
+        "per-channel": lambda: (channel_pair[1](*channel_pair[0](A.clone(), e4m3)), W),
+        "per-block": lambda: (block_pair[1](*block_pair[0](A.clone(), e4m3)), W),
+        "smoothquant": smoothed,
     }
     measured = []
     for name in MATMUL_SCHEMES:
-        A_rt = _as_float32(_with_float8_hint(round_trips[name]))
-        measured.append(matmul_relative_error(A, A_rt, W))
-    return {"errors": np.array([float(errors[name]) for name in MATMUL_SCHEMES]),
-            "measured": np.array(measured, np.float64)}
+        A_rt, W_rt = _with_float8_hint(stored[name])
+        measured.append(matmul_relative_error(A, _as_float32(A_rt), W,
+                                              _as_float32(W_rt), rows))
+    return np.array(measured, np.float64)
+
+
+def _matmul_probe(subject, case):
+    """The student's matmul errors, and the same measurement redone here with
+    the lesson's round trip and the student's other quantizers."""
+    errors, *quantizers = subject
+    by_name = _by_choice(errors, MATMUL_SCHEMES, "MATMUL_ERRORS", "{scheme: relative error}")
+    A, W = outlier_layer()
+    return {"errors": np.array([float(by_name[name]) for name in MATMUL_SCHEMES]),
+            "measured": _measure_schemes(quantizers, A, W)}
+
+
+def _loud_token_probe(subject, case):
+    """The same for question 3's loud tokens, measured on the quiet tokens."""
+    errors, *quantizers = subject
+    by_name = _by_choice(errors, MATMUL_SCHEMES, "LOUD_TOKEN_ERRORS",
+                         "{scheme: relative error}")
+    A, W, quiet = loud_token_layer()
+    return {"errors": np.array([float(by_name[name]) for name in MATMUL_SCHEMES]),
+            "measured": _measure_schemes(quantizers, A, W, quiet)}
+
+
+def _winners_as_text(answers, case):
+    """The winners as a list of texts (any iterable of names; one name alone
+    is a list of one), and the letter as text."""
+    winners = answers["winners"]
+    if isinstance(winners, str) or not hasattr(winners, "__iter__"):
+        winners = [winners]
+    names = [str(name) for name in winners]
+    return {"winners": np.array(names or [""]), "n_winners": np.array(len(names)),
+            "smooth_why": np.array(str(answers["smooth_why"]))}
 
 
 def check_per_channel(per_channel_quantize, per_channel_dequantize):
@@ -271,12 +358,28 @@ def check_mx_blocks(mx_quantize, mx_dequantize):
     run_check("quant_mx_blocks", (mx_quantize, mx_dequantize), _call_quantizer)
 
 
-def check_matmul_errors(errors, per_token_round_trip, per_channel_pair, mx_pair):
+def check_smoothquant_fold(smoothquant_fold):
+    """Check smoothquant_fold(X, W, alpha): SmoothQuant's per-channel fold."""
+    run_check("quant_smoothquant_fold", smoothquant_fold, _call_fold)
+
+
+def check_matmul_errors(errors, per_token_round_trip, per_channel_pair, mx_pair,
+                        smoothquant_fold):
     """Check MATMUL_ERRORS against the same measurement made with your functions."""
     run_check("quant_matmul_errors",
-              (errors, per_token_round_trip, per_channel_pair, mx_pair), _matmul_probe)
+              (errors, per_token_round_trip, per_channel_pair, mx_pair, smoothquant_fold),
+              _matmul_probe)
 
 
-def check_matmul_answers(best, gain):
-    """Check which scheme wins the matmul, and by how much."""
-    run_check("quant_matmul_answers", {"best": best, "gain": gain}, _answers_as_text)
+def check_loud_token_errors(errors, per_token_round_trip, per_channel_pair, mx_pair,
+                            smoothquant_fold):
+    """Check LOUD_TOKEN_ERRORS against the same measurement on the quiet tokens."""
+    run_check("quant_loud_token_errors",
+              (errors, per_token_round_trip, per_channel_pair, mx_pair, smoothquant_fold),
+              _loud_token_probe)
+
+
+def check_loud_token_answers(winners, smooth_why):
+    """Check which schemes keep the quiet tokens, and why SmoothQuant does not."""
+    run_check("quant_loud_token_answers", {"winners": winners, "smooth_why": smooth_why},
+              _winners_as_text)

@@ -23,7 +23,7 @@ import triton.language as tl  # noqa: E402
 from normref.checks import (  # noqa: E402
     CheckFailed,
     check_backward_bytes_per_row,
-    check_eager_bytes_ratio,
+    check_llama_bytes,
     check_rms_autograd_function,
     check_rms_backward_dx,
     check_rms_backward_partial_dw,
@@ -593,40 +593,45 @@ def test_judges_pass_the_float64_reference_for_any_seed():
 
 
 @pytest.mark.parametrize("answer, right", [
-    (3.5, True), ((7 * 1024 + 7) / 2048, True), (3.6, True), (6.0, False), (1.75, False),
-    (7.0, False), ("3.5", True), (None, False), ([3.5, 3.5], False)])
-def test_the_eager_bytes_question(answer, right):
-    from normref.checks import kernels_judges as J
-
-    # the truth comes from the byte count, and it is the count the lesson's profiler makes
-    assert J.eager_rms_norm_bytes(1024, 1024, 4) == (7 * 1024 * 1024 + 6 * 1024 + 1024) * 4
+    (302092288, True), (36 * 4096 * 2048, True), ("302092288", True), (3.02e8, True),
+    (24 * 4096 * 2048, False), (9.0, False), (3.5, False), (None, False), ([3.0e8], False)])
+def test_the_llama_bytes_question(answer, right):
     if right:
-        check_eager_bytes_ratio(answer)
+        check_llama_bytes(answer)
     else:
         with pytest.raises(CheckFailed):
-            check_eager_bytes_ratio(answer)
+            check_llama_bytes(answer)
 
 
-def test_the_eager_bytes_count_matches_the_profiler():
-    """Count the six kernels the way lesson 07 does, from the profiler's shapes."""
-    from torch.profiler import ProfilerActivity, profile
+def test_the_llama_bytes_count_matches_what_torch_runs():
+    """Every aten operation LlamaRMSNorm's forward runs on bfloat16 x, with the
+    bytes of each tensor it reads and writes in that tensor's own dtype."""
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    from normref.checks.kernels_judges import eager_rms_norm_bytes
+    from normref.checks.kernels_judges import llama_rms_norm_bytes
+
+    class Bytes(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops, self.moved = [], 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            tensors = [a for a in args if isinstance(a, torch.Tensor)] + [out]
+            self.ops.append(func.__name__.split(".")[0])
+            self.moved += sum(t.numel() * t.element_size() for t in tensors)
+            return out
 
     m, n = 64, 32
-    x, w = torch.randn(m, n), torch.rand(n)
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        x * x.pow(2).mean(-1, keepdim=True).add(1e-5).rsqrt() * w
-    events = [e for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::")]
-    assert [e.name for e in events] == ["aten::pow", "aten::mean", "aten::add", "aten::rsqrt",
-                                        "aten::mul", "aten::mul"]
-    total = 0
-    for event in events:
-        shapes = [s for s in event.input_shapes if len(s) > 0]
-        total += sum(int(np.prod(s)) for s in shapes)
-        total += (int(np.prod(shapes[0][:-1])) if event.name == "aten::mean"
-                  else int(np.prod(torch.broadcast_shapes(*shapes))))
-    assert total * 4 == eager_rms_norm_bytes(m, n, 4)
+    x = torch.randn(m, n).to(torch.bfloat16)
+    weight = torch.rand(n).to(torch.bfloat16)
+    with Bytes() as counted:
+        hidden = x.to(torch.float32)
+        variance = hidden.pow(2).mean(-1, keepdim=True)
+        hidden = hidden * torch.rsqrt(variance + 1e-6)
+        weight * hidden.to(torch.bfloat16)
+    assert counted.ops == ["_to_copy", "pow", "mean", "add", "rsqrt", "mul", "_to_copy", "mul"]
+    assert counted.moved == llama_rms_norm_bytes(m, n)
 
 
 @pytest.mark.parametrize("answer, right", [
@@ -946,11 +951,11 @@ CELL_CHECKS = {
     "rms_backward_dx": (check_rms_backward_dx, "rms_norm_bwd_kernel"),
     "rms_backward_partial_dw": (check_rms_backward_partial_dw, "rms_norm_bwd_kernel"),
     "rms_autograd_function": (check_rms_autograd_function, "RMSNormFunction"),
-    "eager_bytes_ratio": (check_eager_bytes_ratio, "eager_bytes_ratio"),
+    "llama_bytes": (check_llama_bytes, "llama_eager_bytes"),
     "backward_bytes_per_row": (check_backward_bytes_per_row, "backward_bytes_per_row"),
 }
 ANSWER_CELLS = ("rms_forward_answer", "launcher", "rms_backward_answer",
-                "rms_function_answer", "eager_bytes_answer", "backward_bytes_answer")
+                "rms_function_answer", "llama_bytes_answer", "backward_bytes_answer")
 
 
 def _notebook_answers(path):

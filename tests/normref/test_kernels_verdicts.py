@@ -22,6 +22,7 @@ import linecache  # noqa: E402
 import sys  # noqa: E402
 import types  # noqa: E402
 import warnings  # noqa: E402
+from fractions import Fraction  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -33,7 +34,7 @@ from normref.checks.kernels_judges import (  # noqa: E402
     UNWRITTEN,
     _judge_backward_bytes,
     _judge_dx,
-    _judge_eager_ratio,
+    _judge_llama_bytes,
     _judge_partial_dw,
     _judge_y,
     _judge_y_and_rstd,
@@ -596,41 +597,34 @@ def test_partial_dw_the_first_matching_mistake_is_named():
 
 # ------------------------------------------------------------ the byte questions
 
-def test_eager_bytes_by_hand():
-    """Per kernel: pow 2MN, mean MN + M, add 2M, rsqrt 2M, x * rstd 2MN + M,
-    * w 2MN + N: 7 MN + 6 M + N numbers."""
-    assert kernels_judges.eager_rms_norm_bytes(2, 3, 4) == (7 * 6 + 6 * 2 + 3) * 4
-    assert kernels_judges.eager_rms_norm_bytes(3, 2, 2) == (7 * 6 + 6 * 3 + 2) * 2
-    assert kernels_judges._true_eager_ratio() == pytest.approx(3.5 + 3.5 / 1024, rel=1e-15)
+def test_llama_bytes_by_hand():
+    """Per element of x: to(float32) 2 + 4, pow 4 + 4, mean 4, x * rstd 4 + 4,
+    to(bfloat16) 4 + 2, weight * it 2 + 2: 36 bytes; per row: mean's result 4,
+    + eps 8, rsqrt 8, rstd read by the multiply 4: 24 bytes; the weight 2 a feature."""
+    assert kernels_judges.llama_rms_norm_bytes(2, 3) == 36 * 6 + 24 * 2 + 2 * 3
+    assert kernels_judges._true_llama_bytes() == 36 * 4096 * 2048 + 24 * 4096 + 2 * 2048
 
 
 @pytest.mark.parametrize("answer, message", [
-    (3.5034, None), (3.41, None), (3.6, None), (3.35, "count each"),
-    (6.0, "mean, add and rsqrt"), (5.95, "mean, add and rsqrt"), (6.2, "count each"),
-    (1.75, "2 * M * N * 4 bytes (read x once"), (1.66, "2 * M * N * 4 bytes (read x once"),
-    (7.0, "2 * M * N * 4 bytes (read x once"), (7.2, "2 * M * N * 4 bytes (read x once"),
-    (7.25, "count each"), (1.6, "count each"), (0.0, "count each"),
+    (302092288, None), (301989888, None), (302_300_000, None), (302_500_000, "List the eight"),
+    (24 * 4096 * 2048, ".to() conversions are kernels too"),
+    (22 * 4096 * 2048, "are float32, 4 bytes a number"),
+    (2 * 4096 * 2048 * 2, "fused RMSNorm"), (44 * 4096 * 2048, "in the dtype it holds"),
+    (8 * 302092288, "in bits"), (9.0, "a ratio"), (9.003, "a ratio"), (3.5, "List the eight"),
+    (0, "List the eight"),
 ])
-def test_eager_ratio_answers(answer, message):
-    words = {
-        "mean, add and rsqrt": "not yet right: not every one of the six kernels reads and "
-                               "writes a whole M x N tensor; mean, add and rsqrt handle one "
-                               "number a row",
-        "2 * M * N * 4 bytes (read x once": "not yet right: the fused kernel moves 2 * M * N * "
-                                            "4 bytes (read x once, write y once); count every "
-                                            "kernel's reads and its writes",
-        "count each": "not yet right: count each of the six kernels' reads and writes as the "
-                      "lesson does, add them up, and divide by the fused kernel's 2 * M * N * 4 "
-                      "bytes",
-    }
-    got = _judge_eager_ratio({}, {"answer": np.array(answer)})
-    assert got == (None if message is None else words[message])
+def test_llama_bytes_answers(answer, message):
+    got = _judge_llama_bytes({}, {"answer": np.array(str(answer))})
+    if message is None:
+        assert got is None
+    else:
+        assert got.startswith(f"not yet right: you answered {answer}") and message in got
 
 
-def test_eager_ratio_needs_one_finite_number():
-    for answer in (np.array([3.5, 3.5]), np.array(np.nan), np.array(np.inf), np.zeros(0)):
-        assert _judge_eager_ratio({}, {"answer": answer}) == (
-            "give one number: the eager version's bytes divided by the fused kernel's")
+@pytest.mark.parametrize("answer", ["None", "many", "[3.0e8]", "nan", "True"])
+def test_llama_bytes_needs_one_finite_number(answer):
+    assert _judge_llama_bytes({}, {"answer": np.array(answer)}) == (
+        f"give one number, the bytes the eight kernels move in all (you gave {answer!r})")
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -648,12 +642,18 @@ def test_backward_bytes_answers(answer, message):
         "list": "not yet right: list the rows of N numbers the kernel loads and stores for "
                 "each row, and multiply by 2 bytes a number",
     }
-    got = _judge_backward_bytes({}, {"answer": np.array(float(answer))})
+    got = _judge_backward_bytes({}, {"answer": np.array(str(float(answer)))})
     assert got == (None if message is None else words[message])
-    assert _judge_backward_bytes({}, {"answer": np.array([1.0, 2.0])}) == (
-        "give one number: the bytes per row")
-    assert _judge_backward_bytes({}, {"answer": np.array(np.nan)}) == (
-        "give one number: the bytes per row")
+    for not_one in ("[1.0, 2.0]", "nan", "None"):
+        assert _judge_backward_bytes({}, {"answer": np.array(not_one)}) == (
+            f"give one number: the bytes per row (you gave {not_one!r})")
+
+
+@pytest.mark.parametrize("kind", [int, float, np.int64, np.float32, torch.tensor, str,
+                                  lambda value: Fraction(2 * value, 2)])
+def test_byte_answers_are_read_in_any_numeric_type(kind):
+    kernels_probes.check_backward_bytes_per_row(kind(24576))
+    kernels_probes.check_llama_bytes(kind(302092288))
 
 
 # ============================================================ the probes: what counts as a kernel
@@ -1233,15 +1233,14 @@ def test_check_functions_run_their_checks_with_their_launchers():
 
 
 def test_byte_question_checks():
-    kernels_probes.check_eager_bytes_ratio(3.5)
-    with pytest.raises(CheckFailed, match="^rms_eager_bytes_ratio, your answer: not yet right"):
-        kernels_probes.check_eager_bytes_ratio(6)
+    kernels_probes.check_llama_bytes(302092288)
+    with pytest.raises(CheckFailed, match="^rms_llama_bytes, your answer: not yet right"):
+        kernels_probes.check_llama_bytes(6)
     kernels_probes.check_backward_bytes_per_row(24576)
     with pytest.raises(CheckFailed, match="^rms_backward_bytes_per_row, your answer: not yet "
                                           "right: float16 takes 2 bytes"):
         kernels_probes.check_backward_bytes_per_row(3 * 4096 * 4)
-    answer = kernels_probes._answer_as_number([24576], {})["answer"]
-    assert answer.dtype == np.float64 and answer.tolist() == [24576.0]
+    assert kernels_probes._answer_as_text(np.int64(24576), {})["answer"] == "24576"
 
 
 # ============================================================ the probes: the launchers' buffers

@@ -496,6 +496,14 @@ def test_predictions_are_graded_for_being_given():
         check_scaling_predictions("per-token", "per-token", "yes")
 
 
+def test_choices_are_read_whatever_their_case_spaces_and_separators():
+    check_scaling_predictions(" Per-Tensor", "PER_TOKEN", "about-the-same ")
+    check_scaling_answers(" A ", "Per_Channel")
+    check_scaling_answers("a", "per channel")
+    with pytest.raises(CheckFailed, match="must be one of"):
+        check_scaling_answers("a", "channel")
+
+
 def test_answers_are_judged():
     check_spike_answer(16)
     check_spike_answer("16")
@@ -543,9 +551,11 @@ def test_every_quant_check_is_covered_here():
     names = {n for n in _registry.check_names() if n.startswith("quant_")}
     assert names == set(SUBJECTS) | {"quant_predictions", "quant_scaling_table",
                                      "quant_spike_answer", "quant_scaling_answers",
-                                     # test_quant_scaling.py covers these four
+                                     # test_quant_scaling.py covers these six
                                      "quant_per_channel", "quant_mx_blocks",
-                                     "quant_matmul_errors", "quant_matmul_answers"}
+                                     "quant_smoothquant_fold", "quant_matmul_errors",
+                                     "quant_loud_token_errors",
+                                     "quant_loud_token_answers"}
 
 
 # Unit 06's checks (fp8 scaling), pinned down to the verdict and the sentence a
@@ -1189,7 +1199,8 @@ def test_predictions_must_each_be_one_of_the_choices():
     right = {"loud_token": np.array("per-token"), "loud_channel": np.array("per-tensor"),
              "rms_offset": np.array("about the same")}
     assert _judge_predictions({}, right) is None
-    assert _judge_predictions({}, {**right, "loud_channel": np.array("Per-Tensor")}) == (
+    assert _judge_predictions({}, {**right, "loud_channel": np.array(" Per_Tensor")}) is None
+    assert _judge_predictions({}, {**right, "loud_channel": np.array("tensor")}) == (
         "give each prediction as one of ['per-tensor', 'per-token', 'about the same']; not "
         "yet: loud_channel. Any of the three earns the point: it is your guess")
     assert _judge_predictions({}, {"rms_offset": np.array("None")}) == (
