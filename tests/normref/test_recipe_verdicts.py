@@ -37,6 +37,7 @@ from normref.checks.recipe_judges import (
     _far_from_zero,
     _judge_layer_norm,
     _judge_mean,
+    _judge_prediction_given,
     _judge_predictions,
     _judge_var,
     _likely_layer_norm_mistake,
@@ -622,9 +623,10 @@ def test_any_of_the_three_guesses_earns_the_point(guess):
 
 @pytest.mark.parametrize("guess", ["", "d", "ab", "aX", "Xc", "None", "1"])
 def test_a_guess_that_is_not_one_of_the_three_is_refused(guess):
-    message = _predictions(predict_shortcut=guess, **RIGHT)
+    message = _judge_prediction_given(None, {"predict_shortcut": str(guess)})
     assert message == (f"Your prediction for the float32 shortcut at 10 000: give one of a, b, c "
-                       f"(you answered {guess}); any of them earns the point, it is your guess")
+                       f"(you answered {guess}); any of them earns the half point, it is your "
+                       "guess")
 
 
 def test_missing_answers_are_listed():

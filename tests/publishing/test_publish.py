@@ -596,7 +596,9 @@ def _check_widgets(report, lesson, version):
 def _lesson_run(environment, edition, lesson, tmp_path):
     notebook = nbformat.read(edition / LESSONS_DIR / lesson.name, as_version=4)
     notebook.cells.append(nbformat.v4.new_code_cell(WIDGET_CELL))
-    return _run(environment, notebook, tmp_path / lesson.stem)
+    workdir = tmp_path / lesson.stem  # beside the lesson, as in the edition: its data
+    shutil.copytree(edition / LESSONS_DIR / LESSON_DATA, workdir / LESSON_DATA)
+    return _run(environment, notebook, workdir)
 
 
 def _pinned_ipywidgets(edition):

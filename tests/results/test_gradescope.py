@@ -152,7 +152,7 @@ def test_an_upload_can_neither_read_the_hidden_tests_nor_forge_its_results(
     on_disk = json.loads((root / "results" / "results.json").read_text())
     # what the grader wrote stays (the process the cell started costs it points: starting
     # processes disturbs the grader's record of what ran)
-    assert on_disk == results and results["score"] <= 8
+    assert on_disk == results
     assert "forged" not in json.dumps(results)
     assert "BEGIN HIDDEN TESTS" not in json.dumps(results)
     graded = (root / "source" / "course" / "autograded" / "4711" / A / f"{A}.ipynb").read_text()
