@@ -198,37 +198,108 @@ def _judge_layer_norm(case, output):
 
 
 PREDICTION = "Your prediction for the float32 shortcut at 10 000"
-_QUESTIONS = {
-    "spacing_near_1e8": "The gap between neighbouring float32 numbers near 1e8",
-    "shortcut_breaks_at": "The offset at which the float64 shortcut loses the variance",
-}
 PREDICTION_CHOICES = ("a", "b", "c")
+
+# Inline question 1: the tokens it names, the spreads it offers, the error it allows.
+SPREAD_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)
+SPREAD_OFFSET, SPREAD_ALLOWED = 1e4, 0.25
+
+
+def spread_question_tokens(spread):
+    """The float32 tokens of inline question 1: 256 tokens of 64 features around
+    10 000, spread `spread` times a fixed standard normal draw."""
+    z = np.random.default_rng(0).standard_normal((256, 64))
+    return (SPREAD_OFFSET + spread * z).astype(np.float32)
+
+
+def safe_spread():
+    """The smallest offered spread at which the float32 shortcut gives every token
+    of inline question 1 within 25% of its variance, measured here as the student
+    measures it."""
+    for spread in SPREAD_CHOICES:
+        x = spread_question_tokens(spread)
+        truth = recipe.token_var(x.astype(np.float64))
+        if np.all(np.abs(recipe.shortcut_var(x) - truth) <= SPREAD_ALLOWED * truth):
+            return spread
+    return None
+
+
 OFFSET_CHOICES = (1e4, 1e8, 1e16)
 
 
-def _true_answers():
-    """Each inline answer worked out here, not typed in."""
-    spacing = float(np.spacing(np.float32(1e8)))
-    # The shortcut's error is about offset**2 times float64's relative
-    # precision; it reaches a variance of 1 where offset = 1 / sqrt(eps).
+def breaking_offset():
+    """The offered offset nearest (in decades) to where the float64 shortcut's error,
+    about offset**2 times float64's relative precision, reaches a variance of 1."""
     breaks = 1 / np.sqrt(np.finfo(np.float64).eps)
-    nearest = min(OFFSET_CHOICES, key=lambda c: abs(np.log10(c) - np.log10(breaks)))
-    return {"spacing_near_1e8": spacing, "shortcut_breaks_at": nearest}
+    return min(OFFSET_CHOICES, key=lambda c: abs(np.log10(c) - np.log10(breaks)))
 
 
-def _judge_predictions(case, output):
-    missing = [name for name in _QUESTIONS if name not in output]
-    if missing:
-        return f"no answer given for {', '.join(missing)}"
-    answers = {name: str(output[name]) for name in _QUESTIONS}
-    wrong = []
-    for name, truth in _true_answers().items():
-        given = number_from_answer(answers[name])
-        if given is None or not np.isclose(given, truth, rtol=1e-6, atol=0):
-            wrong.append(f"{_QUESTIONS[name]} (you answered {answers[name]})")
-    if wrong:
-        return "not yet right: " + "; ".join(wrong)
-    return None
+HALVING_EPS = 1e-5
+
+
+def eps_halving_spread():
+    """The s at which layer norm with eps = 1e-5 maps s * [-1, 1, -1, 1] to
+    +-0.5: s / sqrt(s**2 + eps) = 1/2, so s = sqrt(eps / 3)."""
+    return float(np.sqrt(HALVING_EPS / 3))
+
+
+def _judge_safe_spread(case, output):
+    given = str(output.get("safe_spread"))
+    value = number_from_answer(given)
+    if value is None or value not in SPREAD_CHOICES:
+        return (f"SHORTCUT_SAFE_SPREAD: give one of {', '.join(map(str, SPREAD_CHOICES))} "
+                f"(you answered {given})")
+    truth = safe_spread()
+    if value == truth:
+        return None
+    x = spread_question_tokens(value)
+    with np.errstate(all="ignore"):
+        worst = float(np.max(np.abs(recipe.shortcut_var(x) / recipe.token_var(
+            x.astype(np.float64)) - 1)))
+    if value < truth:
+        return (f"not yet right (you answered {given}): at spread {value:g} the float32 "
+                f"shortcut misses some token's variance by {worst:.0%}, more than 25%. "
+                "Its error is a few times float32's spacing near mean(x**2) = 1e8")
+    return (f"not yet right (you answered {given}): at spread {value:g} every token is "
+            f"within 25% (worst {worst:.1%}), but so is a smaller spread: the question "
+            "asks for the smallest")
+
+
+def _judge_breaking_offset(case, output):
+    given = str(output.get("breaking_offset"))
+    value = number_from_answer(given)
+    if value is None or value not in OFFSET_CHOICES:
+        return f"SHORTCUT_BREAKS_AT: give one of 1e4, 1e8, 1e16 (you answered {given})"
+    if value == breaking_offset():
+        return None
+    if value < breaking_offset():
+        return (f"not yet right (you answered {given}): at that offset the error, about "
+                "offset**2 * 2.2e-16, is far below a variance of 1")
+    return (f"not yet right (you answered {given}): the error offset**2 * 2.2e-16 "
+            "reaches a variance of 1 well before that offset; solve offset**2 * eps = 1")
+
+
+def _judge_eps_halving_spread(case, output):
+    given = str(output.get("eps_halving_spread"))
+    value = number_from_answer(given)
+    if value is None:
+        return f"EPS_HALVING_SPREAD: give a number (you answered {given})"
+    truth = eps_halving_spread()
+    if np.isclose(value, truth, rtol=1e-2, atol=0):
+        return None
+    hints = {
+        "eps goes inside the square root, beside the variance s**2, not beside s":
+            HALVING_EPS,
+        "x_hat = s / sqrt(s**2 + eps) is 1/2 where 4 s**2 = s**2 + eps, so s**2 = eps / 3; "
+        "you gave s**2, not s": HALVING_EPS / 3,
+        "x_hat = s / sqrt(s**2 + eps) is 1/2 where 4 s**2 = s**2 + eps, so s**2 = eps / 3, "
+        "not eps": np.sqrt(HALVING_EPS),
+    }
+    for hint, wrong in hints.items():
+        if np.isclose(value, wrong, rtol=1e-2, atol=0):
+            return f"not yet right (you answered {given}): {hint}"
+    return (f"not yet right (you answered {given}): the token s * [-1, 1, -1, 1] has "
+            "variance s**2; find s where s / sqrt(s**2 + eps) = 1/2")
 
 
 def _judge_prediction_given(case, output):
@@ -401,6 +472,28 @@ def _chunked_mistakes(x, chunk):
     }
 
 
+def _not_tiled(d, chunk, output):
+    """None when chunked_var combined tiles of at most `chunk` features with
+    merge_stats into the statistics of all d features; else what it did instead.
+    (The grader hands chunked_var an exact merge_stats and counts its calls.)"""
+    merges, tile = int(output.get("merges", 0)), int(output.get("largest_tile", 0))
+    needed = -(-d // chunk) - 1
+    if merges < needed:
+        return (f"the variance is right, but chunked_var called merge_stats {merges} "
+                f"time(s); {d} features in chunks of {chunk} need at least {needed} "
+                "merge(s). Read the features a chunk at a time and merge each chunk's "
+                "(n, mean, m2) into the running statistics with merge_stats")
+    if merges and tile > chunk:
+        return (f"the variance is right, but one merge added {tile} features at once, "
+                f"more than a chunk of {chunk}: merge each chunk's statistics as it "
+                "is read")
+    if merges and int(output.get("merged_count", 0)) != d:
+        return (f"the variance is right, but the last merge counted "
+                f"{int(output['merged_count'])} features, not the token's {d}: merge "
+                "every chunk, once")
+    return None
+
+
 def _judge_chunked(case, output):
     x, y, chunk = case["x"], output["y"], int(case["chunk"])
     if bool(output.get("library_variance", False)):
@@ -411,7 +504,7 @@ def _judge_chunked(case, output):
     expected = recipe.chunked_var(x, chunk).astype(np.float64)
     problem = mismatch(y, expected, dtype=x.dtype)
     if problem is None or _close_enough_in_float32(x, y, expected):
-        return None
+        return _not_tiled(x.shape[-1], chunk, output)
     if x.ndim > 1 and np.shape(y) != expected.shape:
         return problem + ". Take the variance over the last axis (each token's features)"
     with np.errstate(all="ignore"):
@@ -459,6 +552,10 @@ CHECKS = {
     "layer_norm_batches": Check(_batch_cases, _judge_layer_norm),
     "recipe_prediction_given": Check(lambda rng: [("your Exercise 2 prediction", {})],
                                      _judge_prediction_given),
-    "recipe_predictions": Check(lambda rng: [("your answers to inline questions 1 and 2", {})],
-                                _judge_predictions),
+    "recipe_safe_spread": Check(lambda rng: [("your answer to inline question 1", {})],
+                                _judge_safe_spread),
+    "recipe_breaking_offset": Check(lambda rng: [("your answer to inline question 2", {})],
+                                    _judge_breaking_offset),
+    "recipe_eps_halving_spread": Check(
+        lambda rng: [("your answer to inline question 4", {})], _judge_eps_halving_spread),
 }

@@ -64,10 +64,51 @@ def _call_var_watched(token_var, case):
     return {"y": y, "library_variance": np.array(bool(seen) or replaced)}
 
 
+def _count(n):
+    """A count a student handed to merge_stats (an int, a numpy or torch scalar, an
+    array of equal counts) as an int; -1 when it is not one."""
+    try:
+        return int(np.max(to_array(n)))
+    except (TypeError, ValueError):
+        return -1
+
+
+def _merge_exactly(a, b):
+    """Chan's merge, in float64: what chunked_var is graded with, so that a slip in
+    the student's own merge_stats costs merge_stats_correct alone."""
+    n_a, mean_a, m2_a = (to_array(part).astype(np.float64) for part in a)
+    n_b, mean_b, m2_b = (to_array(part).astype(np.float64) for part in b)
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    with np.errstate(all="ignore"):  # two empty chunks: NaN, judged as any result is
+        return (a[0] + b[0], mean_a + delta * (n_b / n),
+                m2_a + m2_b + delta**2 * (n_a * n_b / n))
+
+
 def _call_chunked_var_watched(chunked_var, case):
-    """Call chunked_var(x, chunk), noting whether a library variance ran."""
+    """Call chunked_var(x, chunk) with the notebook's merge_stats swapped for an
+    exact merge that notes each merge: how many, the smaller side's count (what one
+    tile added) and the merged count. Notes too whether a library variance ran."""
     chunk = int(case["chunk"])
-    return _call_var_watched(lambda x: chunked_var(x, chunk), case)
+    merges = []
+
+    def merge_stats(a, b):
+        merges.append((min(_count(a[0]), _count(b[0])), _count(a[0]) + _count(b[0])))
+        return _merge_exactly(a, b)
+
+    found = getattr(chunked_var, "__globals__", None)
+    own = found.get("merge_stats") if isinstance(found, dict) else None
+    if own is not None:
+        found["merge_stats"] = merge_stats
+    try:
+        outputs = _call_var_watched(lambda x: chunked_var(x, chunk), case)
+    finally:
+        if own is not None:
+            found["merge_stats"] = own
+    outputs["merges"] = np.array(len(merges))
+    outputs["largest_tile"] = np.array(max((tile for tile, _ in merges), default=0))
+    outputs["merged_count"] = np.array(merges[-1][1] if merges else 0)
+    return outputs
 
 
 def _call_merge_stats(merge_stats, case):
@@ -91,8 +132,21 @@ def _call_layer_norm(layer_norm, case):
     return {"y": _plain(layer_norm(x, gamma, beta, float(case["eps"])))}
 
 
+def _as_text(value):
+    """An answer as text; a one-number tensor or numpy scalar as its number in
+    full (str() of a tensor keeps only four decimals)."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            number = value.item()
+        except (ValueError, RuntimeError, TypeError):
+            return str(value)
+        if isinstance(number, (int, float)) and not isinstance(number, bool):
+            return repr(number)
+    return str(value)
+
+
 def _answers_as_text(answers, case):
-    return {name: np.array(str(value)) for name, value in answers.items()}
+    return {name: np.array(_as_text(value)) for name, value in answers.items()}
 
 
 def check_token_mean(token_mean):
@@ -118,8 +172,25 @@ def check_chunked_var(chunked_var):
 
 
 def check_tiled_method(answer):
-    """Check the inline answer: which variance a one-read tiled kernel can use."""
+    """Check inline question 3: which variance a one-read tiled kernel can use."""
     run_check("recipe_tiled_method", {"tiled_method": answer}, _answers_as_text)
+
+
+def check_safe_spread(answer):
+    """Check inline question 1: the smallest spread the float32 shortcut survives
+    at an offset of 10 000."""
+    run_check("recipe_safe_spread", {"safe_spread": answer}, _answers_as_text)
+
+
+def check_breaking_offset(answer):
+    """Check inline question 2: the offset at which the float64 shortcut fails."""
+    run_check("recipe_breaking_offset", {"breaking_offset": answer}, _answers_as_text)
+
+
+def check_eps_halving_spread(answer):
+    """Check inline question 4: the spread at which eps halves layer norm's output."""
+    run_check("recipe_eps_halving_spread", {"eps_halving_spread": answer},
+              _answers_as_text)
 
 
 def check_layer_norm_token(layer_norm):
@@ -135,8 +206,3 @@ def check_layer_norm_batches(layer_norm):
 def check_prediction_given(answer):
     """Check that unit 01's Exercise 2 prediction is given (any choice earns it)."""
     run_check("recipe_prediction_given", {"predict_shortcut": answer}, _answers_as_text)
-
-
-def check_predictions(**answers):
-    """Check unit 01's inline answers 1 and 2 (right), by keyword."""
-    run_check("recipe_predictions", answers, _answers_as_text)

@@ -33,9 +33,10 @@ from conftest import GRADING_ENGINE, REPO
 
 ASSIGNMENT = "01_the_recipe"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
-GRADE_CELLS = {"token_mean_correct": 1, "token_var_correct": 1, "prediction_given": 0.5,
-               "merge_stats_correct": 1, "chunked_var_correct": 2, "ln_single_token": 1,
-               "ln_handles_batches": 1, "predictions_correct": 1.5}
+GRADE_CELLS = {"token_mean_correct": 0.5, "prediction_given": 0.5, "safe_spread_correct": 1,
+               "offset_correct": 1, "token_var_correct": 0.5, "tiled_correct": 0.5,
+               "merge_stats_correct": 0.5, "chunked_var_correct": 2.5, "ln_single_token": 0.5,
+               "ln_handles_batches": 0.5, "eps_correct": 1}
 # Short, but not so short that a busy machine (2 cores, shared) times out honest cells.
 SETTINGS = RunSettings(cell_timeout=15, handin_timeout=60)
 
@@ -79,11 +80,10 @@ def chunked_var(x, chunk):
         stats = here if stats is None else merge_stats(stats, here)
     return stats[2] / stats[0]
 ''',
-    "predictions_answer": '''
-SPACING_NEAR_1E8 = 8.0
-SHORTCUT_BREAKS_AT = 1e8
-TILED_KERNEL_METHOD = "c"
-''',
+    "safe_spread_answer": "SHORTCUT_SAFE_SPREAD = 16",
+    "offset_answer": "SHORTCUT_BREAKS_AT = 1e8",
+    "tiled_answer": 'TILED_KERNEL_METHOD = "c"',
+    "eps_answer": "EPS_HALVING_SPREAD = 0.001826",
     "scratch_answer": "# nothing to try",
 }
 
@@ -469,8 +469,8 @@ sys.excepthook = lambda *args: None
             points(token_mean_correct=0)),
         "exits": (dict(cells={
             "token_mean_answer": "import sys\nsys.exit()\n" + HONEST["token_mean_answer"],
-            "predictions_answer": "import os\nos._exit(0)\n" + HONEST["predictions_answer"]}),
-            points(token_mean_correct=0, predictions_correct=0)),
+            "eps_answer": "import os\nos._exit(0)\n" + HONEST["eps_answer"]}),
+            points(token_mean_correct=0, eps_correct=0)),
         "crasher": (dict(cells={
             # The kernel is PID 1 of its namespace, which ignores SIGKILL from
             # inside; the segfault after it crashes the kernel for sure.
@@ -479,18 +479,18 @@ import os, signal, ctypes
 os.kill(os.getpid(), signal.SIGKILL)
 ctypes.string_at(0)
 ''' + HONEST["layer_norm_answer"]}),
-            points(ln_single_token=0, ln_handles_batches=0, predictions_correct=0)),
+            points(ln_single_token=0, ln_handles_batches=0, eps_correct=0)),
         "looper": (dict(cells={
             "token_mean_answer": "while True:\n    pass\n" + HONEST["token_mean_answer"]}),
             points(token_mean_correct=0)),
         "sigint_ignorer": (dict(cells={
-            "predictions_answer": '''
+            "eps_answer": '''
 import signal
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 while True:
     pass
 '''}),
-            points(predictions_correct=0)),
+            points(eps_correct=0)),
         "memory_hog": (dict(cells={
             "token_var_answer": '''
 def hog():
@@ -502,7 +502,7 @@ hog()
 ''' + HONEST["token_var_answer"]}),
             points(token_var_correct=0)),
         "fork_bomber": (dict(cells={
-            "predictions_answer": '''
+            "eps_answer": '''
 import os
 while True:
     try:
@@ -510,7 +510,7 @@ while True:
     except OSError:
         pass
 '''}),
-            points(predictions_correct=0)),
+            points(eps_correct=0)),
         "flooder": (dict(cells={
             "token_mean_answer": '''
 import sys
@@ -730,7 +730,7 @@ def test_a_forbidden_call_costs_the_cells_that_forbid_it(graded):
         cell = _cell(results["torch_patcher"], gid)
         assert all(c["passed"] for c in cell["checks"])  # right, but not by hand
         assert "torch.nn.functional.layer_norm" in cell["reason"]
-    assert _cell(results["torch_patcher"], "token_mean_correct")["points"] == 1
+    assert _cell(results["torch_patcher"], "token_mean_correct")["points"] == 0.5
 
 
 def test_a_dead_kernel_keeps_the_points_earned_before_it_died(graded):

@@ -15,12 +15,14 @@ from normref import recipe
 from normref.checks import (
     CheckFailed,
     _runner,
+    check_breaking_offset,
     check_chunked_var,
+    check_eps_halving_spread,
     check_layer_norm_batches,
     check_layer_norm_token,
     check_merge_stats,
     check_prediction_given,
-    check_predictions,
+    check_safe_spread,
     check_tiled_method,
     check_token_mean,
     check_token_var,
@@ -199,9 +201,11 @@ def test_checks_pass_correct_code(capsys):
     check_layer_norm_token(_ln)
     check_layer_norm_batches(_ln)
     check_layer_norm_batches(lambda x, g, b, eps=1e-5: torch.from_numpy(_ln(x, g, b, eps)))
-    check_predictions(spacing_near_1e8=8.0, shortcut_breaks_at=1e8)
-    check_predictions(spacing_near_1e8=np.float32(8), shortcut_breaks_at="1e8")
-    check_predictions(spacing_near_1e8=torch.tensor(8.0), shortcut_breaks_at=10**8)
+    check_safe_spread(16)
+    check_safe_spread(torch.tensor(16))
+    check_breaking_offset("1e8")
+    check_breaking_offset(np.float64(1e8))
+    check_eps_halving_spread(torch.tensor(np.sqrt(1e-5 / 3)))
     assert "all 6 cases passed" in capsys.readouterr().out
 
 
@@ -342,12 +346,12 @@ def test_prediction_is_graded_for_being_given_and_answers_for_being_right():
     for missing in (None, "", "d", "maybe a"):
         with pytest.raises(CheckFailed, match="your guess"):
             check_prediction_given(missing)
-    with pytest.raises(CheckFailed, match="gap between.*you answered 4"):
-        check_predictions(spacing_near_1e8=4, shortcut_breaks_at=1e8)
-    with pytest.raises(CheckFailed, match="float64 shortcut.*you answered 1e\\+16"):
-        check_predictions(spacing_near_1e8=8, shortcut_breaks_at=1e16)
-    with pytest.raises(CheckFailed, match="no answer"):
-        check_predictions(spacing_near_1e8=8)
+    with pytest.raises(CheckFailed, match="you answered 4.*more than 25%"):
+        check_safe_spread(4)
+    with pytest.raises(CheckFailed, match="you answered 1e\\+16"):
+        check_breaking_offset(1e16)
+    with pytest.raises(CheckFailed, match="give a number"):
+        check_eps_halving_spread(None)
 
 
 def test_inline_answers_follow_from_float_formats():
@@ -413,7 +417,7 @@ def test_chunked_checks_pass_right_answers_and_name_the_mistakes(capsys):
 
     with pytest.raises(CheckFailed, match="M2_a \\+ M2_b alone"):
         check_merge_stats(no_delta)
-    with pytest.raises(CheckFailed, match="naive one-pass"):
+    with pytest.raises(CheckFailed, match="called merge_stats 0 time"):
         check_chunked_var(recipe.naive_chunked_var)
     with pytest.raises(CheckFailed, match="two-pass needs the mean"):
         check_tiled_method("a")

@@ -13,6 +13,7 @@ import re
 import socket
 import statistics
 import sys
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -23,9 +24,11 @@ from check_calls import fails, passes
 from normref.checks import (
     CheckFailed,
     _wire,
+    check_breaking_offset,
+    check_chunked_var,
+    check_eps_halving_spread,
     check_layer_norm_batches,
     check_layer_norm_token,
-    check_predictions,
     check_token_mean,
     check_token_var,
     recipe_judges,
@@ -35,10 +38,12 @@ from normref.checks.recipe_judges import (
     _batch_cases,
     _close_enough_in_float32,
     _far_from_zero,
+    _judge_breaking_offset,
+    _judge_eps_halving_spread,
     _judge_layer_norm,
     _judge_mean,
     _judge_prediction_given,
-    _judge_predictions,
+    _judge_safe_spread,
     _judge_var,
     _likely_layer_norm_mistake,
     _mean_cases,
@@ -97,8 +102,10 @@ def test_right_answers_pass_every_check():
                                                                torch_layer_norm)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        check_predictions(predict_shortcut="b", spacing_near_1e8=8.0, shortcut_breaks_at=1e8)
-    assert "recipe_predictions: all 1 cases passed" in out.getvalue()
+        check_breaking_offset(1e8)
+        check_eps_halving_spread(np.sqrt(1e-5 / 3))
+    assert "recipe_breaking_offset: all 1 cases passed" in out.getvalue()
+    assert "recipe_eps_halving_spread: all 1 cases passed" in out.getvalue()
 
 
 def test_the_probe_gives_the_student_copies_and_eps_as_a_float():
@@ -606,19 +613,21 @@ def test_mistakes_are_named_on_a_batch_case_too():
         assert _likely_layer_norm_mistake(case, student(x, g, b, eps)) == hint, mistake
 
 
-# ---------------------------------------------------------------- predictions
+# ---------------------------------------------------------------- inline answers
 
 
-def _predictions(**answers):
-    return _judge_predictions({}, {k: np.array(str(v)) for k, v in answers.items()})
+def _answer(judge, key, value):
+    """The verdict on `value`, sent as the probe sends it."""
+    return judge({}, recipe_probes._answers_as_text({key: value}, {}))
 
 
-RIGHT = {"spacing_near_1e8": 8.0, "shortcut_breaks_at": 1e8}
+def _given(guess):
+    return _judge_prediction_given({}, {"predict_shortcut": np.array(str(guess))})
 
 
 @pytest.mark.parametrize("guess", ["a", "b", "c", "A", " 'b' ", '"c"', "C "])
 def test_any_of_the_three_guesses_earns_the_point(guess):
-    assert _predictions(predict_shortcut=guess, **RIGHT) is None
+    assert _given(guess) is None
 
 
 @pytest.mark.parametrize("guess", ["", "d", "ab", "aX", "Xc", "None", "1"])
@@ -629,40 +638,51 @@ def test_a_guess_that_is_not_one_of_the_three_is_refused(guess):
                        "guess")
 
 
-def test_missing_answers_are_listed():
-    assert _predictions(predict_shortcut="a") == (
-        "no answer given for spacing_near_1e8, shortcut_breaks_at")
-    assert _predictions(predict_shortcut="a", spacing_near_1e8=8) == (
-        "no answer given for shortcut_breaks_at")
+def _shortcut_misses(spread):
+    """The float32 shortcut's worst relative error over inline question 1's
+    tokens, against torch's float64 variance (an independent reference)."""
+    z = np.random.default_rng(0).standard_normal((256, 64))
+    x = (1e4 + spread * z).astype(np.float32)
+    shortcut = (x * x).mean(-1) - x.mean(-1) ** 2
+    truth = torch.from_numpy(x.astype(np.float64)).var(-1, unbiased=False).numpy()
+    return float(np.max(np.abs(shortcut / truth - 1)))
 
 
-def test_inline_answers_are_judged_against_the_float_formats():
-    """The spacing of float32 near 1e8 is 8; the float64 shortcut breaks near 1e8
-    (of the choices 1e4, 1e8, 1e16), both worked out from numpy's formats."""
-    assert float(np.spacing(np.float32(1e8))) == 8.0
-    assert _predictions(predict_shortcut="a", spacing_near_1e8=8.000001,
-                        shortcut_breaks_at=1e8) is None
-    assert _predictions(predict_shortcut="a", spacing_near_1e8="8", shortcut_breaks_at="1e8") \
-        is None
-    both = _predictions(predict_shortcut="a", spacing_near_1e8=8.5, shortcut_breaks_at=1e4)
-    assert both == ("not yet right: The gap between neighbouring float32 numbers near 1e8 "
-                    "(you answered 8.5); The offset at which the float64 shortcut loses the "
-                    "variance (you answered 10000.0)")
-    for wrong in (9, 16, 4, "eight"):
-        assert "gap between" in _predictions(predict_shortcut="a", spacing_near_1e8=wrong,
-                                             shortcut_breaks_at=1e8)
-    for wrong in (1e4, 1e16, 1e7):
-        assert "float64 shortcut" in _predictions(predict_shortcut="a", spacing_near_1e8=8,
-                                                  shortcut_breaks_at=wrong)
+def test_the_safe_spread_is_the_smallest_the_shortcut_survives_by_a_margin():
+    """Measured with torch: 16 keeps every token within 25%, 8 does not, and
+    each is a factor of about two from the bound, so float32 summation on
+    another machine does not move the answer."""
+    assert _shortcut_misses(16) < 0.25 / 1.5 and _shortcut_misses(8) > 0.25 * 1.5
+    for right in (16, 16.0, np.int64(16), torch.tensor(16), "16", Fraction(32, 2)):
+        assert _answer(_judge_safe_spread, "safe_spread", right) is None
+    assert "by 50%, more than 25%" in _answer(_judge_safe_spread, "safe_spread", 8)
+    assert "the smallest" in _answer(_judge_safe_spread, "safe_spread", 32)
+    for off_menu in (None, 10, "sixteen"):
+        assert "give one of 1, 2, 4" in _answer(_judge_safe_spread, "safe_spread", off_menu)
 
 
-def test_the_prediction_probe_sends_answers_as_text():
-    out = recipe_probes._answers_as_text({"a": 1e8, "b": "x", "c": None}, {})
-    assert {k: str(v) for k, v in out.items()} == {"a": "100000000.0", "b": "x", "c": "None"}
-    with pytest.raises(CheckFailed, match="you answered 4"):
-        with contextlib.redirect_stdout(io.StringIO()):
-            check_predictions(predict_shortcut="a", spacing_near_1e8=4, shortcut_breaks_at=1e8)
+def test_the_breaking_offset_is_where_offset_squared_times_eps_reaches_one():
+    breaks = 1 / np.sqrt(np.finfo(np.float64).eps)
+    assert 1e7 < breaks < 1e8
+    for right in (1e8, 10**8, "1e8", np.float64(1e8), torch.tensor(1e8, dtype=torch.float64)):
+        assert _answer(_judge_breaking_offset, "breaking_offset", right) is None
+    assert "far below" in _answer(_judge_breaking_offset, "breaking_offset", 1e4)
+    assert "well before" in _answer(_judge_breaking_offset, "breaking_offset", 1e16)
+    assert "give one of" in _answer(_judge_breaking_offset, "breaking_offset", 1e7)
 
+
+def test_the_eps_halving_spread_is_checked_against_torch_layer_norm():
+    """At s = sqrt(eps / 3) torch's layer norm maps s * [-1, 1, -1, 1] to +-1/2;
+    the usual slips (s**2 for s, sqrt(eps)) are named."""
+    s = np.sqrt(1e-5 / 3)
+    token = torch.tensor([-1.0, 1.0, -1.0, 1.0], dtype=torch.float64) * s
+    assert torch.allclose(F.layer_norm(token, (4,), eps=1e-5), token / s / 2)
+    for right in (s, "1.826e-3", np.float32(s), torch.tensor(s), 0.00183):
+        assert _answer(_judge_eps_halving_spread, "eps_halving_spread", right) is None
+    assert "you gave s**2" in _answer(_judge_eps_halving_spread, "eps_halving_spread", s * s)
+    assert "not eps" in _answer(_judge_eps_halving_spread, "eps_halving_spread", np.sqrt(1e-5))
+    assert "give a number" in _answer(_judge_eps_halving_spread, "eps_halving_spread", None)
+    assert "find s where" in _answer(_judge_eps_halving_spread, "eps_halving_spread", 0.0018)
 
 
 # ---------------------------------------------------------------- more diagnoses
@@ -786,19 +806,11 @@ def test_judging_prints_no_warnings():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert _judge_layer_norm(case, {"y": np.full(4, 0.7)}) is not None
-        assert _predictions(predict_shortcut="a", **RIGHT) is None
+        assert _given("a") is None
     arithmetic = [w for w in caught if "value encountered in" in str(w.message)
                   or "divide by zero" in str(w.message)]
     assert arithmetic == []
     assert [w for w in caught if issubclass(w.category, DeprecationWarning)] == []
-
-
-def test_inline_answers_have_relative_tolerance_1e_6_and_no_absolute_slack():
-    assert _predictions(predict_shortcut="a", spacing_near_1e8=8.0000079,
-                        shortcut_breaks_at=1e8) is None
-    for near_miss in (8.00005, 8.000008005):
-        assert "gap between" in _predictions(predict_shortcut="a", spacing_near_1e8=near_miss,
-                                             shortcut_breaks_at=1e8)
 
 
 def test_float32_inputs_are_judged_at_float32_accuracy():
@@ -973,11 +985,18 @@ def _chunk_case(label):
     return dict(recipe_judges._chunk_cases(_rng()))[label]
 
 
+def _tiled(case):
+    """What the probe notes of a chunked_var that merges chunk after chunk."""
+    d, chunk = case["x"].shape[-1], int(case["chunk"])
+    return {"merges": np.array(-(-d // chunk) - 1), "largest_tile": np.array(min(chunk, d)),
+            "merged_count": np.array(d if d > chunk else 0)}
+
+
 def test_every_chunk_case_passes_torchs_variance_and_names_its_shape_and_chunk():
     for label, case in recipe_judges._chunk_cases(_rng()):
         x = case["x"]
         truth = torch_var(x)
-        assert recipe_judges._judge_chunked(case, {"y": truth}) is None, label
+        assert recipe_judges._judge_chunked(case, {"y": truth, **_tiled(case)}) is None, label
         assert f"chunk = {int(case['chunk'])}" in label
         shape = _shape_in_label(label)
         if shape is not None:
@@ -1019,8 +1038,81 @@ def test_the_naive_one_pass_is_named_by_its_values_near_zero_too():
 def test_a_float32_chunked_variance_far_from_zero_within_the_allowance_passes():
     case = _chunk_case("float32 tokens around 10 000 with spread 1, (4, 64), chunk = 16")
     truth = np.array([statistics.pvariance(row.tolist()) for row in case["x"]])
-    assert recipe_judges._judge_chunked(case, {"y": (truth * (1 + 9e-3))}) is None
-    assert recipe_judges._judge_chunked(case, {"y": (truth * (1 + 2e-2))}) is not None
+    assert recipe_judges._judge_chunked(case, {"y": (truth * (1 + 9e-3)), **_tiled(case)}) \
+        is None
+    assert recipe_judges._judge_chunked(case, {"y": (truth * (1 + 2e-2)), **_tiled(case)}) \
+        is not None
+
+
+def _notebook(source):
+    """The functions a notebook cell defines, sharing one namespace as a
+    notebook's cells do."""
+    namespace = {"np": np}
+    exec(source, namespace)  # noqa: S102 - test code written here
+    return namespace
+
+
+CHUNKED = """
+def chunked_var(x, chunk):
+    x = np.asarray(x, dtype=float)
+    stats = None
+    for start in range(0, x.shape[-1], chunk):
+        part = x[..., start:start + chunk]
+        mean = part.mean(axis=-1)
+        here = (part.shape[-1], mean, ((part - mean[..., None]) ** 2).sum(-1))
+        stats = here if stats is None else merge_stats(stats, here)
+    return stats[2] / stats[0]
+"""
+
+
+def test_a_slip_in_merge_stats_costs_chunked_var_nothing():
+    """The probe hands chunked_var an exact merge: a merge_stats that leaves
+    out the term between the chunks fails its own check, not this one."""
+    notebook = _notebook(CHUNKED + """
+def merge_stats(a, b):
+    return a[0] + b[0], (a[0] * a[1] + b[0] * b[1]) / (a[0] + b[0]), a[2] + b[2]
+""")
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        check_chunked_var(notebook["chunked_var"])
+    assert "chunked_var: all 8 cases passed" in out.getvalue()
+    assert notebook["merge_stats"]((2, 3.0, 2.0), (2, 7.0, 2.0))[2] == 4.0  # put back
+
+
+def test_a_chunked_var_that_never_merges_tiles_earns_nothing():
+    notebook = _notebook("""
+def merge_stats(a, b):
+    raise NotImplementedError
+
+def chunked_var(x, chunk):
+    x = np.asarray(x, dtype=float)
+    return ((x - x.mean(-1, keepdims=True)) ** 2).mean(-1)
+""")
+    with pytest.raises(CheckFailed, match="called merge_stats 0 time"):
+        check_chunked_var(notebook["chunked_var"])
+
+
+def test_merging_more_than_a_chunk_at_once_is_refused():
+    notebook = _notebook(CHUNKED.replace("range(0, x.shape[-1], chunk)",
+                                         "range(0, x.shape[-1], 2 * chunk)").replace(
+        "start + chunk", "start + 2 * chunk") + """
+def merge_stats(a, b):
+    raise NotImplementedError
+""")
+    case = _chunk_case("a batch of 5 tokens, d = 8, chunk = 3 (the last chunk holds 2)")
+    out = recipe_probes._call_chunked_var_watched(notebook["chunked_var"], case)
+    assert int(out["merges"]) == 1 and int(out["largest_tile"]) == 2
+    halves = _chunk_case("a 3-D batch (2, 3, 16), chunk = 4")
+    out = recipe_probes._call_chunked_var_watched(notebook["chunked_var"], halves)
+    assert "fewer" not in str(out)
+    verdict = recipe_judges._judge_chunked(halves, {k: np.asarray(v) for k, v in out.items()})
+    assert ("called merge_stats 1 time(s); 16 features in chunks of 4 need at least 3 "
+            "merge(s)") in verdict
+    too_big = {"y": torch_var(halves["x"]), "merges": np.array(3),
+               "largest_tile": np.array(8), "merged_count": np.array(16)}
+    assert "added 8 features at once" in recipe_judges._judge_chunked(halves, too_big)
+    short = {**too_big, "largest_tile": np.array(4), "merged_count": np.array(12)}
+    assert "counted 12 features, not the token's 16" in recipe_judges._judge_chunked(
+        halves, short)
 
 
 def test_a_library_variance_in_chunked_var_is_refused_by_name():

@@ -15,7 +15,7 @@ from conftest import REPO
 ASSIGNMENT = "01_the_recipe"
 NOTEBOOK = "01_the_recipe"
 MAX_POINTS = {"token_mean_correct": 1, "token_var_correct": 1, "ln_single_token": 2,
-              "ln_handles_batches": 2, "predictions_correct": 2}
+              "ln_handles_batches": 2, "eps_correct": 2}
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def _auto_scores(gradebook, student):
 
 def test_every_student_and_cell_score_is_recorded(course):
     results = [_result("ada", earned=MAX_POINTS),
-               _result("hal", earned={"predictions_correct": 2}, flags=["looks odd"]),
+               _result("hal", earned={"eps_correct": 2}, flags=["looks odd"]),
                _result("broken", status="invalid")]
     write_gradebook(course=course, assignment=ASSIGNMENT, results=results)
     with Gradebook(gradebook_url(course)) as gradebook:
@@ -60,7 +60,7 @@ def test_regrading_updates_auto_scores_and_keeps_manual_ones(course):
     write_gradebook(course=course, assignment=ASSIGNMENT,
                     results=[_result("cy", earned={"token_mean_correct": 1})])
     with Gradebook(gradebook_url(course)) as gradebook:
-        grade = gradebook.find_grade("predictions_correct", NOTEBOOK, ASSIGNMENT, "cy")
+        grade = gradebook.find_grade("eps_correct", NOTEBOOK, ASSIGNMENT, "cy")
         grade.manual_score = 1.5  # the instructor overrode one cell in the formgrader
         gradebook.db.commit()
     write_gradebook(course=course, assignment=ASSIGNMENT,
@@ -68,7 +68,7 @@ def test_regrading_updates_auto_scores_and_keeps_manual_ones(course):
                                                    "token_var_correct": 1})])
     with Gradebook(gradebook_url(course)) as gradebook:
         assert _auto_scores(gradebook, "cy")["token_var_correct"] == 1.0
-        grade = gradebook.find_grade("predictions_correct", NOTEBOOK, ASSIGNMENT, "cy")
+        grade = gradebook.find_grade("eps_correct", NOTEBOOK, ASSIGNMENT, "cy")
         assert grade.manual_score == 1.5
         assert len(gradebook.find_assignment(ASSIGNMENT).submissions) == 1
 
@@ -241,7 +241,7 @@ def test_a_comment_and_score_typed_in_the_formgrader_survive_a_regrade_into_ever
                                " && window.formgrader?.comments?.loaded", timeout=60_000)
         page.fill("#token_var_answer-comment", comment)
         page.press("#token_var_answer-comment", "Tab")  # the change event saves it
-        page.fill("#chunked_var_correct", "1.5")  # of 2
+        page.fill("#chunked_var_correct", "2")  # of 2.5
         page.press("#chunked_var_correct", "Tab")
         saved = None
         for _ in range(120):  # the page saves through the formgrader's API, in the background
@@ -250,13 +250,13 @@ def test_a_comment_and_score_typed_in_the_formgrader_survive_a_regrade_into_ever
                                                 "ada").manual_comment,
                          gradebook.find_grade("chunked_var_correct", NOTEBOOK, ASSIGNMENT,
                                               "ada").manual_score)
-            if saved == (comment, 1.5):
+            if saved == (comment, 2.0):
                 break
             page.wait_for_timeout(500)
         page.close()
     finally:
         lab.stop()
-    assert saved == (comment, 1.5), lab.log_tail()
+    assert saved == (comment, 2.0), lab.log_tail()
 
     assert cli.main([*grade, "--force"]) == 0  # the regrade
     done = subprocess.run(
