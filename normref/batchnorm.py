@@ -170,24 +170,20 @@ def spatial_batch_norm_forward(x, gamma, beta, eps=1e-5):
     return y.astype(dtype)
 
 
-def spatial_group_norm_forward(x, gamma, beta, num_groups, eps=1e-5):
-    """Group norm of images: each image's G groups of consecutive channels,
-    each over its C/G channels and all H x W positions.
+def batch_norm_eval(x, gamma, beta, running_mean, running_var, eps=1e-5):
+    """Eval-mode batch norm: each channel normalized with its running statistics.
 
-    x: (N, C, H, W); gamma, beta: (C,) -> y: (N, C, H, W)
+    x: (N, C, *); gamma, beta, running_mean, running_var: (C,) -> y like x
 
-    As F.group_norm(x, num_groups, gamma, beta, eps); C must be divisible
-    by num_groups.
+    As F.batch_norm(x, running_mean, running_var, gamma, beta, training=False):
+    no statistic comes from the batch, so any N works (one example too), and
+    the running statistics are read, never changed.
     """
     x64, dtype = _as_float(x)
-    if x64.ndim != 4:
-        raise ValueError(f"expected x of shape (N, C, H, W), got {x64.shape}")
-    n, c, h, w = x64.shape
-    if c % num_groups:
-        raise ValueError(f"num_channels ({c}) must be divisible by num_groups ({num_groups})")
-    grouped = x64.reshape(n, num_groups, c // num_groups, h, w)  # N,G,C/G,H,W
-    mean = grouped.mean(axis=(2, 3, 4), keepdims=True)  # N,G,1,1,1
-    var = grouped.var(axis=(2, 3, 4), keepdims=True)  # N,G,1,1,1 (biased)
-    x_hat = ((grouped - mean) / np.sqrt(var + eps)).reshape(n, c, h, w)  # N,C,H,W
-    y = x_hat * _per_channel(gamma, 4) + _per_channel(beta, 4)  # N,C,H,W
+    if x64.ndim < 2:
+        raise ValueError(f"expected x of shape (N, C, *), got {x64.shape}")
+    mean = _per_channel(running_mean, x64.ndim)  # C, 1, ...
+    var = _per_channel(running_var, x64.ndim)  # C, 1, ...
+    x_hat = (x64 - mean) / np.sqrt(var + eps)  # N, C, *
+    y = x_hat * _per_channel(gamma, x64.ndim) + _per_channel(beta, x64.ndim)
     return y.astype(dtype)

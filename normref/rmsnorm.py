@@ -12,9 +12,14 @@ def rms_norm(x, gamma=None, eps=1e-5):
     """RMSNorm over the last axis: y = x / sqrt(mean(x ** 2) + eps) * gamma.
 
     x: (..., d); gamma: (d,) or None (meaning 1) -> y: (..., d)
+
+    eps=None means the machine epsilon of x's floating dtype, as in
+    torch.nn.functional.rms_norm and nn.RMSNorm (float64 for integer input).
     """
     x = np.asarray(x)
     dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.float64
+    if eps is None:
+        eps = float(np.finfo(dtype).eps)
     x64 = x.astype(np.float64)
     mean_square = (x64**2).mean(axis=-1, keepdims=True)  # ..., 1
     y = x64 / np.sqrt(mean_square + eps)  # ..., d

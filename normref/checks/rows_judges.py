@@ -345,15 +345,6 @@ def _judge_nudge_answer(case, output):
     return None
 
 
-def _judge_prediction(case, output):
-    missing = [name for name in ("pytorch", "cs231n")
-               if number_from_answer(output.get(name)) is None]
-    if missing:
-        return ("write each prediction as a number before you run the experiment "
-                f"(missing or not a number: {', '.join(missing)})")
-    return None
-
-
 _VARIANCE, _VALUES_PER_CHANNEL, _EXPERIMENT_VALUES = 4.0, 8, 4
 
 
@@ -381,16 +372,12 @@ def _judge_running_var_answers(case, output):
     return "not yet right: " + "; ".join(wrong) if wrong else None
 
 
-
 # ---------------------------------------------------------------- images (N, C, H, W)
 
 
-def _spatial_case(x, gamma, beta, eps=1e-5, num_groups=None):
-    case = {"x": x, "gamma": np.asarray(gamma, x.dtype), "beta": np.asarray(beta, x.dtype),
+def _spatial_case(x, gamma, beta, eps=1e-5):
+    return {"x": x, "gamma": np.asarray(gamma, x.dtype), "beta": np.asarray(beta, x.dtype),
             "eps": np.array(eps)}
-    if num_groups is not None:
-        case["num_groups"] = np.array(num_groups)
-    return case
 
 
 def _spatial_images(rng, shape, dtype=np.float64):
@@ -418,37 +405,15 @@ def _spatial_bn_cases(rng):
     ]
 
 
-def _spatial_gn_cases(rng):
-    def case(label, shape, groups, eps=1e-5, dtype=np.float64):
-        c = shape[1]
-        return (label, _spatial_case(_spatial_images(rng, shape, dtype),
-                                     rng.normal(1.0, 0.5, size=c), rng.normal(size=c), eps,
-                                     num_groups=groups))
-
-    return [
-        case("x (2, 4, 4, 4) with 2 groups, random gamma and beta", (2, 4, 4, 4), 2),
-        case("x (3, 6, 2, 5) with 3 groups", (3, 6, 2, 5), 3),
-        case("x (2, 8, 3, 3) with 4 groups, eps 1e-3", (2, 8, 3, 3), 4, eps=1e-3),
-        case("1 group: each image over all its channels and positions", (2, 4, 3, 2), 1),
-        case("C groups: each channel of each image on its own", (3, 4, 2, 3), 4),
-        case("a float32 batch (2, 12, 4, 4) with 3 groups", (2, 12, 4, 4), 3,
-             dtype=np.float32),
-    ]
-
-
 def _torch_spatial(case):
-    """The judge's own reference: torch's batch norm (training mode) or group norm."""
+    """The judge's own reference: torch's batch norm in training mode."""
     import torch
     import torch.nn.functional as F
 
     x = torch.from_numpy(case["x"].astype(np.float64))
     gamma = torch.from_numpy(case["gamma"].astype(np.float64))
     beta = torch.from_numpy(case["beta"].astype(np.float64))
-    eps = float(case["eps"])
-    if "num_groups" in case:
-        y = F.group_norm(x, int(case["num_groups"]), gamma, beta, eps)
-    else:
-        y = F.batch_norm(x, None, None, gamma, beta, training=True, eps=eps)
+    y = F.batch_norm(x, None, None, gamma, beta, training=True, eps=float(case["eps"]))
     return y.numpy()
 
 
@@ -491,56 +456,239 @@ def _spatial_bn_slips(case):
     return candidates
 
 
-def _spatial_gn_slips(case):
-    x, eps = case["x"].astype(np.float64), float(case["eps"])
-    n, c, h, w = x.shape
-    groups = int(case["num_groups"])
-    g = case["gamma"].astype(np.float64).reshape(1, c, 1, 1)
-    b = case["beta"].astype(np.float64).reshape(1, c, 1, 1)
-    five = (n, groups, c // groups, h, w)
-
-    def grouped(axes, **knobs):
-        return _normalize_blocks(x, five, axes, eps, **knobs)
-
-    # channel k in group k % G: every G-th channel grouped instead of consecutive ones
-    strided = np.swapaxes(x.reshape(n, c // groups, groups, h, w), 1, 2)  # N,G,C/G,H,W
-    strided = _normalize_blocks(strided, strided.shape, (2, 3, 4), eps)
-    interleaved = np.swapaxes(strided, 1, 2).reshape(x.shape)
-    candidates = _gamma_on_last_axis(case, grouped((2, 3, 4)))
-    candidates.update({
-        "group consecutive channels (channels 0 .. C/G - 1 form the first group); yours "
-        "groups every G-th channel together": interleaved * g + b,
-        "num_groups is how many groups there are, each of C // num_groups channels, "
-        "not how many channels a group holds":
-            _normalize_blocks(x, (n, c // groups, groups, h, w), (2, 3, 4), eps) * g + b,
-        "one mean and variance per group of channels, taken over the group's channels "
-        "AND all H x W positions, not per channel (that is instance norm)":
-            _normalize_blocks(x, x.shape, (2, 3), eps) * g + b,
-        "a group's statistics cover all its H x W positions, not each position on its "
-        "own: reduce over the group's channels and H and W": grouped((2,)) * g + b,
-        "each image is normalized on its own; no statistic crosses the batch":
-            grouped((0, 2, 3, 4)) * g + b,
-        "eps goes inside the square root: sqrt(var + eps)":
-            grouped((2, 3, 4), eps_outside_root=True) * g + b,
-    })
-    return candidates
-
-
 def _judge_spatial(case, output):
     expected = _torch_spatial(case)
     problem = mismatch(output["y"], expected, dtype=case["x"].dtype)
     if problem is None:
         return None
-    slips = _spatial_gn_slips(case) if "num_groups" in case else _spatial_bn_slips(case)
+    slips = _spatial_bn_slips(case)
     return _with_hint(problem, _first_matching_hint(output["y"], slips, case["x"].dtype))
 
 
-def _judge_spatial_gn_written_out(case, output):
-    if bool(np.asarray(output.get("ran_group_norm", False))):
-        return ("spatial_group_norm_forward ran your group_norm (or Exercise 2's functions"
-                " built on it, or stopped the grader's watch on what it runs): Exercise 6 asks"
-                " for the four axes written out, each reduction axis named by you")
-    return _judge_spatial(case, output)
+# ---------------------------------------------------------------- batch norm in eval mode
+
+
+def _eval_case(rng, shape, dtype=np.float64, eps=1e-5):
+    """A batch whose own statistics are far from the running ones, so that code
+    normalizing with the batch's statistics gives visibly different outputs."""
+    c = shape[1]
+    return {
+        "x": rng.normal(2.0, 3.0, size=shape).astype(dtype),
+        "gamma": rng.normal(1.0, 0.5, size=c).astype(dtype),
+        "beta": rng.normal(size=c).astype(dtype),
+        "running_mean": rng.normal(size=c).astype(dtype),
+        "running_var": rng.uniform(0.5, 4.0, size=c).astype(dtype),
+        "eps": np.array(eps),
+    }
+
+
+def _eval_cases(rng):
+    return [
+        # C = L first: gamma broadcast along the last axis still runs there
+        ("x (3, 4, 4), sequences of 4 positions, C = 4", _eval_case(rng, (3, 4, 4))),
+        ("a batch of 5 tokens, x (5, 3)", _eval_case(rng, (5, 3))),
+        ("one token, x (1, 3): eval mode needs no batch", _eval_case(rng, (1, 3))),
+        ("an image batch x (2, 3, 4, 5)", _eval_case(rng, (2, 3, 4, 5))),
+        ("one image x (1, 2, 3, 3) with eps 1e-3", _eval_case(rng, (1, 2, 3, 3), eps=1e-3)),
+        ("a float32 batch x (8, 6)", _eval_case(rng, (8, 6), dtype=np.float32)),
+    ]
+
+
+def _torch_eval(case):
+    """The judge's own reference: torch's batch norm in eval mode, in float64."""
+    import torch
+    import torch.nn.functional as F
+
+    def t(key):
+        return torch.from_numpy(case[key].astype(np.float64))
+
+    return F.batch_norm(t("x"), t("running_mean"), t("running_var"), t("gamma"), t("beta"),
+                        training=False, eps=float(case["eps"])).numpy()
+
+
+def _eval_slips(case):
+    x, eps = case["x"].astype(np.float64), float(case["eps"])
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+
+    def per_channel(key):
+        return case[key].astype(np.float64).reshape(shape)
+
+    g, b = per_channel("gamma"), per_channel("beta")
+    mean, var = per_channel("running_mean"), per_channel("running_var")
+    candidates = {}
+    if x.ndim == 3 and x.shape[2] == x.shape[1]:
+        flat = [case[k].astype(np.float64) for k in ("gamma", "beta", "running_mean",
+                                                       "running_var")]
+        candidates["gamma, beta and the running statistics hold one number per channel: "
+                   "shape them (1, C, 1, ...) so that they line up with axis 1, not with "
+                   "the last axis"] = (x - flat[2]) / np.sqrt(flat[3] + eps) * flat[0] + flat[1]
+    axes = (0,) + tuple(range(2, x.ndim))
+    if x.size // x.shape[1] > 1:
+        batch = _normalize_blocks(x, x.shape, axes, eps)
+        candidates["eval mode normalizes with running_mean and running_var, not with the "
+                   "batch's own statistics (that is training mode)"] = batch * g + b
+    candidates.update({
+        "running_var is a variance: divide by sqrt(running_var + eps), not by "
+        "running_var + eps": (x - mean) / (var + eps) * g + b,
+        "eps goes inside the square root: sqrt(running_var + eps)":
+            (x - mean) / (np.sqrt(var) + eps) * g + b,
+        "scale by gamma, then shift by beta: y = gamma * x_hat + beta":
+            ((x - mean) / np.sqrt(var + eps) + b) * g,
+    })
+    return candidates
+
+
+def _judge_batch_norm_eval(case, output):
+    dtype = case["x"].dtype
+    for key in ("running_mean", "running_var"):
+        if not np.array_equal(output[f"{key}_after"], case[key]):
+            return (f"your batch_norm_eval changed the {key} it was given: eval mode reads the "
+                    "running statistics and leaves them as they are")
+    problem = mismatch(output["y"], _torch_eval(case), dtype=dtype)
+    if problem is None:
+        return None
+    return _with_hint(problem, _first_matching_hint(output["y"], _eval_slips(case), dtype))
+
+
+# ---------------------------------------------------------------- RMSNorm
+
+
+def _rms_case(x, gamma, eps):
+    case = {"x": x, "gamma": np.asarray(gamma, x.dtype)}
+    if eps is not None:  # no "eps" key: the probe passes eps=None
+        case["eps"] = np.array(eps)
+    return case
+
+
+def _rms_cases(rng):
+    def tokens(shape, dtype=np.float64, loc=2.0, scale=1.0):
+        return (rng.normal(loc, 1.0, size=shape) * scale).astype(dtype)
+
+    d = 8
+    return [
+        ("x (4, 8) with eps 1e-5, tokens with mean 2", _rms_case(tokens((4, d)),
+                                                                 rng.normal(size=d), 1e-5)),
+        ("x (2, 3, 6), random gamma, eps 1e-3", _rms_case(tokens((2, 3, 6)),
+                                                          rng.normal(size=6), 1e-3)),
+        # values of size 1e-3: eps 1e-5 would outweigh their mean square (about 5e-6)
+        ("a float32 batch (3, 8) of small values, eps=None (float32's machine epsilon)",
+         _rms_case(tokens((3, d), np.float32, scale=1e-3), rng.normal(size=d), None)),
+        ("a float64 batch (2, 5, 8) of small values, eps=None (float64's machine epsilon)",
+         _rms_case(tokens((2, 5, d), scale=1e-3), rng.normal(size=d), None)),
+        ("one token of 16 features, eps 1e-5", _rms_case(tokens((16,)), rng.normal(size=16),
+                                                         1e-5)),
+    ]
+
+
+def _rms_eps(case):
+    return float(case["eps"]) if "eps" in case else float(np.finfo(case["x"].dtype).eps)
+
+
+def _torch_rms(case):
+    """The judge's own reference: torch's F.rms_norm, in float64 with the eps
+    the case asks for (machine epsilon of the case's dtype where it says None)."""
+    import torch
+    import torch.nn.functional as F
+
+    x = torch.from_numpy(case["x"].astype(np.float64))
+    gamma = torch.from_numpy(case["gamma"].astype(np.float64))
+    return F.rms_norm(x, (x.shape[-1],), gamma, eps=_rms_eps(case)).numpy()
+
+
+def _rms_slips(case):
+    x, g = case["x"].astype(np.float64), case["gamma"].astype(np.float64)
+    eps = _rms_eps(case)
+    mean_square = (x**2).mean(-1, keepdims=True)
+    candidates = {}
+    if "eps" not in case:
+        candidates["eps=None means the machine epsilon of x's dtype "
+                   "(np.finfo(x.dtype).eps), as torch's F.rms_norm and nn.RMSNorm do, not "
+                   "1e-5 as in layer norm"] = x / np.sqrt(mean_square + 1e-5) * g
+        candidates["eps=None means the machine epsilon of x's OWN dtype: float32's for "
+                   "float32 input"] = x / np.sqrt(mean_square + np.finfo(np.float64).eps) * g
+    centred = x - x.mean(-1, keepdims=True)
+    candidates.update({
+        "RMSNorm does not subtract the mean: divide x itself by its root mean square":
+            centred / np.sqrt((centred**2).mean(-1, keepdims=True) + eps) * g,
+        "divide by the root mean square sqrt(mean(x ** 2) + eps), not by the standard "
+        "deviation": x / np.sqrt(x.var(-1, keepdims=True) + eps) * g,
+        "eps goes inside the square root: sqrt(mean(x ** 2) + eps)":
+            x / (np.sqrt(mean_square) + eps) * g,
+    })
+    return candidates
+
+
+def _judge_rms_norm(case, output):
+    dtype = case["x"].dtype
+    problem = mismatch(output["y"], _torch_rms(case), dtype=dtype)
+    if problem is None:
+        return None
+    return _with_hint(problem, _first_matching_hint(output["y"], _rms_slips(case), dtype))
+
+
+_OFFSET, _SPREAD = 3.0, 1.0  # a token's features: mean 3, standard deviation 1
+
+
+def rms_offset_std(eps=1e-5):
+    """The std over its features of RMSNorm's output for a token whose features
+    have mean _OFFSET and std _SPREAD: the root mean square is
+    sqrt(_OFFSET ** 2 + _SPREAD ** 2), and it divides the spread as well."""
+    return _SPREAD / np.sqrt(_OFFSET**2 + _SPREAD**2 + eps)
+
+
+def _judge_rms_offset_answer(case, output):
+    given = number_from_answer(output.get("rms_std_at_offset_3"))
+    truth = rms_offset_std()
+    if given is not None and abs(given - truth) <= 0.01:
+        return None
+    answered = output.get("rms_std_at_offset_3")
+    slips = {
+        1.0: "that is layer norm's answer; RMSNorm does not subtract the mean, so the offset "
+             "stays in the root mean square it divides by",
+        1 / 3: "the root mean square of values with mean 3 and standard deviation 1 is "
+               "sqrt(3 ** 2 + 1 ** 2), not 3: the spread counts too",
+        0.1: "that is the variance of the output; the question asks for its standard deviation",
+    }
+    hint = next((text for value, text in slips.items()
+                 if given is not None and abs(given - value) <= 0.01), None)
+    return _with_hint(f"RMS_STD_AT_OFFSET_3: {answered} is not right (judged within 0.01)",
+                      hint or "divide the features' spread by their root mean square, which "
+                              "counts their mean as well as their spread")
+
+
+# ---------------------------------------------------------------- which norms see the batch
+
+
+EXERCISE_FUNCTIONS = ("group_norm", "instance_norm", "example_layer_norm", "batch_norm_train",
+                      "spatial_batch_norm_forward", "batch_norm_eval", "rms_norm")
+_SEES_THE_BATCH = {"batch_norm_train", "spatial_batch_norm_forward"}
+_WHY = {
+    "group_norm": "group norm's statistics stay inside one example",
+    "instance_norm": "instance norm takes each channel of one example on its own",
+    "example_layer_norm": "layer norm over an example looks at that example only",
+    "batch_norm_eval": "in eval mode batch norm normalizes with the running statistics, "
+                       "fixed numbers: the batch-mates do not enter",
+    "rms_norm": "RMSNorm, like layer norm, looks only at one token's own features",
+    "batch_norm_train": "in training, batch norm's statistics are the batch's own: every "
+                        "batch-mate has a say",
+    "spatial_batch_norm_forward": "spatial batch norm takes each channel's statistics over "
+                                  "all N images of the batch",
+}
+
+
+def _judge_batch_dependence_answer(case, output):
+    names = [str(name).strip().lower() for name in np.atleast_1d(output.get("names"))]
+    unknown = sorted(set(names) - set(EXERCISE_FUNCTIONS))
+    if unknown:
+        return (f"BATCH_DEPENDENT names {', '.join(repr(n) for n in unknown)}, which is not "
+                "one of this assignment's functions: choose among "
+                + ", ".join(EXERCISE_FUNCTIONS))
+    given = set(names)
+    wrong = [f"{name} is listed but does not depend on the batch ({_WHY[name]})"
+             for name in EXERCISE_FUNCTIONS if name in given - _SEES_THE_BATCH]
+    wrong += [f"{name} is missing ({_WHY[name]})"
+              for name in EXERCISE_FUNCTIONS if name in _SEES_THE_BATCH - given]
+    return "BATCH_DEPENDENT is not yet right: " + "; ".join(wrong) if wrong else None
 
 
 CHECKS = {
@@ -548,10 +696,12 @@ CHECKS = {
     "rows_group_norm_limits": Check(_limit_cases, _judge_group_norm_limits),
     "rows_batch_norm_train": Check(_train_cases, _judge_batch_norm_train),
     "rows_nudge_answer": Check(lambda rng: [("your answer", {})], _judge_nudge_answer),
-    "rows_running_var_prediction": Check(lambda rng: [("your predictions", {})],
-                                         _judge_prediction),
     "rows_running_var_answers": Check(lambda rng: [("your two answers", {})],
                                       _judge_running_var_answers),
     "rows_spatial_batch_norm": Check(_spatial_bn_cases, _judge_spatial),
-    "rows_spatial_group_norm": Check(_spatial_gn_cases, _judge_spatial_gn_written_out),
+    "rows_batch_norm_eval": Check(_eval_cases, _judge_batch_norm_eval),
+    "rows_rms_norm": Check(_rms_cases, _judge_rms_norm),
+    "rows_rms_offset_answer": Check(lambda rng: [("your answer", {})], _judge_rms_offset_answer),
+    "rows_batch_dependence_answer": Check(lambda rng: [("your answer", {})],
+                                          _judge_batch_dependence_answer),
 }

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from normref.checks._runner import calling_own_functions, run_check, to_array
+from normref.checks._runner import run_check, to_array
 
 
 def exception_classes(exc):
@@ -64,13 +64,33 @@ def _call_batch_norm_train(batch_norm_train, case):
 
 
 def _call_spatial(function, case):
-    """Call a spatial norm on copies of the case, with Python numbers for G and eps."""
+    """Call a spatial norm on copies of the case, with a Python number for eps."""
     x, gamma, beta = case["x"].copy(), case["gamma"].copy(), case["beta"].copy()
-    if "num_groups" in case:
-        y = function(x, gamma, beta, int(case["num_groups"]), float(case["eps"]))
-    else:
-        y = function(x, gamma, beta, float(case["eps"]))
-    return {"y": to_array(y)}
+    return {"y": to_array(function(x, gamma, beta, float(case["eps"])))}
+
+
+def _call_batch_norm_eval(batch_norm_eval, case):
+    """Call it on copies, and send back the running statistics as they are
+    after the call: eval mode must leave them alone."""
+    running_mean, running_var = case["running_mean"].copy(), case["running_var"].copy()
+    y = batch_norm_eval(case["x"].copy(), case["gamma"].copy(), case["beta"].copy(),
+                        running_mean, running_var, float(case["eps"]))
+    return {"y": to_array(y), "running_mean_after": to_array(running_mean),
+            "running_var_after": to_array(running_var)}
+
+
+def _call_rms_norm(rms_norm, case):
+    """eps=None where the case has no eps: the machine epsilon of x's dtype."""
+    eps = float(case["eps"]) if "eps" in case else None
+    return {"y": to_array(rms_norm(case["x"].copy(), case["gamma"].copy(), eps))}
+
+
+def _names_as_text(answers, case):
+    """A name, or a collection of names (list, tuple, set), as an array of text."""
+    names = answers["names"]
+    if isinstance(names, str) or not hasattr(names, "__iter__"):
+        names = [names]
+    return {"names": np.array([str(name) for name in names], dtype=str)}
 
 
 def _answers_as_text(answers, case):
@@ -99,11 +119,6 @@ def check_nudge_answer(**answers):
     run_check("rows_nudge_answer", answers, _answers_as_text)
 
 
-def check_running_var_prediction(**answers):
-    """Check that both predictions were given, as numbers (not judged right or wrong)."""
-    run_check("rows_running_var_prediction", answers, _answers_as_text)
-
-
 def check_running_var_answers(**answers):
     """Check the answers on the running variance and the momentum conventions."""
     run_check("rows_running_var_answers", answers, _answers_as_text)
@@ -114,15 +129,22 @@ def check_spatial_batch_norm(spatial_batch_norm_forward):
     run_check("rows_spatial_batch_norm", spatial_batch_norm_forward, _call_spatial)
 
 
-def _call_spatial_on_its_own(function, case):
-    """_call_spatial, noting whether it ran Exercise 1's or 2's functions."""
-    result, ran = calling_own_functions(
-        function, ["group_norm", "instance_norm", "example_layer_norm"],
-        lambda: {key: to_array(value) for key, value in _call_spatial(function, case).items()})
-    return {**result, "ran_group_norm": np.array(ran)}
+def check_batch_norm_eval(batch_norm_eval):
+    """Check batch_norm_eval(x, gamma, beta, running_mean, running_var, eps),
+    x: (N, C, *), against torch's batch norm in eval mode."""
+    run_check("rows_batch_norm_eval", batch_norm_eval, _call_batch_norm_eval)
 
 
-def check_spatial_group_norm(spatial_group_norm_forward):
-    """Check spatial_group_norm_forward(x, gamma, beta, G, eps), x: (N, C, H, W),
-    written without calling the notebook's group_norm."""
-    run_check("rows_spatial_group_norm", spatial_group_norm_forward, _call_spatial_on_its_own)
+def check_rms_norm(rms_norm):
+    """Check rms_norm(x, gamma, eps) over the last axis, eps=None included."""
+    run_check("rows_rms_norm", rms_norm, _call_rms_norm)
+
+
+def check_rms_offset_answer(**answers):
+    """Check the answer on RMSNorm's output for tokens with an offset."""
+    run_check("rows_rms_offset_answer", answers, _answers_as_text)
+
+
+def check_batch_dependence_answer(names):
+    """Check the answer naming the functions whose output depends on the batch."""
+    run_check("rows_batch_dependence_answer", {"names": names}, _names_as_text)

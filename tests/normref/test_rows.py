@@ -24,7 +24,6 @@ from normref.checks import (
     check_group_norm_limits,
     check_nudge_answer,
     check_running_var_answers,
-    check_running_var_prediction,
     rows_probes,
 )
 from normref.checks.rows_judges import (
@@ -33,7 +32,6 @@ from normref.checks.rows_judges import (
     _judge_group_norm,
     _judge_group_norm_limits,
     _judge_nudge_answer,
-    _judge_prediction,
     _judge_running_var_answers,
     _limit_cases,
     _outputs_moved,
@@ -456,15 +454,6 @@ def test_nudge_answer_is_judged_exactly():
     for wrong in (4096, 1024, 2 * 64 * 32 * 32, None, "many"):
         with pytest.raises(CheckFailed, match="OUTPUTS_MOVED"):
             check_nudge_answer(outputs_moved=wrong)
-
-
-def test_a_prediction_counts_when_it_is_a_number_right_or_wrong():
-    check_running_var_prediction(pytorch=4.0, cs231n=3.0)
-    check_running_var_prediction(pytorch=1, cs231n=100.5)
-    for missing in ({"pytorch": None, "cs231n": 3.0}, {"pytorch": 4.0, "cs231n": "three"},
-                    {"pytorch": 4.0, "cs231n": float("nan")}, {"pytorch": 4.0}):
-        with pytest.raises(CheckFailed, match="prediction"):
-            check_running_var_prediction(**missing)
 
 
 def test_running_var_answers_are_judged_within_their_tolerance():
@@ -1265,20 +1254,6 @@ def test_the_nudge_check_passes_the_right_count():
     with contextlib.redirect_stdout(out):
         check_nudge_answer(outputs_moved=2048)
     assert "rows_nudge_answer: all 1 cases passed" in out.getvalue()
-
-
-def test_a_prediction_needs_both_numbers():
-    assert _judge_prediction({}, {"pytorch": np.array("4"), "cs231n": np.array("1e3")}) is None
-    assert _judge_prediction({}, {"pytorch": np.array("4")}) == (
-        "write each prediction as a number before you run the experiment (missing or not a "
-        "number: cs231n)")
-    assert _judge_prediction({}, {"cs231n": np.array("nan")}) == (
-        "write each prediction as a number before you run the experiment (missing or not a "
-        "number: pytorch, cs231n)")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        check_running_var_prediction(pytorch=4, cs231n=3)
-    assert "rows_running_var_prediction: all 1 cases passed" in out.getvalue()
 
 
 def test_the_running_var_answers_follow_from_the_biased_average():
