@@ -49,9 +49,10 @@ def test_assignment_cells_follow_the_conventions(path):
             assert meta["points"] > 0
             source = cell.source
             assert source.startswith('"""'), f"{meta['grade_id']} opens with a docstring"
-            visible = source.split("### BEGIN HIDDEN TESTS")[0]
+            # the hidden tests may come first, so that grading shows their diagnosis
+            before, hidden = source.split("### BEGIN HIDDEN TESTS")
+            visible = before + hidden.split("### END HIDDEN TESTS")[-1]
             assert "assert" in visible, f"{meta['grade_id']} has a visible assert"
-            hidden = source.split("### BEGIN HIDDEN TESTS")[1]
             assert "from normref.checks import" in hidden and "check_" in hidden
 
 

@@ -385,6 +385,8 @@ FORWARD_LABELS = [
     "MyLayerNorm([2, 3, 4]) on (2, 2, 3, 4), a list",
     "MyLayerNorm(torch.Size([5, 6])) on (2, 3, 5, 6) with an offset of 10",
     "MyLayerNorm((4, 5), eps=1e-5) in float64 on (3, 4, 5)",
+    "MyLayerNorm(1024) on a bfloat16 (4, 1024) stream around 300, where bfloat16's "
+    "spacing is 2",
 ]
 FLAG_LABELS = [
     "MyLayerNorm(4) with the default eps on tokens of tiny spread (0.001 * [2, 4, 6, 8])",
@@ -421,12 +423,17 @@ def test_forward_cases_are_what_their_labels_say():
         ((2, 3, 4), "list", {}, (2, 2, 3, 4), "float32", both),
         ((5, 6), "size", {}, (2, 3, 5, 6), "float32", both),
         ((4, 5), "tuple", {"eps": 1e-5}, (3, 4, 5), "float64", both),
+        ((1024,), "int", {}, (4, 1024), "float32", both),
     ]
+    stream = cases[8][1]
+    assert str(stream["x_dtype"]) == "bfloat16"
+    assert np.array_equal(stream["x"], J._bfloat16_values(stream["x"]))  # exact in bf16
+    assert abs(stream["x"].mean() - 300) < 1  # "around 300"
     for label, case in cases:
         for key in both:
             assert case[key].shape == tuple(case["normalized_shape"]), label
             assert case[key].dtype == case["x"].dtype, label
-    identity = [cases[i][1] for i in (0, 6)]
+    identity = [cases[i][1] for i in (0, 6, 8)]
     for case in identity:  # "gamma = 1, beta = 0" and the offset case
         assert np.all(case["set_weight"] == 1) and np.all(case["set_bias"] == 0)
     constant = cases[3][1]["x"]
@@ -521,8 +528,11 @@ def _slipped_output(case, slip):
     names = ",".join(dict(nn.LayerNorm(
         1, **{k: bool(case[k]) for k in ("elementwise_affine", "bias") if k in case}
     ).named_parameters()))
-    return {"y": y.numpy().astype(dtype), "y_dtype": np.array(f"torch.{dtype.name}"),
-            "names": np.array(names)}
+    y = y.numpy().astype(dtype)
+    if "x_dtype" in case:  # a bfloat16 input: the output comes back in bfloat16
+        return {"y": J._bfloat16_values(y), "y_dtype": np.array(f"torch.{case['x_dtype']}"),
+                "names": np.array(names)}
+    return {"y": y, "y_dtype": np.array(f"torch.{dtype.name}"), "names": np.array(names)}
 
 
 def _torch_reference(case):
@@ -569,9 +579,7 @@ H_FIRST = ("take the statistics over the trailing normalized_shape dims only, no
     ("my_layer_norm_flags", 0, "eps 1e-6", "the default eps is 1e-5, not 1e-06"),
     ("my_layer_norm_flags", 0, "eps 1e-8", "the default eps is 1e-5, not 1e-08"),
     ("my_layer_norm_flags", 0, "eps 1e-3", "the default eps is 1e-5, not 0.001"),
-    ("my_layer_norm_flags", 3, "n - 1", H_UNBIASED),
     ("my_layer_norm_flags", 5, "swap", H_SWAP),
-    ("my_layer_norm_flags", 6, "n - 1", H_UNBIASED),
 ])
 def test_forward_slips_get_the_hint_that_names_them(name, index, slip, hint):
     """The judge reproduces each slip and names it after the numbers that differ."""
@@ -581,6 +589,13 @@ def test_forward_slips_get_the_hint_that_names_them(name, index, slip, hint):
                         what="your output")
     assert expected is not None
     assert _judge(name, case, output) == expected + HINT + hint
+
+
+@pytest.mark.parametrize("index", [0, 3, 6])
+def test_the_flags_check_leaves_an_unbiased_variance_to_the_forward_check(index):
+    """The flags handled right around n - 1: the forward check charges that."""
+    case = _case("my_layer_norm_flags", index)
+    assert _judge("my_layer_norm_flags", case, _slipped_output(case, "n - 1")) is None
 
 
 @pytest.mark.parametrize("name", ["my_layer_norm_forward", "my_layer_norm_flags"])
@@ -1318,18 +1333,44 @@ def test_image_answers_are_judged_with_the_wrong_ones_named():
     assert _registry.make_cases("image_layer_norm_counts") == [("your four answers", {})]
 
 
-def test_memory_pass_answers_are_judged():
-    """Unfused: add reads 2 and writes 1, the norm reads 1 and writes 1 (5);
-    fused: reads x and residual, writes both outputs (4)."""
-    judge = _registry._get("add_norm_memory_passes").judge
-    assert judge({}, {"UNFUSED_PASSES": np.array("5"), "FUSED_PASSES": np.array("4")}) is None
-    fused = np.array("np.int64(3)")
-    assert judge({}, {"UNFUSED_PASSES": np.array("4"), "FUSED_PASSES": fused}) == (
-        "not yet right: full-tensor reads and writes of the add followed by the layer norm "
-        "(you answered 4); full-tensor reads and writes of the fused AddLayerNorm "
-        "(you answered np.int64(3))")
-    assert judge({}, {"FUSED_PASSES": np.array("4")}) == "no answer given for UNFUSED_PASSES"
-    assert _registry.make_cases("add_norm_memory_passes") == [("your two counts", {})]
+def test_memory_byte_answers_are_judged_from_torchs_element_sizes():
+    """Unfused: the add reads bf16 x and the f32 stream and writes the f32 sum
+    (10 bytes an element), F.layer_norm reads and writes f32 (8), the cast
+    reads f32 and writes bf16 (6); fused: 2 + 4 in, 4 + 2 out."""
+    elements = math.prod(J.ADD_NORM_SHAPE)
+    sizes = {"bfloat16": torch.finfo(torch.bfloat16).bits // 8,
+             "float32": torch.finfo(torch.float32).bits // 8}
+    bf16, f32 = sizes["bfloat16"], sizes["float32"]
+    unfused = elements * ((bf16 + f32 + f32) + (f32 + f32) + (f32 + bf16))
+    fused = elements * (bf16 + f32 + f32 + bf16)
+    judge = _registry._get("add_norm_memory_bytes").judge
+    assert judge({}, {"UNFUSED_BYTES": np.array(str(unfused)),
+                      "FUSED_BYTES": np.array(f"np.int64({fused})")}) is None
+    assert fused * 2 == unfused  # the fusion halves the traffic
+    assert judge({}, {"FUSED_BYTES": np.array(str(fused))}) == (
+        "no answer given for UNFUSED_BYTES")
+    assert _registry.make_cases("add_norm_memory_bytes") == [("your two byte counts", {})]
+
+
+@pytest.mark.parametrize("unfused_per_element, fused_per_element, slip", [
+    (28, 16, "every tensor counted at 4 bytes"),
+    (14, 8, "every tensor counted at 2 bytes"),
+    (18, 12, "a third kernel reads it and writes normed in bfloat16"),
+])
+def test_wrong_byte_counts_name_their_slip(unfused_per_element, fused_per_element, slip):
+    elements = math.prod(J.ADD_NORM_SHAPE)
+    judge = _registry._get("add_norm_memory_bytes").judge
+    message = judge({}, {"UNFUSED_BYTES": np.array(str(unfused_per_element * elements)),
+                         "FUSED_BYTES": np.array(str(fused_per_element * elements))})
+    assert message.startswith("not yet right: bytes read and written by the three "
+                              "unfused kernels") and slip in message
+
+
+def test_byte_counts_per_element_or_in_mib_are_told_so():
+    judge = _registry._get("add_norm_memory_bytes").judge
+    message = judge({}, {"UNFUSED_BYTES": np.array("24"), "FUSED_BYTES": np.array("384.0")})
+    assert "that is the count per element" in message
+    assert "that is in MiB: give bytes" in message
 
 
 def test_answers_with_a_bool_truth_compare_the_text():
@@ -1736,10 +1777,10 @@ def test_each_check_runs_its_own_cases(check, name, capsys):
 def test_question_checks_pass_the_right_answers(capsys):
     P.check_image_layer_norm_counts(LAST_DIM_MEANS=10752, CHANNEL_MEANS=1568,
                                     VALUES_PER_CHANNEL_MEAN=96, WHOLE_MAP_PARAMETERS=37632)
-    P.check_add_norm_memory_passes(UNFUSED_PASSES=5, FUSED_PASSES=4)
+    P.check_add_norm_memory_bytes(UNFUSED_BYTES=24 * 2 ** 25, FUSED_BYTES=12 * 2 ** 25)
     assert capsys.readouterr().out.splitlines() == [
         "image_layer_norm_counts: all 1 cases passed (your four answers)",
-        "add_norm_memory_passes: all 1 cases passed (your two counts)"]
+        "add_norm_memory_bytes: all 1 cases passed (your two byte counts)"]
 
 
 
@@ -2016,3 +2057,143 @@ def test_ln2d_backward_reports_missing_gradients_by_name():
     assert J._judge_ln2d_backward(case, right) is None
     off = {**right, "bias_grad": grads["bias_grad"] * 1.01}
     assert J._judge_ln2d_backward(case, off).startswith("the gradient with respect to bias")
+
+
+# ----- a bfloat16 input, and one slip charged once -------------------------------------
+
+
+class StatisticsInInputDtype(nn.Module):
+    """Right in float32 and float64; a bfloat16 input keeps bfloat16 statistics."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+        super().__init__()
+        self.inner = nn.LayerNorm(normalized_shape, eps, elementwise_affine, bias=bias)
+        self.weight, self.bias = self.inner.weight, self.inner.bias
+        self.dims = tuple(range(-len(self.inner.normalized_shape), 0))
+
+    def forward(self, x):
+        mean = x.mean(self.dims, keepdim=True)
+        var = ((x - mean) ** 2).mean(self.dims, keepdim=True)
+        y = (x - mean) / torch.sqrt(var + self.inner.eps)
+        if self.weight is not None:
+            y = y * self.weight.to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(x.dtype)
+        return y
+
+
+class WidenedButFloat32Out(StatisticsInInputDtype):
+    """Takes the statistics in float32 but returns float32 for a bfloat16 input."""
+
+    def forward(self, x):
+        return super().forward(x.to(torch.promote_types(x.dtype, torch.float32)))
+
+
+def test_bfloat16_statistics_fail_forward_with_the_low_precision_hint():
+    verdict = _verdict("my_layer_norm_forward", StatisticsInInputDtype, P._probe_module)
+    assert not verdict["passed"]
+    assert verdict["case"] == FORWARD_LABELS[-1]
+    assert "take the mean and the variance in float32 (x.float())" in verdict["message"]
+
+
+def test_a_float32_output_for_a_bfloat16_input_is_named():
+    verdict = _verdict("my_layer_norm_forward", WidenedButFloat32Out, P._probe_module)
+    assert verdict["case"] == FORWARD_LABELS[-1]
+    assert "your output's dtype is torch.float32; for a torch.bfloat16 input" in (
+        verdict["message"])
+    assert "then y.to(x.dtype)" in verdict["message"]
+
+
+class UnbiasedLayerNorm(nn.Module):
+    """Every flag right, but torch.var's default (unbiased) variance."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(
+            normalized_shape)
+        self.normalized_shape, self.eps = shape, eps
+        self.weight = nn.Parameter(torch.ones(shape)) if elementwise_affine else None
+        self.bias = nn.Parameter(torch.zeros(shape)) if elementwise_affine and bias else None
+
+    def forward(self, x):
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))
+        dims = tuple(range(-len(self.normalized_shape), 0))
+        y = (wide - wide.mean(dims, keepdim=True)) / torch.sqrt(
+            wide.var(dims, keepdim=True) + self.eps)
+        if self.weight is not None:
+            y = y * self.weight
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(x.dtype)
+
+
+def test_an_unbiased_variance_costs_the_forward_check_only():
+    """The forward check names the slip; the flags check, which tests eps and
+    the parameters, does not charge it again."""
+    forward = _verdict("my_layer_norm_forward", UnbiasedLayerNorm, P._probe_module)
+    assert not forward["passed"] and J.UNBIASED_VARIANCE_HINT in forward["message"]
+    assert _verdict("my_layer_norm_flags", UnbiasedLayerNorm, P._probe_module)["passed"]
+
+
+def test_a_wrong_eps_still_fails_the_flags_check_beside_an_unbiased_variance():
+    class FixedEps(UnbiasedLayerNorm):
+        def __init__(self, normalized_shape, eps=1e-5, **flags):
+            super().__init__(normalized_shape, 1e-5, **flags)
+
+    assert not _verdict("my_layer_norm_flags", FixedEps, P._probe_module)["passed"]
+
+
+def _add_layer_norm_on(parent):
+    """The scaffold's AddLayerNorm, subclassing `parent` under the name MyLayerNorm."""
+    base = type("MyLayerNorm", (parent,), {})
+
+    class AddLayerNorm(base):
+        def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
+                     residual_in_fp32=False):
+            super().__init__(normalized_shape, eps, elementwise_affine, bias)
+            self.residual_in_fp32 = residual_in_fp32
+
+        def forward(self, x, residual=None):
+            wide = torch.promote_types(x.dtype, torch.float32)
+            if residual is None:
+                total = x.to(wide)
+                stored = torch.float32 if self.residual_in_fp32 else x.dtype
+            else:
+                total, stored = x.to(wide) + residual.to(wide), residual.dtype
+            return base.forward(self, total).to(x.dtype), total.to(stored)
+
+    return AddLayerNorm
+
+
+@pytest.mark.parametrize("name, probe", [
+    ("add_layer_norm_module", P._probe_add_layer_norm),
+    ("add_layer_norm_fp32_residual", P._probe_add_fp32_residual),
+])
+def test_an_add_on_an_unbiased_my_layer_norm_is_judged_on_the_add(name, probe):
+    """Subclassing the scaffold's MyLayerNorm, the add checks judge the add and the
+    dtypes against the inherited norm: the variance slip is Exercise 1's."""
+    assert _verdict(name, _add_layer_norm_on(UnbiasedLayerNorm), probe)["passed"]
+    assert _verdict(name, _add_layer_norm_on(nn.LayerNorm), probe)["passed"]
+
+
+def test_an_unbiased_add_written_from_scratch_still_fails():
+    class ScratchAdd(UnbiasedLayerNorm):
+        def forward(self, x, residual=None):
+            total = x if residual is None else x + residual
+            return super().forward(total), total
+
+    verdict = _verdict("add_layer_norm_module", ScratchAdd, P._probe_add_layer_norm)
+    assert not verdict["passed"] and "your normed output" in verdict["message"]
+
+
+def test_an_inherited_norm_does_not_excuse_a_wrong_add():
+    """Normalizing x alone matches no inherited norm of the sum: it fails."""
+    base = _add_layer_norm_on(UnbiasedLayerNorm)
+
+    class NormOfX(base):
+        def forward(self, x, residual=None):
+            normed, total = super().forward(x)
+            return normed, (total if residual is None else x + residual)
+
+    verdict = _verdict("add_layer_norm_module", NormOfX, P._probe_add_layer_norm)
+    assert not verdict["passed"]
