@@ -1,7 +1,8 @@
 """Unit 04 checks, the student-facing half: how each exercise is called.
 
 The assignment grades RMSNorm's, GroupNorm's and BatchNorm's backward passes
-(BatchNorm's twice: by stages, then in closed form) and four inline answers;
+(BatchNorm's twice: by stages, whose recorded stage gradients are graded
+too, then in closed form) and four inline answers;
 the layer-norm checks grade the lesson's own case (an instructor can run them
 on the lesson's functions) and guard the grader's autograd recorder in the
 test suite.
@@ -81,7 +82,27 @@ def _call_bn_backward(batch_norm_backward, case):
     return {"dx": dx, "dgamma": dgamma, "dbeta": dbeta}
 
 
-def _calling_other_route(other_name):
+# The values of Exercise 6's table whose gradients the staged route records.
+BN_STAGES = ("x_hat", "var", "xc", "mean")
+
+
+def _call_bn_stages(batch_norm_backward, case):
+    """dx, and the gradients the staged route recorded in a dict passed as
+    `grads`, one entry per value of the table (or a note on what is missing)."""
+    grads = {}
+    result = batch_norm_backward(case["dy"].copy(), case["x"].copy(),
+                                 case["gamma"].copy(), float(case["eps"]),
+                                 grads=grads)
+    dx, _, _ = _unpack(result, "batch_norm_backward", 3)
+    missing = [key for key in BN_STAGES if key not in grads]
+    if missing:
+        return {"dx": dx, "grads_problem": np.array(
+            f"grads has no key {', '.join(repr(key) for key in missing)} "
+            f"(its keys are {', '.join(repr(key) for key in grads) or 'none'})")}
+    return {"dx": dx, **{f"grad_{key}": grads[key] for key in BN_STAGES}}
+
+
+def _calling_other_route(other_name, probe=_call_bn_backward):
     """A probe for one of the two BatchNorm routes that also notes whether the
     call ran the student's other route, `other_name` in the same notebook."""
     def call(batch_norm_backward, case):
@@ -89,7 +110,7 @@ def _calling_other_route(other_name):
         result, ran = calling_own_functions(
             batch_norm_backward, [other_name],
             lambda: {key: to_array(value) for key, value in
-                     _call_bn_backward(batch_norm_backward, case).items()})
+                     probe(batch_norm_backward, case).items()})
         return {**result, "other_route": np.array(ran)}
     return call
 
@@ -144,6 +165,14 @@ def check_batch_norm_backward_dx(batch_norm_backward):
     dbeta), x: (N, D), statistics over the batch (training mode)."""
     run_check("backward_bn_dx", batch_norm_backward,
               _calling_other_route("batch_norm_backward_closed"))
+
+
+def check_batch_norm_stage_gradients(batch_norm_backward):
+    """Check the gradients batch_norm_backward(dy, x, gamma, eps, grads={})
+    records in grads: one per value of the staged forward pass, "x_hat",
+    "var", "xc" (both of its uses) and "mean"."""
+    run_check("backward_bn_stages", batch_norm_backward,
+              _calling_other_route("batch_norm_backward_closed", _call_bn_stages))
 
 
 def check_batch_norm_backward_params(batch_norm_backward):
