@@ -842,6 +842,47 @@ _CLOSED = ("Exercise 7 asks for dx as one expression of its own (it may call you
            "batch_norm_stages for x_hat and rstd)")
 
 
+# ---------------------------------------------------------------- RMSNorm in autograd
+
+def _rms_function_cases(rng):
+    """RMSNorm's cases in float64, the precision gradcheck asks for."""
+    return [(label, case) for label, case in _rms_cases(rng) if case["x"].dtype == np.float64]
+
+
+def _rms_torch_reference(case):
+    """(y, dx, dgamma) from torch's autograd through RMSNorm written out in float64."""
+    import torch
+
+    c = _float64(case)
+    x, gamma = (torch.tensor(c[key], requires_grad=True) for key in ("x", "gamma"))
+    with torch.enable_grad():
+        y = gamma * x / torch.sqrt((x**2).mean(dim=-1, keepdim=True) + float(case["eps"]))
+        y.backward(torch.from_numpy(c["dy"]))
+    return y.detach().numpy(), x.grad.numpy(), gamma.grad.numpy()
+
+
+def _judge_rms_function(case, output):
+    if not bool(np.asarray(output["ran_rms_norm_backward"])):
+        return ("the Function's backward did not run your rms_norm_backward: hand it the "
+                "work (dy, and x and gamma saved on ctx by forward), so that autograd "
+                "runs your gradients")
+    y, dx, dgamma = _rms_torch_reference(case)
+    for name, key, expected in (("y", "y", y), ("x.grad", "dx", dx),
+                                ("gamma.grad", "dgamma", dgamma)):
+        problem = mismatch(output[key], expected, dtype=np.float64, what=name)
+        if problem:
+            hint = ("forward returns gamma * x * rstd, RMSNorm's output, as a tensor"
+                    if name == "y" else
+                    "backward returns one gradient per input of forward, in its order "
+                    "(x, gamma, eps), as tensors: dx, dgamma, and None for eps")
+            return _with_hint(problem, hint)
+    if not bool(np.asarray(output["gradcheck"])):
+        return ("torch.autograd.gradcheck fails on your Function in float64, though one "
+                "backward call agreed: does forward save copies of x and gamma (gradcheck "
+                "nudges its inputs in place), and does backward use the dy it is given?")
+    return None
+
+
 # ---------------------------------------------------------------- inline answers
 
 def _letters(text):
@@ -958,6 +999,7 @@ CHECKS = {
         _judge_bn_params, _STAGED, "batch_norm_backward_closed")),
     "backward_bn_closed_dx": Check(_bn_cases, _on_its_own(
         _judge_bn_dx, _CLOSED, "batch_norm_backward")),
+    "backward_rms_function": Check(_rms_function_cases, _judge_rms_function),
     **{name: Check(lambda rng: [("your answer", {})], _answer_judge(name))
        for name in _ANSWERS},
 }

@@ -115,6 +115,30 @@ def _calling_other_route(other_name, probe=_call_bn_backward):
     return call
 
 
+def _call_rms_function(function, case):
+    """y and the gradients autograd gets through the student's Function, whether
+    its backward ran their rms_norm_backward, and gradcheck's verdict on it."""
+    import torch
+
+    eps = float(case["eps"])
+    x, gamma = (torch.tensor(np.asarray(case[key], dtype=np.float64), requires_grad=True)
+                for key in ("x", "gamma"))
+
+    def through_autograd():
+        y = function.apply(x, gamma, eps)
+        y.backward(torch.from_numpy(np.asarray(case["dy"], dtype=np.float64)))
+        passed = torch.autograd.gradcheck(
+            lambda a, b: function.apply(a, b, eps),
+            (x.detach().clone().requires_grad_(), gamma.detach().clone().requires_grad_()),
+            raise_exception=False)
+        return {"y": to_array(y), "dx": to_array(x.grad), "dgamma": to_array(gamma.grad),
+                "gradcheck": np.array(bool(passed))}
+
+    result, ran = calling_own_functions(getattr(function, "backward", None),
+                                        ["rms_norm_backward"], through_autograd)
+    return {**result, "ran_rms_norm_backward": np.array(ran)}
+
+
 def _answer_as_text(answer, case):
     return {"answer": np.array(str(answer))}
 
@@ -186,6 +210,13 @@ def check_batch_norm_backward_closed_dx(batch_norm_backward_closed):
     dgamma, dbeta), the closed form of the same gradient."""
     run_check("backward_bn_closed_dx", batch_norm_backward_closed,
               _calling_other_route("batch_norm_backward"))
+
+
+def check_rms_norm_function(function):
+    """Check a torch.autograd.Function whose backward hands the work to your
+    rms_norm_backward: y, x.grad and gamma.grad from function.apply(x, gamma,
+    eps).backward(dy), and torch.autograd.gradcheck on it, in float64."""
+    run_check("backward_rms_function", function, _call_rms_function)
 
 
 def check_bn_shift_answer(answer):

@@ -33,6 +33,7 @@ from normref.checks import (
     check_layer_norm_forward,
     check_rms_norm_backward_dgamma,
     check_rms_norm_backward_dx,
+    check_rms_norm_function,
     check_rms_zero_answer,
 )
 from normref.checks import backward_judges as J
@@ -2246,3 +2247,44 @@ def test_bn_shift_truth_is_what_torch_says():
 
     assert not torch.allclose(y(row), y(x)) and torch.allclose(y(column), y(x))
     assert backward_judges._bn_shift_truth() == "b"
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """Exercise 9's Function around the reference rms_norm_backward."""
+
+    @staticmethod
+    def forward(ctx, x, gamma, eps=1e-5):
+        ctx.saved = (x.detach().numpy().copy(), gamma.detach().numpy().copy(), eps)
+        x, gamma = ctx.saved[:2]
+        return torch.from_numpy(gamma * x / np.sqrt((x * x).mean(-1, keepdims=True) + eps))
+
+    @staticmethod
+    def backward(ctx, dy):
+        dx, dgamma = rms_norm_backward(dy.numpy(), *ctx.saved)
+        return torch.from_numpy(dx), torch.from_numpy(dgamma), None
+
+
+def rms_norm_backward(dy, x, gamma, eps):
+    return backward.rms_norm_backward(dy, x, gamma, eps)
+
+
+class _AutogradInsideBackward(_RMSNormFunction):
+    """Right gradients, but torch's autograd works them out, not the student's backward."""
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, gamma, eps = ctx.saved
+        with torch.enable_grad():
+            xt, gt = torch.tensor(x, requires_grad=True), torch.tensor(gamma, requires_grad=True)
+            y = gt * xt / torch.sqrt((xt**2).mean(-1, keepdim=True) + eps)
+            dx, dgamma = torch.autograd.grad(y, (xt, gt), dy)
+        return dx, dgamma, None
+
+
+def test_the_rms_function_check_passes_a_function_whose_backward_is_rms_norm_backward():
+    check_rms_norm_function(_RMSNormFunction)
+
+
+def test_the_rms_function_check_refuses_a_backward_that_skips_rms_norm_backward():
+    with pytest.raises(CheckFailed, match="did not run your rms_norm_backward"):
+        check_rms_norm_function(_AutogradInsideBackward)
