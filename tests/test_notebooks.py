@@ -49,10 +49,11 @@ def test_assignment_cells_follow_the_conventions(path):
             assert meta["points"] > 0
             source = cell.source
             assert source.startswith('"""'), f"{meta['grade_id']} opens with a docstring"
-            # the hidden tests may come first, so that grading shows their diagnosis
-            before, hidden = source.split("### BEGIN HIDDEN TESTS")
-            visible = before + hidden.split("### END HIDDEN TESTS")[-1]
-            assert "assert" in visible, f"{meta['grade_id']} has a visible assert"
+            # the hidden check may run first, so that its diagnosis is what a
+            # wrong answer shows; the student still sees an assert of their own
+            before, hidden_and_after = source.split("### BEGIN HIDDEN TESTS")
+            hidden, after = hidden_and_after.split("### END HIDDEN TESTS")
+            assert "assert" in before + after, f"{meta['grade_id']} has a visible assert"
             assert "from normref.checks import" in hidden and "check_" in hidden
 
 

@@ -721,6 +721,112 @@ def _judge_bn_params(case, output):
     return _params_verdict(case, output, _bn_torch_reference, _bn_param_hint, _bn_loss)
 
 
+def _bn_stage_reference(case):
+    """The gradient of sum(dy * y) with respect to each value of Exercise 6's
+    table (x_hat, var, xc, mean), from torch's autograd in float64 on that
+    table's graph: xc's gradient collects both of its uses (x_hat and sq)."""
+    import torch
+
+    c = _float64(case)
+    x = torch.tensor(c["x"])
+    gamma, beta, dy = (torch.from_numpy(c[key]) for key in ("gamma", "beta", "dy"))
+    with torch.enable_grad():
+        mean = x.mean(dim=0).requires_grad_()
+        xc = x - mean
+        sq = xc**2
+        var = sq.mean(dim=0)
+        x_hat = xc / torch.sqrt(var + float(case["eps"]))
+        stages = {"x_hat": x_hat, "var": var, "xc": xc, "mean": mean}
+        for value in stages.values():
+            value.retain_grad()
+        (gamma * x_hat + beta).backward(dy)
+    return {key: value.grad.numpy() for key, value in stages.items()}
+
+
+def _bn_stage_mistakes(case, key):
+    """{hint: a wrong gradient for stage `key`} for the usual slips of the walk."""
+    c = _float64(case)
+    x, dy, eps = c["x"], c["dy"], float(case["eps"])
+    n = x.shape[0]
+    xc = x - x.mean(axis=0)
+    rstd = 1.0 / np.sqrt((xc**2).mean(axis=0) + eps)
+    dx_hat = dy * c["gamma"]
+    drstd = (dx_hat * xc).sum(axis=0)
+    dvar = -0.5 * rstd**3 * drstd
+    if key == "x_hat":
+        return {"y = gamma * x_hat + beta: the gradient reaching x_hat is dy * gamma, "
+                "not dy": dy}
+    if key == "var":
+        return {
+            "that is the gradient of rstd (or of std): var reaches x_hat through std = "
+            "sqrt(var + eps) and rstd = 1 / std, and each stage multiplies by its own "
+            "local gradient (-1 / std**2, then 0.5 / std)": drstd,
+            "grads['var'] is missing the factor 0.5 / std of std = sqrt(var + eps)":
+                -rstd**2 * drstd,
+            "the sign of grads['var'] is flipped: rstd = 1 / std has local gradient "
+            "-1 / std**2": -dvar,
+            "var is one number per feature, broadcast over the batch: its gradient is "
+            "summed over the batch (axis 0)": -0.5 * rstd**3 * dx_hat * xc,
+        }
+    if key == "xc":
+        return {
+            "grads['xc'] holds only the gradient that comes back through x_hat = xc * "
+            "rstd; xc is used twice (also by sq = xc ** 2), so it collects the sum of "
+            "both, and the one through sq is 2 * xc * grads['var'] / N":
+                dx_hat * rstd,
+            "grads['xc'] holds only the gradient that comes back through sq = xc ** 2; "
+            "xc is also used by x_hat = xc * rstd, and it collects the sum of both":
+                2 * xc * dvar / n,
+            "var = mean(sq) over the batch: its local gradient is 1 / N, not 1 / (N - 1)":
+                dx_hat * rstd + 2 * xc * dvar / max(n - 1, 1),
+        }
+    if key == "mean":
+        right = -(dx_hat * rstd).sum(axis=0)
+        return {
+            "the sign of grads['mean'] is flipped: xc = x - mean has local gradient -1 "
+            "for the mean": -right,
+            "mean is one number per feature, broadcast over the batch: its gradient is "
+            "summed over the batch (axis 0)": -(dx_hat * rstd + 2 * xc * dvar / n),
+            "grads['mean'] is divided by N: the 1 / N belongs to the next stage back "
+            "(mean = x.mean(axis=0) hands each example grads['mean'] / N)": right / n,
+        }
+    return {}
+
+
+def _per_feature(values, features):
+    """Accept one number per feature as shape (D,) or (1, D)."""
+    values = np.asarray(values)
+    if values.shape == (1, features):
+        return values[0]
+    return values
+
+
+def _judge_bn_stages(case, output):
+    """The recorded stage gradients, walked back from y: the first wrong one is
+    where the walk went astray, so it is the one named."""
+    if "grads_problem" in output:
+        problem = str(output["grads_problem"])
+        dx_right = mismatch(output["dx"], _bn_torch_reference(case)[0],
+                            dtype=case["x"].dtype) is None
+        return problem + (
+            ". Your dx is right, but this part grades the staged walk itself: store "
+            "in grads, under each value's name, the gradient that value collected "
+            "on the way back" if dx_right else
+            ". Store in grads, under each value's name, the gradient that value "
+            "collected on the way back")
+    x = case["x"]
+    reference = _bn_stage_reference(case)
+    for key in ("x_hat", "var", "xc", "mean"):
+        yours = output[f"grad_{key}"]
+        if reference[key].ndim == 1:
+            yours = _per_feature(yours, x.shape[1])
+        problem = mismatch(yours, reference[key], dtype=x.dtype, what=f"grads[{key!r}]")
+        if problem:
+            hint = _first_hint(yours, _bn_stage_mistakes(case, key), x.dtype)
+            return _with_hint(problem, hint)
+    return None
+
+
 def _on_its_own(judge, exercise, other):
     """`judge`, after refusing a route that ran the student's other route."""
     def judged(case, output):
@@ -734,6 +840,47 @@ def _on_its_own(judge, exercise, other):
 _STAGED = "Exercise 6 asks for the staged route, each stage's gradient of its own"
 _CLOSED = ("Exercise 7 asks for dx as one expression of its own (it may call your "
            "batch_norm_stages for x_hat and rstd)")
+
+
+# ---------------------------------------------------------------- RMSNorm in autograd
+
+def _rms_function_cases(rng):
+    """RMSNorm's cases in float64, the precision gradcheck asks for."""
+    return [(label, case) for label, case in _rms_cases(rng) if case["x"].dtype == np.float64]
+
+
+def _rms_torch_reference(case):
+    """(y, dx, dgamma) from torch's autograd through RMSNorm written out in float64."""
+    import torch
+
+    c = _float64(case)
+    x, gamma = (torch.tensor(c[key], requires_grad=True) for key in ("x", "gamma"))
+    with torch.enable_grad():
+        y = gamma * x / torch.sqrt((x**2).mean(dim=-1, keepdim=True) + float(case["eps"]))
+        y.backward(torch.from_numpy(c["dy"]))
+    return y.detach().numpy(), x.grad.numpy(), gamma.grad.numpy()
+
+
+def _judge_rms_function(case, output):
+    if not bool(np.asarray(output["ran_rms_norm_backward"])):
+        return ("the Function's backward did not run your rms_norm_backward: hand it the "
+                "work (dy, and x and gamma saved on ctx by forward), so that autograd "
+                "runs your gradients")
+    y, dx, dgamma = _rms_torch_reference(case)
+    for name, key, expected in (("y", "y", y), ("x.grad", "dx", dx),
+                                ("gamma.grad", "dgamma", dgamma)):
+        problem = mismatch(output[key], expected, dtype=np.float64, what=name)
+        if problem:
+            hint = ("forward returns gamma * x * rstd, RMSNorm's output, as a tensor"
+                    if name == "y" else
+                    "backward returns one gradient per input of forward, in its order "
+                    "(x, gamma, eps), as tensors: dx, dgamma, and None for eps")
+            return _with_hint(problem, hint)
+    if not bool(np.asarray(output["gradcheck"])):
+        return ("torch.autograd.gradcheck fails on your Function in float64, though one "
+                "backward call agreed: does forward save copies of x and gamma (gradcheck "
+                "nudges its inputs in place), and does backward use the dy it is given?")
+    return None
 
 
 # ---------------------------------------------------------------- inline answers
@@ -846,10 +993,13 @@ CHECKS = {
     "backward_gn_params": Check(_gn_params_cases, _judge_gn_params),
     "backward_bn_dx": Check(_bn_cases, _on_its_own(
         _judge_bn_dx, _STAGED, "batch_norm_backward_closed")),
+    "backward_bn_stages": Check(_bn_cases, _on_its_own(
+        _judge_bn_stages, _STAGED, "batch_norm_backward_closed")),
     "backward_bn_params": Check(_bn_params_cases, _on_its_own(
         _judge_bn_params, _STAGED, "batch_norm_backward_closed")),
     "backward_bn_closed_dx": Check(_bn_cases, _on_its_own(
         _judge_bn_dx, _CLOSED, "batch_norm_backward")),
+    "backward_rms_function": Check(_rms_function_cases, _judge_rms_function),
     **{name: Check(lambda rng: [("your answer", {})], _answer_judge(name))
        for name in _ANSWERS},
 }

@@ -1,7 +1,8 @@
 """Unit 04 checks, the student-facing half: how each exercise is called.
 
 The assignment grades RMSNorm's, GroupNorm's and BatchNorm's backward passes
-(BatchNorm's twice: by stages, then in closed form) and four inline answers;
+(BatchNorm's twice: by stages, whose recorded stage gradients are graded
+too, then in closed form) and four inline answers;
 the layer-norm checks grade the lesson's own case (an instructor can run them
 on the lesson's functions) and guard the grader's autograd recorder in the
 test suite.
@@ -81,7 +82,27 @@ def _call_bn_backward(batch_norm_backward, case):
     return {"dx": dx, "dgamma": dgamma, "dbeta": dbeta}
 
 
-def _calling_other_route(other_name):
+# The values of Exercise 6's table whose gradients the staged route records.
+BN_STAGES = ("x_hat", "var", "xc", "mean")
+
+
+def _call_bn_stages(batch_norm_backward, case):
+    """dx, and the gradients the staged route recorded in a dict passed as
+    `grads`, one entry per value of the table (or a note on what is missing)."""
+    grads = {}
+    result = batch_norm_backward(case["dy"].copy(), case["x"].copy(),
+                                 case["gamma"].copy(), float(case["eps"]),
+                                 grads=grads)
+    dx, _, _ = _unpack(result, "batch_norm_backward", 3)
+    missing = [key for key in BN_STAGES if key not in grads]
+    if missing:
+        return {"dx": dx, "grads_problem": np.array(
+            f"grads has no key {', '.join(repr(key) for key in missing)} "
+            f"(its keys are {', '.join(repr(key) for key in grads) or 'none'})")}
+    return {"dx": dx, **{f"grad_{key}": grads[key] for key in BN_STAGES}}
+
+
+def _calling_other_route(other_name, probe=_call_bn_backward):
     """A probe for one of the two BatchNorm routes that also notes whether the
     call ran the student's other route, `other_name` in the same notebook."""
     def call(batch_norm_backward, case):
@@ -89,9 +110,33 @@ def _calling_other_route(other_name):
         result, ran = calling_own_functions(
             batch_norm_backward, [other_name],
             lambda: {key: to_array(value) for key, value in
-                     _call_bn_backward(batch_norm_backward, case).items()})
+                     probe(batch_norm_backward, case).items()})
         return {**result, "other_route": np.array(ran)}
     return call
+
+
+def _call_rms_function(function, case):
+    """y and the gradients autograd gets through the student's Function, whether
+    its backward ran their rms_norm_backward, and gradcheck's verdict on it."""
+    import torch
+
+    eps = float(case["eps"])
+    x, gamma = (torch.tensor(np.asarray(case[key], dtype=np.float64), requires_grad=True)
+                for key in ("x", "gamma"))
+
+    def through_autograd():
+        y = function.apply(x, gamma, eps)
+        y.backward(torch.from_numpy(np.asarray(case["dy"], dtype=np.float64)))
+        passed = torch.autograd.gradcheck(
+            lambda a, b: function.apply(a, b, eps),
+            (x.detach().clone().requires_grad_(), gamma.detach().clone().requires_grad_()),
+            raise_exception=False)
+        return {"y": to_array(y), "dx": to_array(x.grad), "dgamma": to_array(gamma.grad),
+                "gradcheck": np.array(bool(passed))}
+
+    result, ran = calling_own_functions(getattr(function, "backward", None),
+                                        ["rms_norm_backward"], through_autograd)
+    return {**result, "ran_rms_norm_backward": np.array(ran)}
 
 
 def _answer_as_text(answer, case):
@@ -146,6 +191,14 @@ def check_batch_norm_backward_dx(batch_norm_backward):
               _calling_other_route("batch_norm_backward_closed"))
 
 
+def check_batch_norm_stage_gradients(batch_norm_backward):
+    """Check the gradients batch_norm_backward(dy, x, gamma, eps, grads={})
+    records in grads: one per value of the staged forward pass, "x_hat",
+    "var", "xc" (both of its uses) and "mean"."""
+    run_check("backward_bn_stages", batch_norm_backward,
+              _calling_other_route("batch_norm_backward_closed", _call_bn_stages))
+
+
 def check_batch_norm_backward_params(batch_norm_backward):
     """Check dgamma and dbeta from batch_norm_backward: one number a feature."""
     run_check("backward_bn_params", batch_norm_backward,
@@ -157,6 +210,13 @@ def check_batch_norm_backward_closed_dx(batch_norm_backward_closed):
     dgamma, dbeta), the closed form of the same gradient."""
     run_check("backward_bn_closed_dx", batch_norm_backward_closed,
               _calling_other_route("batch_norm_backward"))
+
+
+def check_rms_norm_function(function):
+    """Check a torch.autograd.Function whose backward hands the work to your
+    rms_norm_backward: y, x.grad and gamma.grad from function.apply(x, gamma,
+    eps).backward(dy), and torch.autograd.gradcheck on it, in float64."""
+    run_check("backward_rms_function", function, _call_rms_function)
 
 
 def check_bn_shift_answer(answer):

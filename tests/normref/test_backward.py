@@ -22,6 +22,7 @@ from normref.checks import (
     check_batch_norm_backward_closed_dx,
     check_batch_norm_backward_dx,
     check_batch_norm_backward_params,
+    check_batch_norm_stage_gradients,
     check_blind_check_answer,
     check_bn_shift_answer,
     check_gn_zero_sums_answer,
@@ -32,6 +33,7 @@ from normref.checks import (
     check_layer_norm_forward,
     check_rms_norm_backward_dgamma,
     check_rms_norm_backward_dx,
+    check_rms_norm_function,
     check_rms_zero_answer,
 )
 from normref.checks import backward_judges as J
@@ -2023,6 +2025,79 @@ def test_each_batch_norm_route_is_graded_on_its_own_work():
             check(notebook["staged_that_runs_the_closed"])
 
 
+def _bn_staged_recording(dy, x, gamma, eps=1e-5, grads=None, xc_slip=False,
+                         stored=("x_hat", "var", "xc", "mean")):
+    """Exercise 6's walk in numpy, storing what `stored` names in grads; with
+    xc_slip, xc's gradient is stored before its second use is added."""
+    x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+    n = x.shape[0]
+    xc = x - x.mean(axis=0)
+    rstd = 1 / np.sqrt((xc**2).mean(axis=0) + eps)
+    dx_hat = dy * gamma
+    dvar = -0.5 * rstd**3 * (dx_hat * xc).sum(axis=0)
+    dxc_first = dx_hat * rstd
+    dxc = dxc_first + 2 * xc * dvar / n
+    dmean = -dxc.sum(axis=0)
+    found = {"x_hat": dx_hat, "var": dvar[None, :],  # (1, D) is accepted
+             "xc": dxc_first if xc_slip else dxc, "mean": dmean}
+    if grads is not None:
+        grads.update({key: found[key] for key in stored})
+    return dxc + dmean / n, (dy * xc * rstd).sum(axis=0), dy.sum(axis=0)
+
+
+def test_the_stage_gradients_reference_agrees_with_centred_differences():
+    """Each stage's gradient, bumped into the table's forward pass by hand."""
+    case = backward_judges._bn_cases(np.random.default_rng(1))[0][1]
+    reference = backward_judges._bn_stage_reference(case)
+    x, dy, gamma, beta = (np.asarray(case[k], np.float64) for k in ("x", "dy", "gamma", "beta"))
+
+    def loss(name, bump):
+        made = {}
+
+        def make(key, value):
+            made[key] = value + bump if key == name else value
+            return made[key]
+
+        mean = make("mean", x.mean(axis=0))
+        xc = make("xc", x - mean)
+        var = make("var", (xc**2).mean(axis=0))
+        x_hat = make("x_hat", xc / np.sqrt(var + 1e-5))
+        return np.sum(dy * (gamma * x_hat + beta))
+
+    for name, expected in reference.items():
+        bump = np.zeros(expected.shape)
+        estimate = np.zeros(expected.shape)
+        for index in np.ndindex(bump.shape):
+            bump[index] = 1e-6
+            up = loss(name, bump)
+            bump[index] = -1e-6
+            estimate[index] = (up - loss(name, bump)) / 2e-6
+            bump[index] = 0.0
+        np.testing.assert_allclose(expected, estimate, rtol=1e-6, atol=1e-8, err_msg=name)
+
+
+def test_the_staged_route_is_graded_on_its_recorded_stage_gradients():
+    check_batch_norm_stage_gradients(_bn_staged_recording)
+    with pytest.raises(CheckFailed, match=r"grads\['xc'\].*used twice"):
+        check_batch_norm_stage_gradients(
+            lambda *a, grads=None: _bn_staged_recording(*a, grads=grads, xc_slip=True))
+
+
+def test_a_right_dx_without_recorded_stages_earns_no_stage_points():
+    """The lesson's closed form handed in as the staged route: its dx passes,
+    its walk is not there to grade."""
+    def closed(dy, x, gamma, eps=1e-5, grads=None):
+        return backward.batch_norm_backward(dy, x, gamma, eps)
+
+    check_batch_norm_backward_dx(closed)
+    with pytest.raises(CheckFailed, match="no key 'x_hat'.*Your dx is right"):
+        check_batch_norm_stage_gradients(closed)
+    with pytest.raises(CheckFailed, match="no key 'mean'"):
+        check_batch_norm_stage_gradients(
+            lambda *a, grads=None: _bn_staged_recording(
+                *a, grads=grads, stored=("x_hat", "var", "xc")))
+
+
 def test_batch_norm_checks_pass_the_reference_for_any_seed():
     probe = backward_probes._call_bn_backward
     for seed in range(8):
@@ -2172,3 +2247,44 @@ def test_bn_shift_truth_is_what_torch_says():
 
     assert not torch.allclose(y(row), y(x)) and torch.allclose(y(column), y(x))
     assert backward_judges._bn_shift_truth() == "b"
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """Exercise 9's Function around the reference rms_norm_backward."""
+
+    @staticmethod
+    def forward(ctx, x, gamma, eps=1e-5):
+        ctx.saved = (x.detach().numpy().copy(), gamma.detach().numpy().copy(), eps)
+        x, gamma = ctx.saved[:2]
+        return torch.from_numpy(gamma * x / np.sqrt((x * x).mean(-1, keepdims=True) + eps))
+
+    @staticmethod
+    def backward(ctx, dy):
+        dx, dgamma = rms_norm_backward(dy.numpy(), *ctx.saved)
+        return torch.from_numpy(dx), torch.from_numpy(dgamma), None
+
+
+def rms_norm_backward(dy, x, gamma, eps):
+    return backward.rms_norm_backward(dy, x, gamma, eps)
+
+
+class _AutogradInsideBackward(_RMSNormFunction):
+    """Right gradients, but torch's autograd works them out, not the student's backward."""
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, gamma, eps = ctx.saved
+        with torch.enable_grad():
+            xt, gt = torch.tensor(x, requires_grad=True), torch.tensor(gamma, requires_grad=True)
+            y = gt * xt / torch.sqrt((xt**2).mean(-1, keepdim=True) + eps)
+            dx, dgamma = torch.autograd.grad(y, (xt, gt), dy)
+        return dx, dgamma, None
+
+
+def test_the_rms_function_check_passes_a_function_whose_backward_is_rms_norm_backward():
+    check_rms_norm_function(_RMSNormFunction)
+
+
+def test_the_rms_function_check_refuses_a_backward_that_skips_rms_norm_backward():
+    with pytest.raises(CheckFailed, match="did not run your rms_norm_backward"):
+        check_rms_norm_function(_AutogradInsideBackward)
