@@ -277,7 +277,9 @@ def score_run(*, source_nb, run_nb, verdicts, policy=None, refusals=()):
             reason = "the grader's check never ran for this cell"
         elif not checks_ok:
             failed = [v.message for v in logged if not v.passed]
-            reason = failed[0] if failed else "one of the checks this cell calls never ran"
+            reason = (failed[0] if failed
+                      else _error_reason(errors[0], syntax.get(gid, ())) if errors
+                      else "one of the checks this cell calls never ran")
         elif not kernel_ok:
             reason = (_error_reason(errors[0], syntax.get(gid, ())) if errors
                       else "the cell did not finish running")

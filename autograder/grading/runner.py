@@ -140,6 +140,10 @@ def _short_error(content, *, with_traceback=True):
 
 
 HIDDEN_TESTS_MARK = "### BEGIN HIDDEN TESTS"
+KERNEL_DIED_IN_CELL = ("the kernel died while this cell ran (a crash, such as a "
+                       "load or store past the end of a tensor), so the "
+                       "cells after it did not run")
+
 
 class _GradingClient(NotebookClient):
     """nbclient, telling the check server which cell runs, keeping a deadline
@@ -373,8 +377,14 @@ class _GradingClient(NotebookClient):
         # nbclient sends no empty cell to the kernel: no status will come for it
         self.saw_idle = cell.cell_type != "code" or not cell.source.strip()
         try:
-            executed = await super().async_execute_cell(cell, cell_index, execution_count,
-                                                        store_history)
+            try:
+                executed = await super().async_execute_cell(cell, cell_index,
+                                                            execution_count, store_history)
+            except DeadKernelError:
+                # The cell may have started (it has an execution count) and shows no
+                # error: without one it would read as a cell that ran to its end.
+                self._fail_cell(cell, "DeadKernelError", KERNEL_DIED_IN_CELL)
+                raise
             if not self.saw_idle and cell_index not in self.timed_out:
                 await self._reopen_iopub(cell)
             return executed

@@ -680,6 +680,25 @@ def test_a_cell_s_seconds_are_rounded_to_the_millisecond(monkeypatch):
     assert client.phase_seconds["imports"] == pytest.approx(1.23456)
 
 
+def test_a_kernel_that_dies_in_a_cell_fails_that_cell_with_the_reason(monkeypatch):
+    """A crash leaves the started cell an error, so the scoring never reads it as a
+    cell that ran to its end (and reported success)."""
+    nb = _notebook(_cell(gid="imports"), _cell("check()", gid="test", grade=True))
+    client, _, _, _ = _clocked(monkeypatch, nb)
+    _run(client, 0)
+
+    def dies(cell, cell_index):
+        cell["execution_count"] = 2  # the kernel took the cell, then crashed
+        raise DeadKernelError("Kernel died")
+
+    client.on_cell_start = dies
+    with pytest.raises(DeadKernelError):
+        _run(client, 1)
+    (out,) = nb.cells[1].outputs
+    assert out.ename == "DeadKernelError" and out.evalue == runner.KERNEL_DIED_IN_CELL
+    assert nb.cells[0].get("outputs", []) == []
+
+
 def test_a_code_cell_at_the_deadline_is_not_run(monkeypatch):
     """Once the hand-in's time is used up, code cells get a HandinTimeout error."""
     nb = _notebook(_cell(gid="imports"), _cell("x = 1", gid="answer"), MD("after"),

@@ -9,6 +9,7 @@ import nbformat
 
 from autograder.grading.checkserver import Refusal, Verdict
 from autograder.grading.grade import score_run
+from autograder.grading.runner import KERNEL_DIED_IN_CELL
 
 SOURCE = nbformat.v4.new_notebook(cells=[
     nbformat.v4.new_code_cell(
@@ -75,6 +76,20 @@ def test_an_error_in_the_cell_costs_it_even_when_the_checks_passed():
     points, cells, _ = _points(PASS_ALL, run=_ran({"ln": "AssertionError"}))
     assert points == {"both": 2, "ln": 0}
     assert cells["ln"]["reason"].startswith("AssertionError")
+
+
+def test_a_cell_the_kernel_died_in_costs_its_points_with_the_reason_and_no_forgery_flag():
+    """The runner gives the cell running at a crash a DeadKernelError: a crash is a
+    reason, not a notebook that reported success the grader's check denies."""
+    run = _ran()
+    died = run.cells[0]
+    died.outputs = [nbformat.v4.new_output("error", ename="DeadKernelError",
+                                           evalue=KERNEL_DIED_IN_CELL, traceback=[])]
+    for verdicts in (PASS_ALL[:1] + PASS_ALL[2:], PASS_ALL[2:]):  # died in its 2nd check, 1st
+        points, cells, flags = _points(verdicts, run=run)
+        assert points == {"both": 0, "ln": 3}
+        assert cells["both"]["reason"] == f"DeadKernelError: {KERNEL_DIED_IN_CELL}"
+        assert not any("reported success" in f for f in flags)
 
 
 def test_an_executed_forbidden_call_costs_only_the_cell_that_forbids_it():

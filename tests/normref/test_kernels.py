@@ -439,11 +439,14 @@ def _failure(check, kernel):
     return str(info.value)
 
 
-# (kernel, checks it must fail, words the message must contain)
+# (kernel, checks it must fail, words the message must contain). The mask slips cost the
+# ragged-rows cell alone: the rstd and half-precision cases keep N a power of two, so that
+# one slip is not charged three times.
+MASK_CHECKS = [check_rms_forward_ragged_rows]
 FORWARD_MISTAKES = {
-    "unmasked load": (unmasked_load_fwd, FORWARD_CHECKS[1:], "mask=cols < N and other=0.0"),
-    "unmasked store": (unmasked_store_fwd, FORWARD_CHECKS[1:], "store with mask=cols < N"),
-    "divides by BLOCK_SIZE": (block_divisor_fwd, FORWARD_CHECKS[1:], "not by BLOCK_SIZE"),
+    "unmasked load": (unmasked_load_fwd, MASK_CHECKS, "mask=cols < N and other=0.0"),
+    "unmasked store": (unmasked_store_fwd, MASK_CHECKS, "store with mask=cols < N"),
+    "divides by BLOCK_SIZE": (block_divisor_fwd, MASK_CHECKS, "not by BLOCK_SIZE"),
     "no float32 sums": (half_sums_fwd, [check_rms_forward_half_precision], "float32"),
     "mean subtracted": (centred_fwd, FORWARD_CHECKS, "without centring"),
     "row_stride ignored": (stride_ignored_fwd, [check_rms_forward_rows,
