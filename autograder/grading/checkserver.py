@@ -71,6 +71,9 @@ class CheckServer:
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
     def __enter__(self):
+        # The judges import torch on first use (seconds): loaded now, before the
+        # kernel starts, so that no cell's time limit pays for it.
+        _registry.check_names()
         self._thread.start()
         return self
 

@@ -316,3 +316,19 @@ def test_a_cell_is_served_only_its_own_checks_not_another_cells(fake_checks, soc
     assert [(r.cell, r.why) for r in server.refusals] == [
         ("c1", "the running cell c1 does not call other"),
         ("c2", "the running cell c2 does not call double")]
+
+
+def test_the_judges_are_loaded_before_any_cell_runs(sock_dir):
+    """Loading the judges imports torch (seconds): a hand-in's first graded cell
+    must not be charged for it under its scaled time limit."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from autograder.grading.checkserver import CheckServer\n"
+        f"with CheckServer({str(sock_dir / 's')!r}, cell_checks={{}}):\n"
+        "    print('torch' in sys.modules)\n")
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                           text=True, timeout=120, check=True).stdout.split()
+    assert shown == ["True"]
