@@ -174,6 +174,21 @@ def scaling_errors(x, keep, dtype=torch.float8_e4m3fn):
             masked_error(x, per_token_round_trip(x, dtype), keep))
 
 
+
+def token_scale_spread(x, dtype=torch.float8_e4m3fn):
+    """The largest per-token amax scale of x over the smallest, in float64."""
+    amax = x.double().abs().amax(dim=-1)
+    scales = fp8_max(dtype) / amax[amax > 0]
+    return float(scales.max() / scales.min())
+
+
+def largest_stored_kept(x, keep, dtype=torch.float8_e4m3fn):
+    """The largest |x * s| over the entries `keep`, s the per-token amax scale
+    of each entry's token: where the kept entries land on the fp8 grid."""
+    amax = x.double().abs().amax(dim=-1, keepdim=True)
+    scaled = x.double() * torch.where(amax > 0, fp8_max(dtype) / amax, 1.0)
+    return float(scaled[keep].abs().max())
+
 def spike_stream(n_steps=40, spike_at=10, spike=100.0, shape=(16, 64), seed=0):
     """A stream of N(0, 1) tensors; the one at `spike_at` is `spike` times larger."""
     generator = torch.Generator().manual_seed(seed)
@@ -353,6 +368,11 @@ def loud_token_layer(n_tokens=128, d=256, d_out=128, seed=0):
     quiet = torch.ones(n_tokens, dtype=torch.bool)
     quiet[list(LOUD_TOKENS)] = False
     return A, W, quiet
+
+
+def loud_to_quiet_ratio(X, quiet):
+    """max |X| over the loud token rows over max |X| over the quiet ones."""
+    return float(X[~quiet].abs().max() / X[quiet].abs().max())
 
 
 def loud_token_errors(dtype=torch.float8_e4m3fn):
