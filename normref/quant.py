@@ -272,6 +272,27 @@ def mx_dequantize(q, X, block=MX_BLOCK):
     return scaled.flatten(-2)[..., :d]
 
 
+
+def mx_block_partials(qa, qw_t, block=MX_BLOCK):
+    """The partial sums of an MX matmul, on the stored values alone.
+
+    qa: fp8 (T, d), blocks of `block` along d; qw_t: fp8 (J, d), W transposed,
+    so that its blocks run along d too. -> float32 (T, J, n_blocks): for
+    each block b, the sum over its elements c of qa[t, c] * qw_t[j, c]."""
+    a = _blocks(qa.float(), block)  # T, n_blocks, block
+    w = _blocks(qw_t.float(), block)  # J, n_blocks, block
+    return torch.einsum("tbk,jbk->tjb", a, w)
+
+
+def mx_matmul(qa, Xa, qw_t, Xw_t, block=MX_BLOCK):
+    """A @ W from MX-quantized operands: each block's partial sum times the
+    product of its two power-of-two scales, then the sum over the blocks.
+
+    Xa: (T, n_blocks), Xw_t: (J, n_blocks), as mx_quantize returns them for
+    A and for W transposed. -> float32 (T, J)."""
+    partials = mx_block_partials(qa, qw_t, block)  # T, J, n_blocks
+    return (partials * Xa.float()[:, None, :] * Xw_t.float()[None, :, :]).sum(-1)
+
 OUTLIER_CHANNELS = (5, 77, 130, 201)  # the experiment's loud channels
 OUTLIER_GAMMA = 1e5  # their gamma, the largest of the lesson's section 7
 

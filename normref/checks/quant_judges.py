@@ -577,6 +577,103 @@ def _judge_mx(case, output):
     return shown
 
 
+
+# -- the MX matmul ------------------------------------------------------------
+
+MX_SUM_RTOL = 1e-5  # float32 sums of up to 32 exact fp8 products, per block
+
+
+def _mx_operands(rng, n_tokens, d, d_out, dtype, sizes=None, loud_channel=None):
+    """One case: A and W quantized with the reference mx_quantize (A along
+    its channels, W transposed so that its blocks run along d as well)."""
+    a = rng.normal(size=(n_tokens, d))
+    if sizes is not None:
+        a *= np.repeat(sizes, quant.MX_BLOCK, axis=1)[:, :d]
+    if loud_channel is not None:
+        a[:, loud_channel] *= 1e4
+    w = rng.normal(size=(d, d_out)) / np.sqrt(d)
+    torch_dtype = getattr(torch, dtype)
+    qa, Xa = quant.mx_quantize(torch.from_numpy(_f32(a)), torch_dtype)
+    qw_t, Xw_t = quant.mx_quantize(torch.from_numpy(_f32(w.T.copy())), torch_dtype)
+    return {"qa": _f32(qa.float().numpy()), "Xa": _f32(Xa.numpy()),
+            "qw_t": _f32(qw_t.float().numpy()), "Xw_t": _f32(Xw_t.numpy()),
+            "dtype": np.array(dtype)}
+
+
+def _mx_matmul_cases(rng):
+    e4m3 = "float8_e4m3fn"
+    return [
+        ("A (4, 64) and W (64, 3), N(0, 1): two blocks along d, e4m3",
+         _mx_operands(rng, 4, 64, 3, e4m3)),
+        ("d = 40, a whole block and a last one of 8: A (3, 40), W (40, 4), e4m3",
+         _mx_operands(rng, 3, 40, 4, e4m3)),
+        ("blocks of A whose sizes range from 0.001 to 1000, A (5, 96), W (96, 6), e4m3",
+         _mx_operands(rng, 5, 96, 6, e4m3, sizes=10.0 ** rng.uniform(-3, 3, (5, 3)))),
+        ("channel 5 of A is 10^4 times louder, A (8, 64), W (64, 8), e4m3",
+         _mx_operands(rng, 8, 64, 8, e4m3, loud_channel=5)),
+        ("A (2, 64), W (64, 2), e5m2", _mx_operands(rng, 2, 64, 2, "float8_e5m2")),
+    ]
+
+
+def _blocked64(q):
+    """(rows, d) -> (rows, n_blocks, 32) in float64, the last block padded."""
+    d = q.shape[-1]
+    padded = np.zeros((q.shape[0], -(-d // quant.MX_BLOCK) * quant.MX_BLOCK))
+    padded[:, :d] = q
+    return padded.reshape(q.shape[0], -1, quant.MX_BLOCK)
+
+
+def _judge_mx_matmul(case, output):
+    a, w = _blocked64(case["qa"]), _blocked64(case["qw_t"])
+    Xa, Xw = case["Xa"].astype(np.float64), case["Xw_t"].astype(np.float64)
+    ref_p = np.einsum("tbk,jbk->tjb", a, w)
+    size_p = np.einsum("tbk,jbk->tjb", np.abs(a), np.abs(w))  # what rounding scales with
+    scales = Xa[:, None, :] * Xw[None, :, :]  # T, J, n_blocks
+    ref_z, size_z = (ref_p * scales).sum(-1), (size_p * scales).sum(-1)
+    partials = np.asarray(output["partials"], np.float64)
+    z = np.asarray(output["z"], np.float64)
+
+    def close(got, ref, size):
+        return (got.shape == ref.shape and bool(np.all(np.isfinite(got)))
+                and bool(np.all(np.abs(got - ref) <= MX_SUM_RTOL * size + 1e-300)))
+
+    if not close(partials, ref_p, size_p):
+        shown = (f"mx_block_partials gives shape {partials.shape} with "
+                 f"{_listed(partials.ravel()[:4])}...; expected shape {ref_p.shape}, "
+                 f"{_listed(ref_p.ravel()[:4])}...")
+        if partials.shape == ref_p.shape[:2]:
+            return (f"{shown}. Hint: one partial sum per block: keep the block axis, "
+                    "(tokens, outputs, n_blocks)")
+        if close(partials, ref_p * scales, size_p * scales):
+            return (f"{shown}. Hint: these already carry the scales; the partial sums "
+                    "are over the stored values q alone, and the scales come after, "
+                    "once per block")
+        if partials.shape == ref_p.transpose(1, 0, 2).shape and close(
+                partials, ref_p.transpose(1, 0, 2), size_p.transpose(1, 0, 2)):
+            return f"{shown}. Hint: the first axis is A's tokens, the second W's outputs"
+        return shown
+    if close(z, ref_z, size_z):
+        return None
+    shown = (f"mx_matmul gives {_listed(z.ravel()[:4])}...; expected "
+             f"{_listed(ref_z.ravel()[:4])}... (shape {ref_z.shape})")
+    slips = {
+        "the scales are what q is multiplied by to get A and W back (A = q * X): "
+        "multiply each partial sum by Xa[t, b] * Xw_t[j, b], do not divide":
+            ((ref_p / scales).sum(-1), (size_p / scales).sum(-1)),
+        "each block's partial sum needs its own two scales, Xa[t, b] * Xw_t[j, b], "
+        "before the blocks are added":
+            (ref_p.sum(-1), size_p.sum(-1)),
+        "the blocks of one row have different scales: scale each block's partial "
+        "sum by its own Xa[t, b] * Xw_t[j, b], then add, instead of adding first":
+            (ref_p.sum(-1) * scales[..., 0], size_p.sum(-1) * scales[..., 0]),
+    }
+    for hint, (wrong, size) in slips.items():
+        if close(z, wrong, size):
+            return f"{shown}. Hint: {hint}"
+    if z.shape == ref_z.T.shape and close(z, ref_z.T, size_z.T):
+        return f"{shown}. Hint: z has shape (tokens, outputs): A's tokens come first"
+    return shown
+
 # -- SmoothQuant's fold -------------------------------------------------------
 
 def _fold_case(rng, n_tokens, channels, d_out, loud=(), zero_channel=None,
@@ -745,6 +842,7 @@ CHECKS = {
         _judge_scaling_answers),
     "quant_per_channel": Check(_per_channel_cases, _judge_per_channel),
     "quant_mx_blocks": Check(_mx_cases, _judge_mx),
+    "quant_mx_matmul": Check(_mx_matmul_cases, _judge_mx_matmul),
     "quant_smoothquant_fold": Check(_fold_cases, _judge_fold),
     "quant_matmul_errors": Check(
         lambda rng: [("your MATMUL_ERRORS, and the same measurement with your "

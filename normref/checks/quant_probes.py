@@ -344,6 +344,22 @@ def _smooth_spread_probe(subject, case):
     return {"answer": np.array(str(answer)), "measured": np.array(measured)}
 
 
+
+def _call_mx_matmul(subject, case):
+    """mx_block_partials(qa, qw_t) and mx_matmul(qa, Xa, qw_t, Xw_t) on
+    operands quantized by the grader (the student's mx_quantize is not used)."""
+    import torch
+
+    block_partials, matmul = subject
+    dtype = _torch_dtype(case["dtype"])
+    qa, qw_t = (_tensor(case[name]).to(dtype) for name in ("qa", "qw_t"))
+    Xa, Xw_t = _tensor(case["Xa"]), _tensor(case["Xw_t"])
+    partials = _with_float8_hint(lambda: block_partials(qa.clone(), qw_t.clone()))
+    z = _with_float8_hint(lambda: matmul(qa.clone(), Xa.clone(), qw_t.clone(),
+                                         Xw_t.clone()))
+    return {name: np.asarray(torch.as_tensor(value).detach().double().numpy())
+            for name, value in (("partials", partials), ("z", z))}
+
 def check_per_channel(per_channel_quantize, per_channel_dequantize):
     """Check per_channel_quantize(x, dtype) and per_channel_dequantize(q, scale)."""
     run_check("quant_per_channel", (per_channel_quantize, per_channel_dequantize),
@@ -354,6 +370,11 @@ def check_mx_blocks(mx_quantize, mx_dequantize):
     """Check mx_quantize(x, dtype) and mx_dequantize(q, X): MX blocks of 32."""
     run_check("quant_mx_blocks", (mx_quantize, mx_dequantize), _call_quantizer)
 
+
+
+def check_mx_matmul(mx_block_partials, mx_matmul):
+    """Check mx_block_partials(qa, qw_t) and mx_matmul(qa, Xa, qw_t, Xw_t)."""
+    run_check("quant_mx_matmul", (mx_block_partials, mx_matmul), _call_mx_matmul)
 
 def check_smoothquant_fold(smoothquant_fold):
     """Check smoothquant_fold(X, W, alpha): SmoothQuant's per-channel fold."""

@@ -19,6 +19,7 @@ from normref.checks import (
     check_loud_token_errors,
     check_matmul_errors,
     check_mx_blocks,
+    check_mx_matmul,
     check_per_channel,
     check_smoothquant_fold,
     quant_judges,
@@ -620,3 +621,116 @@ def test_smoothquant_judge_names_the_column_max_where_the_shapes_cannot():
     verdict = quant_judges._judge_fold(case, {"x_smooth": X_smooth.numpy(),
                                               "w_smooth": W_smooth.numpy()})
     assert "down its columns" in verdict
+
+
+# ------------------------------------------------------------ the MX matmul
+
+
+def _mx_operands(n_tokens, d, d_out, seed, dtype=E4M3):
+    gen = torch.Generator().manual_seed(seed)
+    A = torch.randn(n_tokens, d, generator=gen) * 10.0 ** torch.randint(-3, 4, (1, d),
+                                                                          generator=gen)
+    W = torch.randn(d, d_out, generator=gen)
+    return (*quant.mx_quantize(A, dtype), *quant.mx_quantize(W.T.contiguous(), dtype))
+
+
+@pytest.mark.parametrize("dtype", quant.FP8_FORMATS)
+@pytest.mark.parametrize("n_tokens, d, d_out", [(3, 64, 2), (4, 40, 5), (2, 97, 3)])
+def test_mx_matmul_is_the_matmul_of_the_dequantized_operands(dtype, n_tokens, d, d_out):
+    """Block by block with the scales applied after each partial sum is, up to
+    float32 rounding, the float64 matmul of the two dequantized operands."""
+    qa, Xa, qw_t, Xw_t = _mx_operands(n_tokens, d, d_out, seed=d, dtype=dtype)
+    exact = (quant.mx_dequantize(qa, Xa).double()
+             @ quant.mx_dequantize(qw_t, Xw_t).double().T)
+    z = quant.mx_matmul(qa, Xa, qw_t, Xw_t)
+    assert z.dtype == torch.float32 and z.shape == (n_tokens, d_out)
+    scale = (quant.mx_dequantize(qa, Xa).double().abs()
+             @ quant.mx_dequantize(qw_t, Xw_t).double().abs().T)
+    assert torch.all((z.double() - exact).abs() <= 1e-6 * scale)
+
+
+def test_mx_block_partials_by_hand_with_loops():
+    qa, Xa, qw_t, Xw_t = _mx_operands(2, 40, 3, seed=1)
+    a, w = qa.double().numpy(), qw_t.double().numpy()
+    by_hand = np.zeros((2, 3, 2))
+    for t in range(2):
+        for j in range(3):
+            for c in range(40):
+                by_hand[t, j, c // 32] += a[t, c] * w[j, c]
+    partials = quant.mx_block_partials(qa, qw_t)
+    assert partials.shape == (2, 3, 2)
+    np.testing.assert_allclose(partials.double().numpy(), by_hand, rtol=1e-6)
+
+
+def _mx_partials_by_slices(qa, qw_t):
+    a, w = qa.float(), qw_t.float()
+    return torch.stack([a[:, s:s + 32] @ w[:, s:s + 32].T
+                        for s in range(0, a.shape[-1], 32)], dim=-1)
+
+
+def _mx_matmul_in_numpy(qa, Xa, qw_t, Xw_t):
+    partials = np.asarray(quant.mx_block_partials(qa, qw_t), np.float64)
+    return (partials * Xa.numpy()[:, None, :] * Xw_t.numpy()[None]).sum(-1)
+
+
+@pytest.mark.parametrize("partials, matmul", [
+    (quant.mx_block_partials, quant.mx_matmul),
+    (_mx_partials_by_slices, quant.mx_matmul),
+    (quant.mx_block_partials, _mx_matmul_in_numpy),
+], ids=["reference", "slices", "numpy"])
+def test_mx_matmul_check_passes_right_code(partials, matmul):
+    check_mx_matmul(partials, matmul)
+
+
+def _scaled_partials(qa, qw_t):
+    return quant.mx_block_partials(qa, qw_t) * 2.0**-3
+
+
+def _summed_partials(qa, qw_t):
+    return quant.mx_block_partials(qa, qw_t).sum(-1)
+
+
+def _unscaled(qa, Xa, qw_t, Xw_t):
+    return quant.mx_block_partials(qa, qw_t).sum(-1)
+
+
+def _divided(qa, Xa, qw_t, Xw_t):
+    return (quant.mx_block_partials(qa, qw_t) / Xa[:, None, :] / Xw_t[None]).sum(-1)
+
+
+def _first_block_scales(qa, Xa, qw_t, Xw_t):
+    return quant.mx_block_partials(qa, qw_t).sum(-1) * Xa[:, :1] * Xw_t[:, 0]
+
+
+def _outputs_first(qa, Xa, qw_t, Xw_t):
+    return quant.mx_matmul(qa, Xa, qw_t, Xw_t).T
+
+
+def _fp8_products(qa, qw_t):
+    return (qa.unsqueeze(1) * qw_t.unsqueeze(0)).sum(-1)
+
+
+@pytest.mark.parametrize("partials, matmul, words", [
+    (_summed_partials, quant.mx_matmul, "keep the block axis"),
+    (_scaled_partials, quant.mx_matmul, "expected shape"),
+    (quant.mx_block_partials, _unscaled, "needs its own two scales"),
+    (quant.mx_block_partials, _divided, "do not divide"),
+    (quant.mx_block_partials, _first_block_scales, "then add, instead of adding first"),
+    (quant.mx_block_partials, _outputs_first, "A's tokens come first"),
+    (_fp8_products, quant.mx_matmul, "cast back with .float"),
+], ids=lambda v: getattr(v, "__name__", None))
+def test_mx_matmul_check_names_the_slip(partials, matmul, words):
+    with pytest.raises((CheckFailed, NotImplementedError, RuntimeError), match=words):
+        check_mx_matmul(partials, matmul)
+
+
+def test_mx_matmul_judge_names_partials_that_carry_the_scales():
+    qa, Xa, qw_t, Xw_t = _mx_operands(2, 64, 3, seed=2)
+    case = {"qa": qa.float().numpy(), "Xa": Xa.numpy(), "qw_t": qw_t.float().numpy(),
+            "Xw_t": Xw_t.numpy(), "dtype": np.array("float8_e4m3fn")}
+    partials = quant.mx_block_partials(qa, qw_t) * Xa[:, None, :] * Xw_t[None]
+    output = {"partials": partials.double().numpy(),
+              "z": quant.mx_matmul(qa, Xa, qw_t, Xw_t).double().numpy()}
+    assert "already carry the scales" in quant_judges._judge_mx_matmul(case, output)
+    output["partials"] = quant.mx_block_partials(qa, qw_t).double().numpy()
+    assert quant_judges._judge_mx_matmul(case, output) is None
