@@ -174,6 +174,21 @@ def scaling_errors(x, keep, dtype=torch.float8_e4m3fn):
             masked_error(x, per_token_round_trip(x, dtype), keep))
 
 
+
+def token_scale_spread(x, dtype=torch.float8_e4m3fn):
+    """The largest per-token amax scale of x over the smallest, in float64."""
+    amax = x.double().abs().amax(dim=-1)
+    scales = fp8_max(dtype) / amax[amax > 0]
+    return float(scales.max() / scales.min())
+
+
+def largest_stored_kept(x, keep, dtype=torch.float8_e4m3fn):
+    """The largest |x * s| over the entries `keep`, s the per-token amax scale
+    of each entry's token: where the kept entries land on the fp8 grid."""
+    amax = x.double().abs().amax(dim=-1, keepdim=True)
+    scaled = x.double() * torch.where(amax > 0, fp8_max(dtype) / amax, 1.0)
+    return float(scaled[keep].abs().max())
+
 def spike_stream(n_steps=40, spike_at=10, spike=100.0, shape=(16, 64), seed=0):
     """A stream of N(0, 1) tensors; the one at `spike_at` is `spike` times larger."""
     generator = torch.Generator().manual_seed(seed)
@@ -256,6 +271,27 @@ def mx_dequantize(q, X, block=MX_BLOCK):
     scaled = _blocks(q.float(), block) * X.float().unsqueeze(-1)  # ..., n_blocks, block
     return scaled.flatten(-2)[..., :d]
 
+
+
+def mx_block_partials(qa, qw_t, block=MX_BLOCK):
+    """The partial sums of an MX matmul, on the stored values alone.
+
+    qa: fp8 (T, d), blocks of `block` along d; qw_t: fp8 (J, d), W transposed,
+    so that its blocks run along d too. -> float32 (T, J, n_blocks): for
+    each block b, the sum over its elements c of qa[t, c] * qw_t[j, c]."""
+    a = _blocks(qa.float(), block)  # T, n_blocks, block
+    w = _blocks(qw_t.float(), block)  # J, n_blocks, block
+    return torch.einsum("tbk,jbk->tjb", a, w)
+
+
+def mx_matmul(qa, Xa, qw_t, Xw_t, block=MX_BLOCK):
+    """A @ W from MX-quantized operands: each block's partial sum times the
+    product of its two power-of-two scales, then the sum over the blocks.
+
+    Xa: (T, n_blocks), Xw_t: (J, n_blocks), as mx_quantize returns them for
+    A and for W transposed. -> float32 (T, J)."""
+    partials = mx_block_partials(qa, qw_t, block)  # T, J, n_blocks
+    return (partials * Xa.float()[:, None, :] * Xw_t.float()[None, :, :]).sum(-1)
 
 OUTLIER_CHANNELS = (5, 77, 130, 201)  # the experiment's loud channels
 OUTLIER_GAMMA = 1e5  # their gamma, the largest of the lesson's section 7
@@ -353,6 +389,11 @@ def loud_token_layer(n_tokens=128, d=256, d_out=128, seed=0):
     quiet = torch.ones(n_tokens, dtype=torch.bool)
     quiet[list(LOUD_TOKENS)] = False
     return A, W, quiet
+
+
+def loud_to_quiet_ratio(X, quiet):
+    """max |X| over the loud token rows over max |X| over the quiet ones."""
+    return float(X[~quiet].abs().max() / X[quiet].abs().max())
 
 
 def loud_token_errors(dtype=torch.float8_e4m3fn):

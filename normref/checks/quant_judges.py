@@ -9,18 +9,14 @@ from normref import quant
 from normref.checks._registry import Check
 from normref.checks.quant_probes import (
     MATMUL_SCHEMES,
-    SCALING_CHOICES,
-    TOKEN_SET_NAMES,
-    as_choice,
     experiment_token_sets,
+    loud_token_layer,
 )
 from normref.checks.tolerances import mismatch, number_from_answer
 
 SMALL_EXAMPLE = np.array([[0.5, -1.0, 3.0, 7.0], [0.01, 0.02, -0.04, 0.0]], np.float32)
 TABLE_RTOL = 1e-3  # the table against the student's own measurement: same numbers
-MEASURED_RTOL = 0.02  # that measurement against the reference: rounding ties aside
-RMS_WHY_CHOICES = ("a", "b", "c")
-CHANNEL_FIX_CHOICES = ("per-channel", "per-token", "longer history")
+ANSWER_RTOL = 0.01  # a measured answer (a ratio, a scaled value) against the truth
 
 
 def _f32(array):
@@ -258,17 +254,7 @@ def _histories(case):
     return [amaxes[max(0, i + 1 - n):i + 1] for i in range(len(amaxes))]
 
 
-# -- predictions and answers -------------------------------------------------
-
-def _judge_predictions(case, output):
-    choices = {as_choice(choice) for choice in SCALING_CHOICES}
-    missing = [name for name in ("loud_token", "loud_channel", "rms_offset")
-               if as_choice(output.get(name, "None")) not in choices]
-    if missing:
-        return (f"give each prediction as one of {list(SCALING_CHOICES)}; not yet: "
-                f"{', '.join(missing)}. Any of the three earns the point: it is your guess")
-    return None
-
+# -- the table and the answers about it ------------------------------------
 
 @functools.cache
 def _reference_table():
@@ -277,25 +263,12 @@ def _reference_table():
                      for x, keep in experiment_token_sets().values()], np.float64)
 
 
-def _winner(per_tensor, per_token):
-    """The winner of a row, 'about the same' within 25% of each other."""
-    if max(per_tensor, per_token) < 1.25 * min(per_tensor, per_token):
-        return "about the same"
-    return "per-token" if per_token < per_tensor else "per-tensor"
-
-
 def _judge_table(case, output):
     table = np.asarray(output["table"], np.float64)
     measured = np.asarray(output["measured"], np.float64)
     reference = _reference_table()
     if not np.allclose(measured[:, 0], reference[:, 0], rtol=1e-6):
         return "the lesson's per-tensor round trip gave other figures here"
-    if not (np.all(np.isfinite(measured)) and np.allclose(measured, reference,
-                                                          rtol=MEASURED_RTOL)):
-        return (f"measured with your per_token_round_trip, the per-token column is "
-                f"{_listed(measured[:, 1])}; the reference measures "
-                f"{_listed(reference[:, 1])} on the same batches. Hint: make "
-                "per_token_round_trip pass its own check first")
     if not np.allclose(table, measured, rtol=TABLE_RTOL):
         if np.allclose(table[:, ::-1], measured, rtol=TABLE_RTOL):
             return "each row is the wrong way round: (per-tensor error, per-token error)"
@@ -318,38 +291,60 @@ def _judge_spike(case, output):
     return None
 
 
+def _close(value, truth):
+    return value is not None and abs(value - truth) <= ANSWER_RTOL * abs(truth)
+
+
+def _read_number(output, key, name):
+    """(the answer as a float or None, a complaint or None)."""
+    answer = str(output.get(key, "None")).strip()
+    value = number_from_answer(answer)
+    if value is None:
+        return None, f"give {name} as a number (you gave {answer!r})"
+    return value, None
+
+
+@functools.cache
 def _true_scaling_answers():
-    """The answers, worked out from the reference measurement."""
-    rows = dict(zip(TOKEN_SET_NAMES, _reference_table()))
-    # (a) holds when per-token scaling leaves RMSNorm's error where it was
-    rms_why = "a" if _winner(*rows["RMSNorm, mu = 20"]) == "about the same" else "b"
-    channel_fix = ("per-channel" if _winner(*rows["loud channel"]) == "about the same"
-                   else "per-token")
-    return {"rms_why": rms_why, "channel_fix": channel_fix}
+    """The two scales, worked out in float64 from the experiment's batches."""
+    sets = experiment_token_sets()
+    rms_out = sets["RMSNorm, mu = 20"][0]
+    loud_channel, quiet = sets["loud channel"]
+    return {"rms_scale_spread": quant.token_scale_spread(rms_out),
+            "quiet_stored_max": quant.largest_stored_kept(loud_channel, quiet),
+            "quiet_unscaled_max": float(loud_channel[quiet].abs().max())}
 
 
 def _judge_scaling_answers(case, output):
     truths = _true_scaling_answers()
-    given = {name: str(output.get(name, "None")).strip() for name in truths}
-    choices = {"rms_why": RMS_WHY_CHOICES, "channel_fix": CHANNEL_FIX_CHOICES}
-    invalid = [f"{name} must be one of {list(choices[name])} (you gave {given[name]!r})"
-               for name in truths
-               if as_choice(given[name]) not in map(as_choice, choices[name])]
-    if invalid:
-        return "; ".join(invalid)
-    wrong = [f"{name} (you answered {given[name]!r})" for name in truths
-             if as_choice(given[name]) != as_choice(truths[name])]
-    if wrong:
-        return "not yet right: " + "; ".join(wrong) + ". Look at your table again"
-    return None
+    spread, bad_spread = _read_number(output, "rms_scale_spread", "ANSWER_RMS_SCALE_SPREAD")
+    stored, bad_stored = _read_number(output, "quiet_stored_max", "ANSWER_QUIET_STORED_MAX")
+    problems = [p for p in (bad_spread, bad_stored) if p]
+    if spread is not None and not _close(spread, truths["rms_scale_spread"]):
+        if _close(spread, 1 / truths["rms_scale_spread"]):
+            problems.append("ANSWER_RMS_SCALE_SPREAD is the smallest scale over the "
+                            "largest; the question asks for the largest over the smallest")
+        else:
+            problems.append(f"ANSWER_RMS_SCALE_SPREAD is not yet right (you answered "
+                            f"{spread:.4g}): each token's scale is fmax / max|x| over its "
+                            "own features; divide the largest of the 64 by the smallest")
+    if stored is not None and not _close(stored, truths["quiet_stored_max"]):
+        if _close(stored, truths["quiet_unscaled_max"]):
+            hint = ("that is the largest quiet value before scaling; multiply each value "
+                    "by its own token's scale first")
+        elif _close(stored, quant.fp8_max(torch.float8_e4m3fn)):
+            hint = ("that is the loud feature itself, which lands on fmax; take only "
+                    "the measured entries (keep)")
+        else:
+            hint = ("scale each token by fmax / max|x| over its own features, then take "
+                    "the largest |value| among the measured entries (keep)")
+        problems.append(f"ANSWER_QUIET_STORED_MAX is not yet right (you answered "
+                        f"{stored:.4g}): {hint}")
+    return "; ".join(problems) or None
 
 
 # -- per-channel and MX block scaling ----------------------------------------
 
-MATMUL_RTOL = 0.05  # the student's measurement against the reference's
-WINNER_RATIO = 1.25  # question 3: a winner's error is within 25% of the best
-SMOOTH_WHY_CHOICES = ("a", "b", "c")
-SMOOTH_WHY = "a"  # tests/normref/test_quant_scaling.py checks why b and c are wrong
 
 
 def _dtype_of(case):
@@ -454,6 +449,11 @@ def _mx_cases(rng):
     zero_block[1, 32:] = 0.0
     outlier = rng.normal(size=(48, 64))
     outlier[:, 5] *= 1e4
+    below_powers = rng.uniform(-0.5, 0.5, size=(4, 64))
+    for row, k in enumerate((3, -2, 0, 7)):
+        below_powers[row] *= 2.0**k
+        # the float32 just below 2**k: float32's log2 rounds it up to k
+        below_powers[row, [9, 40]] = np.nextafter(np.float32(2.0**k), np.float32(0))
     return [
         ("N(0, 1), 8 tokens x 64 features (two blocks a row), e4m3",
          {"x": _f32(rng.normal(size=(8, 64))), "dtype": e4m3}),
@@ -471,6 +471,9 @@ def _mx_cases(rng):
          {"x": _f32(outlier), "dtype": e4m3}),
         ("a 3-D batch (2, 3, 50), e5m2", {"x": _f32(rng.normal(size=(2, 3, 50))),
                                           "dtype": e5m2}),
+        ("every block's amax is (1 - 2^-24) * 2^k, the float32 just below a power of "
+         "two, k = 3, -2, 0 and 7, (4, 64), e4m3", {"x": _f32(below_powers),
+                                                    "dtype": e4m3}),
     ]
 
 
@@ -517,6 +520,12 @@ def _mx_scale_hint(X, x, dtype, ref_X):
                     f"2 ** (floor(log2 amax) - emax), with emax = {emax}, and "
                     "saturates the values that pass fmax")
         ratio = X[live] / ref_X[live]
+        just_below = np.frexp(amax[live])[0] == 1 - 2.0**-24
+        if (np.all(np.isin(ratio[just_below], [1.0, 2.0])) and np.any(ratio == 2.0)
+                and np.all(ratio[~just_below] == 1.0)):
+            return ("X is twice the spec's where amax lies just below a power of two "
+                    "(7.9999995, say): float32's log2 rounds it up to 3.0. Take the "
+                    "exponent exactly, with torch.frexp, or take log2 in float64")
         if np.all(np.isin(ratio, [0.5, 1.0, 2.0])):
             return (f"X is off by a factor of two in some blocks: emax is floor(log2 "
                     f"fmax) = {emax} here, and X = 2 ** (floor(log2 amax) - emax)")
@@ -567,6 +576,103 @@ def _judge_mx(case, output):
         return f"{shown}. Hint: x comes back as q * X; multiply, do not divide"
     return shown
 
+
+
+# -- the MX matmul ------------------------------------------------------------
+
+MX_SUM_RTOL = 1e-5  # float32 sums of up to 32 exact fp8 products, per block
+
+
+def _mx_operands(rng, n_tokens, d, d_out, dtype, sizes=None, loud_channel=None):
+    """One case: A and W quantized with the reference mx_quantize (A along
+    its channels, W transposed so that its blocks run along d as well)."""
+    a = rng.normal(size=(n_tokens, d))
+    if sizes is not None:
+        a *= np.repeat(sizes, quant.MX_BLOCK, axis=1)[:, :d]
+    if loud_channel is not None:
+        a[:, loud_channel] *= 1e4
+    w = rng.normal(size=(d, d_out)) / np.sqrt(d)
+    torch_dtype = getattr(torch, dtype)
+    qa, Xa = quant.mx_quantize(torch.from_numpy(_f32(a)), torch_dtype)
+    qw_t, Xw_t = quant.mx_quantize(torch.from_numpy(_f32(w.T.copy())), torch_dtype)
+    return {"qa": _f32(qa.float().numpy()), "Xa": _f32(Xa.numpy()),
+            "qw_t": _f32(qw_t.float().numpy()), "Xw_t": _f32(Xw_t.numpy()),
+            "dtype": np.array(dtype)}
+
+
+def _mx_matmul_cases(rng):
+    e4m3 = "float8_e4m3fn"
+    return [
+        ("A (4, 64) and W (64, 3), N(0, 1): two blocks along d, e4m3",
+         _mx_operands(rng, 4, 64, 3, e4m3)),
+        ("d = 40, a whole block and a last one of 8: A (3, 40), W (40, 4), e4m3",
+         _mx_operands(rng, 3, 40, 4, e4m3)),
+        ("blocks of A whose sizes range from 0.001 to 1000, A (5, 96), W (96, 6), e4m3",
+         _mx_operands(rng, 5, 96, 6, e4m3, sizes=10.0 ** rng.uniform(-3, 3, (5, 3)))),
+        ("channel 5 of A is 10^4 times louder, A (8, 64), W (64, 8), e4m3",
+         _mx_operands(rng, 8, 64, 8, e4m3, loud_channel=5)),
+        ("A (2, 64), W (64, 2), e5m2", _mx_operands(rng, 2, 64, 2, "float8_e5m2")),
+    ]
+
+
+def _blocked64(q):
+    """(rows, d) -> (rows, n_blocks, 32) in float64, the last block padded."""
+    d = q.shape[-1]
+    padded = np.zeros((q.shape[0], -(-d // quant.MX_BLOCK) * quant.MX_BLOCK))
+    padded[:, :d] = q
+    return padded.reshape(q.shape[0], -1, quant.MX_BLOCK)
+
+
+def _judge_mx_matmul(case, output):
+    a, w = _blocked64(case["qa"]), _blocked64(case["qw_t"])
+    Xa, Xw = case["Xa"].astype(np.float64), case["Xw_t"].astype(np.float64)
+    ref_p = np.einsum("tbk,jbk->tjb", a, w)
+    size_p = np.einsum("tbk,jbk->tjb", np.abs(a), np.abs(w))  # what rounding scales with
+    scales = Xa[:, None, :] * Xw[None, :, :]  # T, J, n_blocks
+    ref_z, size_z = (ref_p * scales).sum(-1), (size_p * scales).sum(-1)
+    partials = np.asarray(output["partials"], np.float64)
+    z = np.asarray(output["z"], np.float64)
+
+    def close(got, ref, size):
+        return (got.shape == ref.shape and bool(np.all(np.isfinite(got)))
+                and bool(np.all(np.abs(got - ref) <= MX_SUM_RTOL * size + 1e-300)))
+
+    if not close(partials, ref_p, size_p):
+        shown = (f"mx_block_partials gives shape {partials.shape} with "
+                 f"{_listed(partials.ravel()[:4])}...; expected shape {ref_p.shape}, "
+                 f"{_listed(ref_p.ravel()[:4])}...")
+        if partials.shape == ref_p.shape[:2]:
+            return (f"{shown}. Hint: one partial sum per block: keep the block axis, "
+                    "(tokens, outputs, n_blocks)")
+        if close(partials, ref_p * scales, size_p * scales):
+            return (f"{shown}. Hint: these already carry the scales; the partial sums "
+                    "are over the stored values q alone, and the scales come after, "
+                    "once per block")
+        if partials.shape == ref_p.transpose(1, 0, 2).shape and close(
+                partials, ref_p.transpose(1, 0, 2), size_p.transpose(1, 0, 2)):
+            return f"{shown}. Hint: the first axis is A's tokens, the second W's outputs"
+        return shown
+    if close(z, ref_z, size_z):
+        return None
+    shown = (f"mx_matmul gives {_listed(z.ravel()[:4])}...; expected "
+             f"{_listed(ref_z.ravel()[:4])}... (shape {ref_z.shape})")
+    slips = {
+        "the scales are what q is multiplied by to get A and W back (A = q * X): "
+        "multiply each partial sum by Xa[t, b] * Xw_t[j, b], do not divide":
+            ((ref_p / scales).sum(-1), (size_p / scales).sum(-1)),
+        "each block's partial sum needs its own two scales, Xa[t, b] * Xw_t[j, b], "
+        "before the blocks are added":
+            (ref_p.sum(-1), size_p.sum(-1)),
+        "the blocks of one row have different scales: scale each block's partial "
+        "sum by its own Xa[t, b] * Xw_t[j, b], then add, instead of adding first":
+            (ref_p.sum(-1) * scales[..., 0], size_p.sum(-1) * scales[..., 0]),
+    }
+    for hint, (wrong, size) in slips.items():
+        if close(z, wrong, size):
+            return f"{shown}. Hint: {hint}"
+    if z.shape == ref_z.T.shape and close(z, ref_z.T, size_z.T):
+        return f"{shown}. Hint: z has shape (tokens, outputs): A's tokens come first"
+    return shown
 
 # -- SmoothQuant's fold -------------------------------------------------------
 
@@ -666,22 +772,11 @@ def _reference_loud_tokens():
     return np.array([errors[name] for name in MATMUL_SCHEMES], np.float64)
 
 
-_FUNCTIONS = {"per-tensor": "fp8_round_trip", "per-token": "per_token_round_trip",
-              "per-channel": "per_channel_quantize and per_channel_dequantize",
-              "per-block": "mx_quantize and mx_dequantize",
-              "smoothquant": "smoothquant_fold (then fp8_round_trip)"}
-
-
 def _judge_measured(output, reference, name, layer, built_as=""):
     errors = np.asarray(output["errors"], np.float64)
     measured = np.asarray(output["measured"], np.float64)
     if not np.isclose(measured[0], reference[0], rtol=1e-6):
         return "the lesson's per-tensor round trip gave other figures here"
-    for scheme, got, ref in zip(MATMUL_SCHEMES, measured, reference):
-        if not (np.isfinite(got) and np.isclose(got, ref, rtol=MATMUL_RTOL)):
-            return (f"measured with your {_FUNCTIONS[scheme]}, the {scheme} matmul error "
-                    f"{layer} is {got:.3g}; the reference measures {ref:.3g}. Hint: make "
-                    "those functions pass their own checks first")
     if not np.allclose(errors, measured, rtol=TABLE_RTOL):
         return (f"your {name} say {_listed(errors)} ({', '.join(MATMUL_SCHEMES)}), "
                 f"but your functions measure {_listed(measured)} {layer}: fill it "
@@ -703,57 +798,51 @@ def _judge_loud_token_errors(case, output):
                   "W_PLAIN as the weight, and the error on rows=QUIET_TOKENS"))
 
 
-def true_loud_token_winners():
-    """The schemes within WINNER_RATIO of the best quiet-token error."""
-    reference = _reference_loud_tokens()
-    return {name for name, error in zip(MATMUL_SCHEMES, reference)
-            if error <= WINNER_RATIO * reference.min()}
+@functools.cache
+def _true_smooth_spread():
+    """(after the fold, before it): the loud tokens' max over the quiet ones'."""
+    A, W, quiet = loud_token_layer()
+    X_smooth, _ = quant.smoothquant_fold(A.double(), W.double())
+    return quant.loud_to_quiet_ratio(X_smooth, quiet), quant.loud_to_quiet_ratio(A, quiet)
 
 
 def _judge_loud_token_answers(case, output):
-    names = [str(name) for name in np.ravel(output["winners"])][:int(output["n_winners"])]
-    schemes = {as_choice(name): name for name in MATMUL_SCHEMES}
-    unknown = [name for name in names if as_choice(name) not in schemes]
-    problems = []
-    if unknown or not names:
-        problems.append(f"ANSWER_TOKEN_WINNERS must hold names from {list(MATMUL_SCHEMES)}"
-                        f" (you gave {names!r})")
-    why = str(output.get("smooth_why", "None")).strip()
-    if as_choice(why) not in SMOOTH_WHY_CHOICES:
-        problems.append(f"ANSWER_SMOOTH_WHY must be one of {list(SMOOTH_WHY_CHOICES)} "
-                        f"(you gave {why!r})")
-    if problems:
-        return "; ".join(problems)
-    given = {schemes[as_choice(name)] for name in names}
-    truth = true_loud_token_winners()
-    if given != truth:
-        extra, missed = sorted(given - truth), sorted(truth - given)
-        parts = ([f"{', '.join(extra)} is not within 25% of the best"] if extra else []) \
-            + ([f"{', '.join(missed)} is, and is missing"] if missed else [])
-        return (f"not yet right: ANSWER_TOKEN_WINNERS; on the quiet tokens "
-                f"{' and '.join(parts)}. Read your LOUD_TOKEN_ERRORS again")
-    if as_choice(why) != SMOOTH_WHY:
-        return (f"not yet right: ANSWER_SMOOTH_WHY (you answered {why!r}). Look at "
-                "which channels' max|X_c| the loud tokens set, and what that leaves of "
-                "the factors s_c")
-    return None
+    value, problem = _read_number(output, "answer", "ANSWER_SMOOTH_SPREAD")
+    if problem:
+        return problem
+    truth, before = _true_smooth_spread()
+    measured = float(output["measured"])
+    if _close(value, truth) or (np.isfinite(measured) and _close(value, measured)):
+        return None
+    if _close(value, before):
+        hint = ("that is A_LOUD_TOKENS before the fold; measure the smoothed activation "
+                "that smoothquant_fold returns")
+    elif _close(value, 1 / truth):
+        hint = "that is the quiet tokens' max over the loud tokens'; turn it over"
+    elif value < 10:
+        hint = ("s_c divides a whole channel, the loud tokens' entries and the quiet "
+                "ones' alike: measure it rather than reason it out")
+    else:
+        hint = ("fold A_LOUD_TOKENS and W_PLAIN (alpha 0.5), then divide the largest "
+                "|entry| of the LOUD_TOKENS rows by the largest of the QUIET_TOKENS rows")
+    return f"ANSWER_SMOOTH_SPREAD is not yet right (you answered {value:.4g}): {hint}"
 
 
 CHECKS = {
     "quant_per_token": Check(_per_token_cases, _judge_per_token),
     "quant_delayed_scaler": Check(_delayed_cases, _judge_delayed),
     "quant_delayed_saturation": Check(_saturation_cases, _judge_delayed),
-    "quant_predictions": Check(lambda rng: [("your three predictions", {})],
-                               _judge_predictions),
     "quant_scaling_table": Check(
         lambda rng: [("your table, and the same measurement with your "
                       "per_token_round_trip on the four batches", {})], _judge_table),
     "quant_spike_answer": Check(lambda rng: [("your answer about the spike", {})],
                                 _judge_spike),
-    "quant_scaling_answers": Check(lambda rng: [("your two answers about the table", {})],
-                                   _judge_scaling_answers),
+    "quant_scaling_answers": Check(
+        lambda rng: [("your two scales that explain the table", {})],
+        _judge_scaling_answers),
     "quant_per_channel": Check(_per_channel_cases, _judge_per_channel),
     "quant_mx_blocks": Check(_mx_cases, _judge_mx),
+    "quant_mx_matmul": Check(_mx_matmul_cases, _judge_mx_matmul),
     "quant_smoothquant_fold": Check(_fold_cases, _judge_fold),
     "quant_matmul_errors": Check(
         lambda rng: [("your MATMUL_ERRORS, and the same measurement with your "
@@ -762,6 +851,7 @@ CHECKS = {
         lambda rng: [("your LOUD_TOKEN_ERRORS, and the same measurement with your "
                       "quantizers on the quiet tokens", {})], _judge_loud_token_errors),
     "quant_loud_token_answers": Check(
-        lambda rng: [("your two answers about the loud tokens", {})],
+        lambda rng: [("your ratio of loud to quiet tokens after the fold, and the same "
+                      "ratio measured with your smoothquant_fold", {})],
         _judge_loud_token_answers),
 }

@@ -12,7 +12,6 @@ FLOAT8_HINT = ("arithmetic on float8 tensors is not implemented on the CPU; "
                "cast back with .float() first, then unscale in float32")
 LOUD = 1e5  # how much louder the loud token and the loud channel are
 TOKEN_SET_NAMES = ("plain", "loud token", "loud channel", "RMSNorm, mu = 20")
-SCALING_CHOICES = ("per-tensor", "per-token", "about the same")
 
 
 def as_choice(answer):
@@ -167,12 +166,6 @@ def check_delayed_scaler_saturates(DelayedScaler):
     run_check("quant_delayed_saturation", DelayedScaler, _call_delayed_scaler)
 
 
-def check_scaling_predictions(loud_token, loud_channel, rms_offset):
-    """Check that each prediction is given, as one of the three choices."""
-    run_check("quant_predictions", {"loud_token": loud_token, "loud_channel": loud_channel,
-                                    "rms_offset": rms_offset}, _answers_as_text)
-
-
 def check_scaling_table(table, per_token_round_trip):
     """Check the table against the same measurement made with your function."""
     run_check("quant_scaling_table", (table, per_token_round_trip), _table_probe)
@@ -183,9 +176,11 @@ def check_spike_answer(steps):
     run_check("quant_spike_answer", {"steps": steps}, _answers_as_text)
 
 
-def check_scaling_answers(rms_why, channel_fix):
-    """Check the two answers about the experiment."""
-    run_check("quant_scaling_answers", {"rms_why": rms_why, "channel_fix": channel_fix},
+def check_scaling_answers(rms_scale_spread, quiet_stored_max):
+    """Check the two scales that explain the table: the spread of RMSNorm's
+    per-token scales, and where a quiet feature of the loud-channel batch lands."""
+    run_check("quant_scaling_answers", {"rms_scale_spread": rms_scale_spread,
+                                        "quiet_stored_max": quiet_stored_max},
               _answers_as_text)
 
 
@@ -336,16 +331,34 @@ def _loud_token_probe(subject, case):
             "measured": _measure_schemes(quantizers, A, W, quiet)}
 
 
-def _winners_as_text(answers, case):
-    """The winners as a list of texts (any iterable of names; one name alone
-    is a list of one), and the letter as text."""
-    winners = answers["winners"]
-    if isinstance(winners, str) or not hasattr(winners, "__iter__"):
-        winners = [winners]
-    names = [str(name) for name in winners]
-    return {"winners": np.array(names or [""]), "n_winners": np.array(len(names)),
-            "smooth_why": np.array(str(answers["smooth_why"]))}
+def _smooth_spread_probe(subject, case):
+    """The answer as text, and the same ratio measured on the student's own
+    fold of the loud-token layer (NaN where the fold fails)."""
+    answer, smoothquant_fold = subject
+    A, W, quiet = loud_token_layer()
+    try:
+        X_smooth = _folded(smoothquant_fold, A, W, 0.5)[0]
+        measured = float(X_smooth[~quiet].abs().max() / X_smooth[quiet].abs().max())
+    except Exception:  # a broken fold is the fold check's to report, not this one's
+        measured = float("nan")
+    return {"answer": np.array(str(answer)), "measured": np.array(measured)}
 
+
+
+def _call_mx_matmul(subject, case):
+    """mx_block_partials(qa, qw_t) and mx_matmul(qa, Xa, qw_t, Xw_t) on
+    operands quantized by the grader (the student's mx_quantize is not used)."""
+    import torch
+
+    block_partials, matmul = subject
+    dtype = _torch_dtype(case["dtype"])
+    qa, qw_t = (_tensor(case[name]).to(dtype) for name in ("qa", "qw_t"))
+    Xa, Xw_t = _tensor(case["Xa"]), _tensor(case["Xw_t"])
+    partials = _with_float8_hint(lambda: block_partials(qa.clone(), qw_t.clone()))
+    z = _with_float8_hint(lambda: matmul(qa.clone(), Xa.clone(), qw_t.clone(),
+                                         Xw_t.clone()))
+    return {name: np.asarray(torch.as_tensor(value).detach().double().numpy())
+            for name, value in (("partials", partials), ("z", z))}
 
 def check_per_channel(per_channel_quantize, per_channel_dequantize):
     """Check per_channel_quantize(x, dtype) and per_channel_dequantize(q, scale)."""
@@ -357,6 +370,11 @@ def check_mx_blocks(mx_quantize, mx_dequantize):
     """Check mx_quantize(x, dtype) and mx_dequantize(q, X): MX blocks of 32."""
     run_check("quant_mx_blocks", (mx_quantize, mx_dequantize), _call_quantizer)
 
+
+
+def check_mx_matmul(mx_block_partials, mx_matmul):
+    """Check mx_block_partials(qa, qw_t) and mx_matmul(qa, Xa, qw_t, Xw_t)."""
+    run_check("quant_mx_matmul", (mx_block_partials, mx_matmul), _call_mx_matmul)
 
 def check_smoothquant_fold(smoothquant_fold):
     """Check smoothquant_fold(X, W, alpha): SmoothQuant's per-channel fold."""
@@ -379,7 +397,7 @@ def check_loud_token_errors(errors, per_token_round_trip, per_channel_pair, mx_p
               _loud_token_probe)
 
 
-def check_loud_token_answers(winners, smooth_why):
-    """Check which schemes keep the quiet tokens, and why SmoothQuant does not."""
-    run_check("quant_loud_token_answers", {"winners": winners, "smooth_why": smooth_why},
-              _winners_as_text)
+def check_loud_token_answers(smooth_spread, smoothquant_fold):
+    """Check how much louder the loud tokens still are after SmoothQuant's fold."""
+    run_check("quant_loud_token_answers", (smooth_spread, smoothquant_fold),
+              _smooth_spread_probe)

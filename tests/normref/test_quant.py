@@ -4,6 +4,7 @@ wrong code.
 """
 
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -19,7 +20,6 @@ from normref.checks import (
     check_delayed_scaler_saturates,
     check_per_token_round_trip,
     check_scaling_answers,
-    check_scaling_predictions,
     check_scaling_table,
     check_spike_answer,
     quant_judges,
@@ -28,8 +28,6 @@ from normref.checks import (
 from normref.checks.quant_judges import (
     _judge_delayed,
     _judge_per_token,
-    _judge_predictions,
-    _judge_scaling_answers,
     _judge_spike,
     _judge_table,
 )
@@ -188,6 +186,45 @@ def test_bf16_figures_at_mu_20():
                                                                                rel=0.05)
     assert quant.rmse_over_std(rms, quant.bf16_round_trip(rms)) == pytest.approx(0.0355,
                                                                                  rel=0.05)
+
+
+
+def test_lesson_next_layer_sees_half_the_token_spread_for_rms_norm_at_mu_20():
+    """Section 6.2: RMSNorm's output in e4m3 leaves about 0.5 of the next
+    layer's token-to-token spread as error; layer norm's under 0.03; over the
+    RMS both are under 0.03 (the lesson's seeds and shapes)."""
+    tokens = 20 + torch.randn(64, 1024, generator=torch.Generator().manual_seed(0))
+    W = torch.randn(1024, 1024, generator=torch.Generator().manual_seed(1)) / 32
+    for out, over_spread in [(quant.rms_norm_output(tokens), (0.4, 0.6)),
+                             (quant.layer_norm_output(tokens), (0.0, 0.03))]:
+        z = out.double() @ W.double().T
+        error = (quant.fp8_round_trip(out, E4M3).double() @ W.double().T - z)
+        rmse = error.pow(2).mean().sqrt()
+        across_tokens = z.std(dim=0, correction=0).pow(2).mean().sqrt()
+        assert over_spread[0] < rmse / across_tokens < over_spread[1]
+        assert rmse / z.pow(2).mean().sqrt() < 0.03
+
+
+def test_lesson_outlier_channel_costs_nothing_to_1e3_and_ten_times_at_1e5():
+    """Section 7: gamma on channel 0; the e4m3 error on the other channels is
+    the same for both norms, flat up to 1e3, x1.25 to x1.6 at 1e4, over x10 at
+    1e5."""
+    tokens = torch.randn(128, 1024, generator=torch.Generator().manual_seed(0))
+    others = torch.ones(128, 1024, dtype=torch.bool)
+    others[:, 0] = False
+    errors = {}
+    for g in (1.0, 1e2, 1e3, 1e4, 1e5):
+        gamma = torch.ones(1024, dtype=torch.float64)
+        gamma[0] = g
+        pair = []
+        for norm in (F.layer_norm, F.rms_norm):
+            out = norm(tokens.double(), (1024,), weight=gamma, eps=1e-5).float()
+            pair.append(quant.rmse_over_std(out[others],
+                                            quant.fp8_round_trip(out, E4M3)[others]))
+        assert pair[0] == pytest.approx(pair[1], rel=0.02)
+        errors[g] = pair[1]
+    assert all(errors[g] < 0.03 for g in (1.0, 1e2, 1e3))
+    assert 1.25 < errors[1e4] / errors[1.0] < 1.6 and errors[1e5] / errors[1.0] > 10
 
 
 # ------------------------------------------------------------ per-token scaling
@@ -467,6 +504,11 @@ def test_table_check_passes_a_measured_table():
     check_scaling_table(measured_table(unusual_per_token), unusual_per_token)
 
 
+def test_table_that_measures_a_wrong_per_token_function_earns_the_table():
+    """Its mistake costs exercise 1's points, not the table's as well."""
+    check_scaling_table(measured_table(whole_tensor_scale), whole_tensor_scale)
+
+
 def test_table_check_refuses_figures_the_code_did_not_measure():
     table = measured_table()
 
@@ -475,7 +517,7 @@ def test_table_check_refuses_figures_the_code_did_not_measure():
 
     with pytest.raises(CheckFailed, match="NotImplementedError"):
         check_scaling_table(table, not_written)
-    with pytest.raises(CheckFailed, match="pass its own check"):
+    with pytest.raises(CheckFailed, match="do not type the figures in"):
         check_scaling_table(table, whole_tensor_scale)
     typed = {name: (round(a, 3), round(b, 3)) for name, (a, b) in table.items()}
     with pytest.raises(CheckFailed, match="do not type the figures in"):
@@ -488,20 +530,59 @@ def test_table_check_refuses_figures_the_code_did_not_measure():
         check_scaling_table(None, correct_per_token)
 
 
-def test_predictions_are_graded_for_being_given():
-    check_scaling_predictions("per-tensor", "per-token", "about the same")
-    with pytest.raises(CheckFailed, match="your guess"):
-        check_scaling_predictions(None, "per-token", "about the same")
-    with pytest.raises(CheckFailed, match="rms_offset"):
-        check_scaling_predictions("per-token", "per-token", "yes")
+def _true_scales_by_hand():
+    """The two scales of question 2, in numpy float64 from the batches:
+    RMSNorm's largest per-token scale over its smallest, and the largest
+    scaled quiet entry of the loud-channel batch."""
+    sets = quant_probes.experiment_token_sets()
+    rms = sets["RMSNorm, mu = 20"][0].numpy().astype(np.float64)
+    scales = 448.0 / np.abs(rms).max(axis=1)
+    loud, keep = (t.numpy() for t in sets["loud channel"])
+    loud = loud.astype(np.float64)
+    stored = loud * (448.0 / np.abs(loud).max(axis=1, keepdims=True))
+    return scales.max() / scales.min(), np.abs(stored[keep]).max()
 
 
-def test_choices_are_read_whatever_their_case_spaces_and_separators():
-    check_scaling_predictions(" Per-Tensor", "PER_TOKEN", "about-the-same ")
-    check_scaling_answers(" A ", "Per_Channel")
-    check_scaling_answers("a", "per channel")
-    with pytest.raises(CheckFailed, match="must be one of"):
-        check_scaling_answers("a", "channel")
+def test_question_2_scales_are_the_by_hand_figures():
+    spread, stored = _true_scales_by_hand()
+    truths = quant_judges._true_scaling_answers()
+    assert truths["rms_scale_spread"] == pytest.approx(spread, rel=1e-12)
+    assert truths["quiet_stored_max"] == pytest.approx(stored, rel=1e-12)
+    # the mechanism the question is after: RMSNorm's tokens share one scale
+    # to within 10%, and the quiet features land near e4m3's smallest normal
+    assert 1 < spread < 1.1
+    assert torch.finfo(E4M3).tiny < stored < 2 * torch.finfo(E4M3).tiny
+
+
+@pytest.mark.parametrize("spread, stored", [
+    (np.float32, np.float64), (torch.tensor, str), (lambda v: f" {v!r} ", float),
+])
+def test_question_2_accepts_any_numeric_type(spread, stored):
+    true_spread, true_stored = _true_scales_by_hand()
+    check_scaling_answers(spread(true_spread), stored(true_stored))
+    check_scaling_answers(Fraction(true_spread).limit_denominator(10**6),
+                          Fraction(true_stored).limit_denominator(10**9))
+
+
+@pytest.mark.parametrize("which, wrong, words", [
+    (0, lambda s, q: 1 / s, "smallest scale over the largest"),
+    (0, lambda s, q: 1.0, "divide the largest of the 64 by the smallest"),
+    (1, lambda s, q: 3 * q, "then take the largest"),
+    (1, lambda s, q: 448.0, "the loud feature itself"),
+    (0, lambda s, q: "about one", "as a number"),
+])
+def test_question_2_names_the_slip(which, wrong, words):
+    answers = list(_true_scales_by_hand())
+    answers[which] = wrong(*answers)
+    with pytest.raises(CheckFailed, match=words):
+        check_scaling_answers(*answers)
+
+
+def test_question_2_names_the_unscaled_quiet_value():
+    spread, _ = _true_scales_by_hand()
+    loud, keep = quant_probes.experiment_token_sets()["loud channel"]
+    with pytest.raises(CheckFailed, match="before scaling"):
+        check_scaling_answers(spread, float(loud[keep].abs().max()))
 
 
 def test_answers_are_judged():
@@ -510,13 +591,9 @@ def test_answers_are_judged():
     for wrong in (15, 17, None, "sixteen"):
         with pytest.raises(CheckFailed):
             check_spike_answer(wrong)
-    check_scaling_answers("a", "per-channel")
-    with pytest.raises(CheckFailed, match="not yet right"):
-        check_scaling_answers("b", "per-channel")
-    with pytest.raises(CheckFailed, match="not yet right"):
-        check_scaling_answers("a", "per-token")
-    with pytest.raises(CheckFailed, match="must be one of"):
-        check_scaling_answers(None, "per-channel")
+    check_scaling_answers(*_true_scales_by_hand())
+    with pytest.raises(CheckFailed, match="give ANSWER_RMS_SCALE_SPREAD as a number"):
+        check_scaling_answers(None, _true_scales_by_hand()[1])
 
 
 # ------------------------------------------------------------ every seed
@@ -549,10 +626,11 @@ def test_checks_pass_right_code_and_fail_mistakes_for_any_seed(name):
 
 def test_every_quant_check_is_covered_here():
     names = {n for n in _registry.check_names() if n.startswith("quant_")}
-    assert names == set(SUBJECTS) | {"quant_predictions", "quant_scaling_table",
+    assert names == set(SUBJECTS) | {"quant_scaling_table",
                                      "quant_spike_answer", "quant_scaling_answers",
-                                     # test_quant_scaling.py covers these six
+                                     # test_quant_scaling.py covers these seven
                                      "quant_per_channel", "quant_mx_blocks",
+                                     "quant_mx_matmul",
                                      "quant_smoothquant_fold", "quant_matmul_errors",
                                      "quant_loud_token_errors",
                                      "quant_loud_token_answers"}
@@ -1195,20 +1273,6 @@ def test_delayed_other_mistakes_get_no_hint():
 
 # ------------------------------------------------------------ predictions, spike, answers
 
-def test_predictions_must_each_be_one_of_the_choices():
-    right = {"loud_token": np.array("per-token"), "loud_channel": np.array("per-tensor"),
-             "rms_offset": np.array("about the same")}
-    assert _judge_predictions({}, right) is None
-    assert _judge_predictions({}, {**right, "loud_channel": np.array(" Per_Tensor")}) is None
-    assert _judge_predictions({}, {**right, "loud_channel": np.array("tensor")}) == (
-        "give each prediction as one of ['per-tensor', 'per-token', 'about the same']; not "
-        "yet: loud_channel. Any of the three earns the point: it is your guess")
-    assert _judge_predictions({}, {"rms_offset": np.array("None")}) == (
-        "give each prediction as one of ['per-tensor', 'per-token', 'about the same']; not "
-        "yet: loud_token, loud_channel, rms_offset. Any of the three earns the point: it is "
-        "your guess")
-
-
 def test_spike_answer_is_the_number_of_calls():
     assert quant.steps_scaled_by_spike(16) == 16
     for right in ("16", " 16 ", "16.0"):
@@ -1220,45 +1284,6 @@ def test_spike_answer_is_the_number_of_calls():
     assert _judge_spike({}, {"steps": np.array("sixteen")}) == (
         "give the number of calls as a number (you gave 'sixteen')")
     assert _judge_spike({}, {}) == "give the number of calls as a number (you gave 'None')"
-
-
-def test_winner_by_hand():
-    """'about the same' within 25% of each other, else the smaller error wins."""
-    winner = quant_judges._winner
-    assert winner(1.0, 1.2) == "about the same" == winner(1.2, 1.0)
-    assert winner(1.0, 1.25) == "per-tensor"
-    assert winner(1.25, 1.0) == "per-token"
-    assert winner(0.1, 0.3) == "per-tensor"
-    assert winner(0.3, 0.1) == "per-token"
-
-
-def test_true_scaling_answers_come_from_the_measurement(monkeypatch):
-    """The lesson's measurement: RMSNorm's error stays where it was (a), and the
-    loud channel is not helped by per-token scaling (per-channel). Another
-    measurement gives other answers: they are worked out, not typed in."""
-    assert quant_judges._true_scaling_answers() == {"rms_why": "a",
-                                                    "channel_fix": "per-channel"}
-    table = np.array([[0.03, 0.03], [0.4, 0.03], [0.4, 0.03], [0.5, 0.1]])
-    monkeypatch.setattr(quant_judges, "_reference_table", lambda: table)
-    assert quant_judges._true_scaling_answers() == {"rms_why": "b", "channel_fix": "per-token"}
-
-
-def test_scaling_answers_are_judged_with_messages():
-    right = {"rms_why": np.array("a"), "channel_fix": np.array("per-channel")}
-    assert _judge_scaling_answers({}, right) is None
-    assert _judge_scaling_answers({}, {"rms_why": np.array(" a "),
-                                       "channel_fix": np.array("per-channel")}) is None
-    assert _judge_scaling_answers({}, {**right, "rms_why": np.array("b")}) == (
-        "not yet right: rms_why (you answered 'b'). Look at your table again")
-    assert _judge_scaling_answers({}, {"rms_why": np.array("c"),
-                                       "channel_fix": np.array("per-token")}) == (
-        "not yet right: rms_why (you answered 'c'); channel_fix (you answered 'per-token'). "
-        "Look at your table again")
-    assert _judge_scaling_answers({}, {"channel_fix": np.array("A")}) == (
-        "rms_why must be one of ['a', 'b', 'c'] (you gave 'None'); channel_fix must be one of "
-        "['per-channel', 'per-token', 'longer history'] (you gave 'A')")
-    assert _judge_scaling_answers({}, {**right, "channel_fix": np.array("longer history")}) \
-        == "not yet right: channel_fix (you answered 'longer history'). Look at your table again"
 
 
 # ------------------------------------------------------------ the table (issue: tolerance)
@@ -1298,21 +1323,18 @@ def test_table_rows_the_wrong_way_round_are_named():
         "each row is the wrong way round: (per-tensor error, per-token error)")
 
 
-def test_table_measured_with_a_wrong_per_token_function_is_refused():
-    """The per-token column measured with the student's function must be the
-    reference's within 2%; 5% off, or NaN, is refused."""
+def test_table_measured_with_a_wrong_per_token_function_earns_the_table():
+    """A table that faithfully measures the student's own per-token function
+    passes, however wrong that function is: its mistake costs exercise 1's
+    points, not these as well. A NaN it cannot hold is still refused."""
     reference = _measured()
-    for column in (reference[:, 1] * 1.05, np.full(4, np.nan)):
-        measured = reference.copy()
-        measured[:, 1] = column
-        assert _judge_table({}, {"table": measured, "measured": measured}) == (
-            f"measured with your per_token_round_trip, the per-token column is "
-            f"{quant_judges._listed(column)}; the reference measures "
-            f"{quant_judges._listed(reference[:, 1])} on the same batches. Hint: make "
-            "per_token_round_trip pass its own check first")
     measured = reference.copy()
-    measured[:, 1] *= 1.01
+    measured[:, 1] = reference[:, 0]  # a "per-token" function that is per-tensor
     assert _judge_table({}, {"table": measured, "measured": measured}) is None
+    measured[:, 1] = np.nan
+    assert "do not type the figures in" in _judge_table(
+        {}, {"table": reference, "measured": measured})
+
 
 
 def test_table_per_tensor_column_must_be_the_lessons():
@@ -1514,9 +1536,6 @@ def test_every_check_function_runs_its_check():
     quant_probes.check_delayed_scaler(NoClamp)
     with pytest.raises(CheckFailed, match="quant_delayed_saturation, .* clamp"):
         quant_probes.check_delayed_scaler_saturates(NoClamp)
-    quant_probes.check_scaling_predictions("per-tensor", "per-token", "about the same")
-    with pytest.raises(CheckFailed, match="not yet: loud_channel"):
-        quant_probes.check_scaling_predictions("per-tensor", "yes", "about the same")
     quant_probes.check_scaling_table(_measured_table(), quant.per_token_round_trip)
     with pytest.raises(CheckFailed, match="do not type the figures in"):
         quant_probes.check_scaling_table({k: (a * 1.05, b) for k, (a, b) in
@@ -1525,9 +1544,9 @@ def test_every_check_function_runs_its_check():
     quant_probes.check_spike_answer(16)
     with pytest.raises(CheckFailed, match="you answered 15"):
         quant_probes.check_spike_answer(15)
-    quant_probes.check_scaling_answers("a", "per-channel")
-    with pytest.raises(CheckFailed, match="channel_fix"):
-        quant_probes.check_scaling_answers("a", "per-token")
+    quant_probes.check_scaling_answers(*_true_scales_by_hand())
+    with pytest.raises(CheckFailed, match="ANSWER_QUIET_STORED_MAX is not yet right"):
+        quant_probes.check_scaling_answers(_true_scales_by_hand()[0], 0.5)
 
 
 def test_registry_cases_have_the_checks_inputs():

@@ -5,6 +5,7 @@ and wrong code, down to the sentence a student reads.
 """
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from normref.checks import (
     check_loud_token_errors,
     check_matmul_errors,
     check_mx_blocks,
+    check_mx_matmul,
     check_per_channel,
     check_smoothquant_fold,
     quant_judges,
@@ -209,28 +211,29 @@ def test_smoothing_factors_by_hand_and_their_meeting_point():
 
 def test_loud_tokens_keep_per_token_and_blocks_and_defeat_the_channel_schemes():
     errors = quant.loud_token_errors()
-    assert quant_judges.true_loud_token_winners() == {"per-token", "per-block"}
     best = min(errors.values())
+    assert {name for name, e in errors.items() if e < 1.25 * best} == {"per-token",
+                                                                      "per-block"}
     for scheme in ("per-tensor", "per-channel", "smoothquant"):
         assert errors[scheme] > 5 * best, scheme
     assert 0.02 < errors["per-token"] < 0.035  # the plain e4m3 error
 
 
-def test_why_smoothquant_fails_on_loud_tokens_is_a_not_b_or_c():
+def test_why_smoothquant_fails_on_loud_tokens():
     A, W, quiet = quant.loud_token_layer()
-    # not (b): the fold stays exact
+    # the fold stays exact
     A_smooth, W_smooth = quant.smoothquant_fold(A, W)
     exact = A.double() @ W.double()
     assert torch.allclose(A_smooth @ W_smooth, exact, rtol=1e-10,
                           atol=1e-10 * float(exact.abs().max()))
-    # (a): the fold divides a whole channel, so within each channel the gap between the
+    # the fold divides a whole channel, so within each channel the gap between the
     # loud and the quiet tokens is what it was, thousands of times
     def gap(a):
         return a[~quiet].abs().amax(0) / a[quiet].abs().amax(0)
 
     assert torch.allclose(gap(A_smooth), gap(A.double()))
     assert torch.all(gap(A.double()) > 1e3)
-    # not (c): with alpha = 1 the quiet tokens are no better off
+    # with alpha = 1 the quiet tokens are no better off
     A_one, W_one = quant.smoothquant_fold(A, W, 1.0)
     stored = quant.fp8_round_trip(A_one.float(), E4M3)
     one = quant.matmul_relative_error(A, stored, W, W_one, rows=quiet)
@@ -318,6 +321,17 @@ def mx_not_power_of_two(x, dtype):
     blocks = quant._blocks(x, 32)
     amax = blocks.abs().amax(dim=-1)
     X = torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
+    q = (blocks / X.unsqueeze(-1)).clamp(-fmax, fmax).flatten(-2)[..., :x.shape[-1]]
+    return q.to(dtype), X
+
+
+def mx_float32_log2(x, dtype):
+    """The spec's rule with floor(log2 amax) taken in float32."""
+    fmax = torch.finfo(dtype).max
+    blocks = quant._blocks(x, 32)
+    amax = blocks.abs().amax(dim=-1)
+    emax = math.floor(math.log2(fmax))
+    X = torch.where(amax > 0, 2.0 ** (torch.floor(torch.log2(amax)) - emax), 1.0)
     q = (blocks / X.unsqueeze(-1)).clamp(-fmax, fmax).flatten(-2)[..., :x.shape[-1]]
     return q.to(dtype), X
 
@@ -471,7 +485,7 @@ def test_matmul_errors_check_refuses_typed_figures_and_wrong_functions():
     with pytest.raises(CheckFailed, match="do not type the figures in"):
         check_matmul_errors(typed, *PAIRS)
     wrong = (PAIRS[0], (per_row_quantize, per_row_dequantize), *PAIRS[2:])
-    with pytest.raises(CheckFailed, match="per-channel matmul error"):
+    with pytest.raises(CheckFailed, match="do not type the figures in"):
         check_matmul_errors(_right_matmul_errors(), *wrong)
     with pytest.raises(CheckFailed, match="no entry for"):
         check_matmul_errors({"per-tensor": 0.5}, *PAIRS)
@@ -483,9 +497,16 @@ def test_matmul_errors_are_read_whatever_the_case_and_separators_of_their_names(
     check_matmul_errors(renamed, *PAIRS)
 
 
-def test_matmul_errors_check_names_a_wrong_smoothquant_fold():
-    with pytest.raises(CheckFailed, match="smoothquant matmul error"):
-        check_matmul_errors(_right_matmul_errors(), *PAIRS[:3], _fold_with_slips(divide=False))
+def test_matmul_errors_that_measure_wrong_functions_earn_the_table():
+    """The table is checked against the student's own functions only: their
+    mistakes cost their own exercises' points, not the table's as well."""
+    wrong = (PAIRS[0], (per_row_quantize, per_row_dequantize), PAIRS[2],
+             _fold_with_slips(divide=False))
+    A, W = quant.outlier_layer()
+    measured = dict(zip(quant_probes.MATMUL_SCHEMES,
+                        quant_probes._measure_schemes(wrong, A, W)))
+    assert measured["per-channel"] > 2 * _right_matmul_errors()["per-channel"]
+    check_matmul_errors(measured, *wrong)
 
 
 def test_loud_token_errors_check_passes_the_measurement_and_refuses_the_outlier_layers():
@@ -494,25 +515,70 @@ def test_loud_token_errors_check_passes_the_measurement_and_refuses_the_outlier_
         check_loud_token_errors(quant.matmul_errors(), *PAIRS)
 
 
-@pytest.mark.parametrize("winners", [{"per-token", "per-block"}, ["Per_Block", " per token"],
-                                     ("PER-TOKEN", "per-block")])
-def test_loud_token_answers_accept_any_container_case_and_separator(winners):
-    check_loud_token_answers(winners, " A")
+def _smooth_spread_by_hand():
+    """Question 3's ratio in numpy float64: SmoothQuant's s_c from the loud-token
+    layer, then the loud rows' max over the quiet rows' max."""
+    A, W, quiet = (t.numpy().astype(np.float64) if t.dtype != torch.bool else t.numpy()
+                   for t in quant.loud_token_layer())
+    s = np.abs(A).max(axis=0) ** 0.5 / np.abs(W).max(axis=1) ** 0.5
+    smooth = A / s
+    return np.abs(smooth[~quiet]).max() / np.abs(smooth[quiet]).max()
 
 
-@pytest.mark.parametrize("winners, why, words", [
-    (["per-token"], "a", "per-block is, and is missing"),
-    (["per-token", "per-block", "per-channel"], "a", "per-channel is not within 25%"),
-    ("per-token", "a", "per-block is, and is missing"),
-    (["per-token", "per-block"], "b", "ANSWER_SMOOTH_WHY"),
-    (["per-token", "per-block"], "c", "ANSWER_SMOOTH_WHY"),
-    (None, "a", "must hold names"),
-    (["token"], "a", "must hold names"),
-    (["per-token", "per-block"], "d", "must be one of"),
+def test_the_loud_tokens_stay_tens_of_thousands_of_times_louder_after_the_fold():
+    spread = _smooth_spread_by_hand()
+    assert quant_judges._true_smooth_spread()[0] == pytest.approx(spread, rel=1e-12)
+    assert spread > 1e4
+
+
+@pytest.mark.parametrize("as_given", [float, np.float32, torch.tensor, str,
+                                      lambda v: Fraction(v).limit_denominator(1000)])
+def test_smooth_spread_accepts_any_numeric_type(as_given):
+    check_loud_token_answers(as_given(_smooth_spread_by_hand()), quant.smoothquant_fold)
+
+
+def test_smooth_spread_measured_with_the_students_own_fold_passes():
+    """A wrong fold costs exercise 6's points; the ratio it measures is right here."""
+    slipped = _fold_with_slips(divide=False)
+    A, W, quiet = quant.loud_token_layer()
+    own = quant.loud_to_quiet_ratio(torch.as_tensor(slipped(A, W)[0]), quiet)
+    assert own != pytest.approx(_smooth_spread_by_hand(), rel=0.01)
+    check_loud_token_answers(own, slipped)
+    with pytest.raises(CheckFailed, match="not yet right"):
+        check_loud_token_answers(own, quant.smoothquant_fold)
+
+
+def test_smooth_spread_of_a_fold_that_raises_is_judged_on_the_reference():
+    def broken(X, W, alpha=0.5):
+        raise NotImplementedError()
+
+    check_loud_token_answers(_smooth_spread_by_hand(), broken)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda r, before: before, "before the fold"),
+    (lambda r, before: 1 / r, "turn it over"),
+    (lambda r, before: 1.0, "measure it rather than reason it out"),
+    (lambda r, before: 2 * r, "divide the largest"),
+    (lambda r, before: "large", "as a number"),
+    (lambda r, before: None, "as a number"),
 ])
-def test_loud_token_answers_name_what_is_wrong(winners, why, words):
+def test_smooth_spread_names_the_slip(wrong, words):
+    A, _, quiet = quant.loud_token_layer()
+    before = quant.loud_to_quiet_ratio(A, quiet)
     with pytest.raises(CheckFailed, match=words):
-        check_loud_token_answers(winners, why)
+        check_loud_token_answers(wrong(_smooth_spread_by_hand(), before),
+                                 quant.smoothquant_fold)
+
+
+def test_mx_float32_log2_is_named_on_an_amax_just_below_a_power_of_two():
+    """floor(torch.log2(amax)) in float32 passes every other case; for the
+    float32 just below 2**k its log2 rounds up to k, and X doubles."""
+    x = torch.tensor([[8 * (1 - 2.0**-24)] + [0.5] * 31])
+    assert torch.log2(x[0, 0]).item() == 3.0 and math.frexp(float(x[0, 0]))[1] == 3
+    assert quant.mx_quantize(x, E4M3)[1].item() == 2.0**-6
+    with pytest.raises(CheckFailed, match="float32's log2 rounds it up"):
+        check_mx_blocks(mx_float32_log2, quant.mx_dequantize)
 
 
 def _fold_with_slips(w_axis=1, divide=True):
@@ -555,3 +621,116 @@ def test_smoothquant_judge_names_the_column_max_where_the_shapes_cannot():
     verdict = quant_judges._judge_fold(case, {"x_smooth": X_smooth.numpy(),
                                               "w_smooth": W_smooth.numpy()})
     assert "down its columns" in verdict
+
+
+# ------------------------------------------------------------ the MX matmul
+
+
+def _mx_operands(n_tokens, d, d_out, seed, dtype=E4M3):
+    gen = torch.Generator().manual_seed(seed)
+    A = torch.randn(n_tokens, d, generator=gen) * 10.0 ** torch.randint(-3, 4, (1, d),
+                                                                          generator=gen)
+    W = torch.randn(d, d_out, generator=gen)
+    return (*quant.mx_quantize(A, dtype), *quant.mx_quantize(W.T.contiguous(), dtype))
+
+
+@pytest.mark.parametrize("dtype", quant.FP8_FORMATS)
+@pytest.mark.parametrize("n_tokens, d, d_out", [(3, 64, 2), (4, 40, 5), (2, 97, 3)])
+def test_mx_matmul_is_the_matmul_of_the_dequantized_operands(dtype, n_tokens, d, d_out):
+    """Block by block with the scales applied after each partial sum is, up to
+    float32 rounding, the float64 matmul of the two dequantized operands."""
+    qa, Xa, qw_t, Xw_t = _mx_operands(n_tokens, d, d_out, seed=d, dtype=dtype)
+    exact = (quant.mx_dequantize(qa, Xa).double()
+             @ quant.mx_dequantize(qw_t, Xw_t).double().T)
+    z = quant.mx_matmul(qa, Xa, qw_t, Xw_t)
+    assert z.dtype == torch.float32 and z.shape == (n_tokens, d_out)
+    scale = (quant.mx_dequantize(qa, Xa).double().abs()
+             @ quant.mx_dequantize(qw_t, Xw_t).double().abs().T)
+    assert torch.all((z.double() - exact).abs() <= 1e-6 * scale)
+
+
+def test_mx_block_partials_by_hand_with_loops():
+    qa, Xa, qw_t, Xw_t = _mx_operands(2, 40, 3, seed=1)
+    a, w = qa.double().numpy(), qw_t.double().numpy()
+    by_hand = np.zeros((2, 3, 2))
+    for t in range(2):
+        for j in range(3):
+            for c in range(40):
+                by_hand[t, j, c // 32] += a[t, c] * w[j, c]
+    partials = quant.mx_block_partials(qa, qw_t)
+    assert partials.shape == (2, 3, 2)
+    np.testing.assert_allclose(partials.double().numpy(), by_hand, rtol=1e-6)
+
+
+def _mx_partials_by_slices(qa, qw_t):
+    a, w = qa.float(), qw_t.float()
+    return torch.stack([a[:, s:s + 32] @ w[:, s:s + 32].T
+                        for s in range(0, a.shape[-1], 32)], dim=-1)
+
+
+def _mx_matmul_in_numpy(qa, Xa, qw_t, Xw_t):
+    partials = np.asarray(quant.mx_block_partials(qa, qw_t), np.float64)
+    return (partials * Xa.numpy()[:, None, :] * Xw_t.numpy()[None]).sum(-1)
+
+
+@pytest.mark.parametrize("partials, matmul", [
+    (quant.mx_block_partials, quant.mx_matmul),
+    (_mx_partials_by_slices, quant.mx_matmul),
+    (quant.mx_block_partials, _mx_matmul_in_numpy),
+], ids=["reference", "slices", "numpy"])
+def test_mx_matmul_check_passes_right_code(partials, matmul):
+    check_mx_matmul(partials, matmul)
+
+
+def _scaled_partials(qa, qw_t):
+    return quant.mx_block_partials(qa, qw_t) * 2.0**-3
+
+
+def _summed_partials(qa, qw_t):
+    return quant.mx_block_partials(qa, qw_t).sum(-1)
+
+
+def _unscaled(qa, Xa, qw_t, Xw_t):
+    return quant.mx_block_partials(qa, qw_t).sum(-1)
+
+
+def _divided(qa, Xa, qw_t, Xw_t):
+    return (quant.mx_block_partials(qa, qw_t) / Xa[:, None, :] / Xw_t[None]).sum(-1)
+
+
+def _first_block_scales(qa, Xa, qw_t, Xw_t):
+    return quant.mx_block_partials(qa, qw_t).sum(-1) * Xa[:, :1] * Xw_t[:, 0]
+
+
+def _outputs_first(qa, Xa, qw_t, Xw_t):
+    return quant.mx_matmul(qa, Xa, qw_t, Xw_t).T
+
+
+def _fp8_products(qa, qw_t):
+    return (qa.unsqueeze(1) * qw_t.unsqueeze(0)).sum(-1)
+
+
+@pytest.mark.parametrize("partials, matmul, words", [
+    (_summed_partials, quant.mx_matmul, "keep the block axis"),
+    (_scaled_partials, quant.mx_matmul, "expected shape"),
+    (quant.mx_block_partials, _unscaled, "needs its own two scales"),
+    (quant.mx_block_partials, _divided, "do not divide"),
+    (quant.mx_block_partials, _first_block_scales, "then add, instead of adding first"),
+    (quant.mx_block_partials, _outputs_first, "A's tokens come first"),
+    (_fp8_products, quant.mx_matmul, "cast back with .float"),
+], ids=lambda v: getattr(v, "__name__", None))
+def test_mx_matmul_check_names_the_slip(partials, matmul, words):
+    with pytest.raises((CheckFailed, NotImplementedError, RuntimeError), match=words):
+        check_mx_matmul(partials, matmul)
+
+
+def test_mx_matmul_judge_names_partials_that_carry_the_scales():
+    qa, Xa, qw_t, Xw_t = _mx_operands(2, 64, 3, seed=2)
+    case = {"qa": qa.float().numpy(), "Xa": Xa.numpy(), "qw_t": qw_t.float().numpy(),
+            "Xw_t": Xw_t.numpy(), "dtype": np.array("float8_e4m3fn")}
+    partials = quant.mx_block_partials(qa, qw_t) * Xa[:, None, :] * Xw_t[None]
+    output = {"partials": partials.double().numpy(),
+              "z": quant.mx_matmul(qa, Xa, qw_t, Xw_t).double().numpy()}
+    assert "already carry the scales" in quant_judges._judge_mx_matmul(case, output)
+    output["partials"] = quant.mx_block_partials(qa, qw_t).double().numpy()
+    assert quant_judges._judge_mx_matmul(case, output) is None
