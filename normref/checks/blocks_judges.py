@@ -402,7 +402,7 @@ def _judge_prediction(case, output):
     return _given(output, ("predict_flattest", "predict_steepest"))
 
 
-# --- exercise 7: the gradient profile with the later branches cut ---
+# --- exercise 8: the gradient profile with the later branches cut ---
 
 def _model_weights(rng, vocab, d, n_layers, d_ff, max_len):
     """Weights for every parameter of a Pre-LN TinyLM, keyed "w:<name>"."""
@@ -642,7 +642,7 @@ def _judge_cut_prediction(case, output):
     return None
 
 
-# --- exercise 8: adaLN-Zero ---
+# --- exercise 9: adaLN-Zero ---
 
 def _adaln_cases(rng):
     def case(batch, seq_len, d, heads, d_ff, d_cond, offset=0.0):

@@ -220,7 +220,7 @@ def check_prediction(**answers):
     run_check("blocks_prediction", answers, _answers_as_text)
 
 
-# --- exercise 7: the gradient profile with the later branches cut ---
+# --- exercise 8: the gradient profile with the later branches cut ---
 
 def _sandwich_harness(PreLNBlock):
     """Test scaffolding: a sandwich-LN block made from the notebook's
@@ -311,7 +311,7 @@ def check_cut_prediction(**answers):
     run_check("blocks_cut_prediction", answers, _answers_as_text)
 
 
-# --- exercise 8: adaLN-Zero ---
+# --- exercise 9: adaLN-Zero ---
 
 ADALN_CONTRACT = (
     "attn.qkv.weight (3d, d), attn.qkv.bias (3d,), attn.proj.weight (d, d), "

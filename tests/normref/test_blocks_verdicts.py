@@ -940,9 +940,15 @@ def test_every_check_function_runs_its_check():
     with pytest.raises(CheckFailed, match="blocks_first_step_update, .*left the model changed"):
         blocks_probes.check_first_step_update(_update_left_stepped, _TestLM, blocks.PreLNBlock,
                                               blocks.PostLNBlock)
+    blocks_probes.check_warmup_lr(blocks.warmup_lr)
+    with pytest.raises(CheckFailed, match="blocks_warmup_lr, .*divides by zero"):
+        blocks_probes.check_warmup_lr(lambda step, lr, warmup: lr * min(1, (step + 1) / warmup))
+    blocks_probes.check_warmup_sweep(fails_without=1e-2, fails_with=3e-2)
+    with pytest.raises(CheckFailed, match="blocks_warmup_sweep, .*already fails at 0.01"):
+        blocks_probes.check_warmup_sweep(fails_without=3e-2, fails_with=3e-2)
 
 
-# --- exercise 7: gradient_profile and the prediction ---
+# --- exercise 8: gradient_profile and the prediction ---
 
 class _TestLM(nn.Module):
     """The notebook's TinyLM(vocab, d, blocks, final_ln, max_len)."""
@@ -1149,7 +1155,7 @@ def test_cut_prediction_needs_one_of_the_letters():
     assert "answer with one of" in judge({}, {"predict_cut": np.array("None")})
 
 
-# --- exercise 8: adaLN-Zero ---
+# --- exercise 9: adaLN-Zero ---
 
 def _adaln_verdict(block_class):
     case = blocks_judges._adaln_cases(np.random.default_rng(1))[0][1]
