@@ -462,3 +462,36 @@ def train_copy_task(norm_position, n_layers, lr, warmup_steps, steps, seed, d_mo
         optimizer.step()
         losses.append(loss.item())
     return losses
+
+
+def warmup_lr(step, lr, warmup_steps):
+    """The learning rate of step `step` (0 = the first) under a linear
+    warm-up: lr * (step + 1) / warmup_steps for the first warmup_steps
+    steps, then lr; warmup_steps = 0 means no warm-up."""
+    if warmup_steps == 0:
+        return lr
+    return lr * min(1.0, (step + 1) / warmup_steps)
+
+
+# The assignment's warm-up sweep: Post-LN models of the toy, Adam as in the papers.
+SWEEP = {"n_layers": 4, "steps": 60, "last": 10, "stuck_above": 2.5,
+         "rates": (3e-3, 1e-2, 3e-2, 1e-1), "warmup_steps": 20}
+
+
+def sweep_final_loss(lr, warmup_steps, seed=0, kind="post"):
+    """Mean loss of the last SWEEP["last"] of SWEEP["steps"] Adam steps
+    (betas 0.9, 0.98) on fresh copy-task batches, for an experiment_model of
+    SWEEP["n_layers"] blocks, the learning rate following warmup_lr. Chance
+    is ln 15 = 2.708; above SWEEP["stuck_above"] the model learned nothing."""
+    model = experiment_model(kind, SWEEP["n_layers"], seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), foreach=True)
+    losses = []
+    for step in range(SWEEP["steps"]):
+        for group in optimizer.param_groups:
+            group["lr"] = warmup_lr(step, lr, warmup_steps)
+        loss = lm_loss(model, experiment_batch(seed * 100_003 + step))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return sum(losses[-SWEEP["last"]:]) / SWEEP["last"]

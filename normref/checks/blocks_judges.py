@@ -1,6 +1,7 @@
 """Unit 05 checks, the grader-facing half: inputs, references, diagnoses."""
 
 import contextlib
+import functools
 
 import numpy as np
 import torch
@@ -401,7 +402,7 @@ def _judge_prediction(case, output):
     return _given(output, ("predict_flattest", "predict_steepest"))
 
 
-# --- exercise 7: the gradient profile with the later branches cut ---
+# --- exercise 8: the gradient profile with the later branches cut ---
 
 def _model_weights(rng, vocab, d, n_layers, d_ff, max_len):
     """Weights for every parameter of a Pre-LN TinyLM, keyed "w:<name>"."""
@@ -415,44 +416,55 @@ def _model_weights(rng, vocab, d, n_layers, d_ff, max_len):
 
 
 def _gradient_profile_cases(rng):
-    def case(vocab, d, heads, d_ff, n_layers, batch, n_symbols):
+    def case(kind, vocab, d, heads, d_ff, n_layers, batch, n_symbols):
         max_len = 2 * n_symbols
         inputs = rng.integers(0, vocab, (batch, max_len))
         targets = rng.integers(0, vocab, (batch, max_len))
         targets[:, :n_symbols] = blocks.IGNORE
-        return {"vocab": np.array(vocab), "d_model": np.array(d), "n_heads": np.array(heads),
-                "d_ff": np.array(d_ff), "n_layers": np.array(n_layers),
-                "max_len": np.array(max_len), "inputs": inputs, "targets": targets,
-                **_model_weights(rng, vocab, d, n_layers, d_ff, max_len)}
+        weights = _model_weights(rng, vocab, d, n_layers, d_ff, max_len)
+        if kind == "sandwich":
+            for i in range(n_layers):
+                for norm in ("ln1_out", "ln2_out"):
+                    weights.update(_layer_norm(rng, d, f"blocks.{i}.{norm}"))
+        return {"kind": np.array(kind), "vocab": np.array(vocab), "d_model": np.array(d),
+                "n_heads": np.array(heads), "d_ff": np.array(d_ff),
+                "n_layers": np.array(n_layers), "max_len": np.array(max_len),
+                "inputs": inputs, "targets": targets, **weights}
 
     return [("3 Pre-LN blocks, d = 8, 2 heads, d_ff = 16, vocabulary 7, 2 sequences of 6",
-             case(7, 8, 2, 16, 3, 2, 3)),
+             case("pre", 7, 8, 2, 16, 3, 2, 3)),
             ("4 Pre-LN blocks, d = 12, 3 heads, d_ff = 20, vocabulary 9, 3 sequences of 8",
-             case(9, 12, 3, 20, 4, 3, 4))]
+             case("pre", 9, 12, 3, 20, 4, 3, 4)),
+            ("3 sandwich-LN blocks, d = 8, 2 heads, d_ff = 16, vocabulary 7, 2 sequences "
+             "of 6", case("sandwich", 7, 8, 2, 16, 3, 2, 3))]
 
 
 def _reference_model(case):
     d, heads, d_ff = int(case["d_model"]), int(case["n_heads"]), int(case["d_ff"])
-    model = blocks.TinyLM(int(case["vocab"]), d, int(case["n_layers"]), heads, "pre",
-                          d_ff=d_ff, max_len=int(case["max_len"]))
+    model = blocks.TinyLM(int(case["vocab"]), d, int(case["n_layers"]), heads,
+                          str(case["kind"]), d_ff=d_ff, max_len=int(case["max_len"]))
     probes._load_by_contract(model, probes._weights(case), "the reference")
     batch = (torch.from_numpy(case["inputs"]), torch.from_numpy(case["targets"]))
     return model, batch
 
 
 def _profile_by_hand(model, batch, *, cut_attn=False, cut_mlp=False, cut_stream=False,
-                     final_ln=True, positions=True):
+                     final_ln=True, positions=True, output_norms=True):
     """The profile of a slip, computed step by step: which tensors are cut,
-    and what the forward pass leaves out."""
+    and what the forward pass leaves out (output_norms=False: a sandwich-LN
+    block run as a Pre-LN one, without ln1_out and ln2_out)."""
     inputs, targets = batch
     h = model.tok_emb(inputs)  # B, T, d
     if positions:
         h = h + model.pos_emb(torch.arange(inputs.shape[1]))
+    keep = torch.nn.Identity()
     for block in model.blocks:
+        out1, out2 = ((getattr(block, "ln1_out", keep), getattr(block, "ln2_out", keep))
+                      if output_norms else (keep, keep))
         a_in = h.detach() if cut_attn else h
-        h = (h.detach() if cut_stream else h) + block.attn(block.ln1(a_in))
+        h = (h.detach() if cut_stream else h) + out1(block.attn(block.ln1(a_in)))
         m_in = h.detach() if cut_mlp else h
-        h = (h.detach() if cut_stream else h) + block.mlp(block.ln2(m_in))
+        h = (h.detach() if cut_stream else h) + out2(block.mlp(block.ln2(m_in)))
     logits = model.head(model.ln_f(h) if final_ln else h)  # B, T, vocab
     loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=blocks.IGNORE)
     weights = [block.mlp.proj.weight for block in model.blocks]
@@ -478,6 +490,13 @@ def _judge_gradient_profile(case, output):
             "cut the MLP branch too: ln2's input must be detached as well as ln1's":
                 _profile_by_hand(model, batch, cut_attn=True),
         }
+        if str(case["kind"]) == "sandwich":
+            slips_cut["on this sandwich-LN model your cut profile leaves out ln1_out and "
+                      "ln2_out, as if its blocks were Pre-LN ones: cut where ln1 and ln2 "
+                      "read the stream and keep every block's own forward pass (a hook "
+                      "on ln1 and ln2 does; replacing the blocks' class does not)"] = (
+                _profile_by_hand(model, batch, cut_attn=True, cut_mlp=True,
+                                 output_norms=False))
         slips_both = {
             "the loss goes through the final LN, ln_f, before the head":
                 (_profile_by_hand(model, batch, cut_attn=True, cut_mlp=True, final_ln=False),
@@ -623,7 +642,7 @@ def _judge_cut_prediction(case, output):
     return None
 
 
-# --- exercise 8: adaLN-Zero ---
+# --- exercise 9: adaLN-Zero ---
 
 def _adaln_cases(rng):
     def case(batch, seq_len, d, heads, d_ff, d_cond, offset=0.0):
@@ -710,6 +729,98 @@ def _judge_adaln_zero(case, output):
                 "initialization")
     return None
 
+# --- exercise 7: warm-up ---
+
+def _warmup_lr_cases(rng):
+    return [("lr 3e-3, warm-up of 4 steps, steps 0 to 7",
+             {"lr": np.array(3e-3), "warmup_steps": np.array(4), "steps": np.array(8)}),
+            ("lr 0.05, warm-up of 20 steps, steps 0 to 29",
+             {"lr": np.array(0.05), "warmup_steps": np.array(20), "steps": np.array(30)}),
+            ("lr 1e-2, no warm-up (warmup_steps = 0), steps 0 to 4",
+             {"lr": np.array(1e-2), "warmup_steps": np.array(0), "steps": np.array(5)})]
+
+
+def _judge_warmup_lr(case, output):
+    lr, warmup, steps = float(case["lr"]), int(case["warmup_steps"]), int(case["steps"])
+    if bool(output["zero_division"]):
+        return (f"warmup_lr(step, {lr:g}, 0) divides by zero. Hint: warmup_steps = 0 means "
+                "no warm-up: the rate is lr from the first step")
+    got = output["rates"]
+    expected = np.array([blocks.warmup_lr(step, lr, warmup) for step in range(steps)])
+    problem = mismatch(got, expected, dtype=F64,
+                       what=f"your rates for steps 0 to {steps - 1}")
+    if not problem:
+        return None
+    ramp = np.arange(steps) / max(warmup, 1)
+    slips = {
+        "step counts from 0, and the first step already moves: it gets lr / warmup_steps, "
+        "not 0, and step warmup_steps - 1 reaches lr": lr * np.minimum(1.0, ramp),
+        "after the warm-up the rate stays at lr: it does not go on rising":
+            lr * (np.arange(steps) + 1) / max(warmup, 1),
+        "the rate rises to lr, it does not fall from it":
+            lr * np.maximum(0.0, 1 - np.arange(steps) / max(warmup, 1)),
+    }
+    if warmup:
+        for hint, wrong in slips.items():
+            if matches(got, wrong, dtype=F64):
+                return f"{problem}. Hint: {hint}"
+    return problem
+
+
+def _reference_stuck(lr, warmup_steps):
+    """Whether the reference Post-LN toy, seed 0, ends stuck near chance; and its loss."""
+    loss = _sweep_loss(float(lr), int(warmup_steps))
+    return loss > blocks.SWEEP["stuck_above"], loss
+
+
+@functools.lru_cache(maxsize=32)
+def _sweep_loss(lr, warmup_steps):
+    with _one_thread():
+        return blocks.sweep_final_loss(lr, warmup_steps, seed=0)
+
+
+def _grid_rate(value, rates):
+    """The grid rate that value is (relative tolerance 1e-6), or None."""
+    for rate in rates:
+        if np.isfinite(value) and abs(value - rate) <= 1e-6 * rate:
+            return rate
+    return None
+
+
+def _judge_warmup_sweep(case, output):
+    rates, warmup = blocks.SWEEP["rates"], blocks.SWEEP["warmup_steps"]
+    grid = ", ".join(f"{r:g}" for r in rates)
+    found = {}
+    for name in ("fails_without", "fails_with"):
+        if name not in output:
+            return f"no answer given for {name}"
+        value = float(output[name])
+        rate = _grid_rate(value, rates)
+        if rate is None:
+            shown = str(output.get(f"{name}:text", value))
+            return (f"{name} is {shown}; answer with one of the rates of the sweep "
+                    f"({grid}), the lowest at which the model fails")
+        found[name] = rate
+    for name, steps in (("fails_without", 0), ("fails_with", warmup)):
+        rate = found[name]
+        setting = f"{steps}-step warm-up" if steps else "no warm-up"
+        stuck, loss = _reference_stuck(rate, steps)
+        if not stuck:
+            return (f"{name} is {rate:g}, but at that rate Post-LN with {setting} learns "
+                    f"(final loss {loss:.2f}, not above {blocks.SWEEP['stuck_above']}). "
+                    "Hint: a run fails when its final loss stays above the threshold; check "
+                    "warmup_lr and which run your sweep reads")
+        lower = [r for r in rates if r < rate]
+        if lower:
+            stuck_below, loss_below = _reference_stuck(lower[-1], steps)
+            if stuck_below:
+                return (f"{name} is {rate:g}, but Post-LN with {setting} already fails at "
+                        f"{lower[-1]:g} (final loss {loss_below:.2f}). Hint: return the "
+                        "lowest failing rate: try the rates from small to large and stop "
+                        "at the first failure")
+    return None
+
+
 CHECKS = {
     "blocks_sandwich_ln": Check(_sandwich_cases, _block_judge("sandwich", _diagnose_sandwich)),
     "blocks_deepnorm": Check(_deepnorm_cases, _block_judge("deepnorm", _diagnose_deepnorm)),
@@ -720,4 +831,7 @@ CHECKS = {
     "blocks_first_step_update": Check(_first_step_update_cases, _judge_first_step_update),
     "blocks_cut_prediction": Check(_one_case("your prediction"), _judge_cut_prediction),
     "blocks_adaln_zero": Check(_adaln_cases, _judge_adaln_zero),
+    "blocks_warmup_lr": Check(_warmup_lr_cases, _judge_warmup_lr),
+    "blocks_warmup_sweep": Check(_one_case("the rates at which the toy fails"),
+                                 _judge_warmup_sweep),
 }

@@ -9,6 +9,8 @@ initialization check run without depending on the student's blocks; the
 model check, likewise, runs only the provided blocks.
 """
 
+import contextlib
+
 import numpy as np
 
 from normref.checks._runner import run_check, to_array
@@ -143,17 +145,47 @@ def check_deepnorm_scale(deepnorm_scale_):
     run_check("blocks_deepnorm_scale", deepnorm_scale_, _probe_deepnorm_scale)
 
 
+def _scale_like_deepnet(block, beta):
+    """Test scaffolding: DeepNet's beta on the value rows of attn.qkv and on
+    attn.proj, mlp.fc and mlp.proj, so that make_model is judged on how it
+    builds and initializes a model, not on the student's deepnorm_scale_,
+    which exercise 3 grades."""
+    torch = _torch()
+    with torch.no_grad():
+        qkv = block.attn.qkv.weight
+        qkv[2 * qkv.shape[1]:] *= beta
+        for linear in (block.attn.proj, block.mlp.fc, block.mlp.proj):
+            linear.weight *= beta
+
+
+@contextlib.contextmanager
+def _scaffold_deepnorm_scale(make_model):
+    """While make_model runs, the deepnorm_scale_ it calls by name from its
+    notebook is the scaffolding above."""
+    found = getattr(make_model, "__globals__", {})
+    own = found.get("deepnorm_scale_")
+    if own is not None:
+        found["deepnorm_scale_"] = _scale_like_deepnet
+    try:
+        yield
+    finally:
+        if own is not None:
+            found["deepnorm_scale_"] = own
+
+
 def _probe_make_model(make_model, case):
     """Build the student's model for one kind and seed. Report its parameter
     names and the norm of each parameter (the initialization), each block's
     alpha (NaN where it has none) and, for the provided Pre-LN and Post-LN
     blocks only, the gradient norm of every block's mlp.proj.weight on the
     case's batch, as the notebook's grad_norms_by_layer measures it: the
-    student's own new blocks are judged by their own exercises."""
+    student's own new blocks are judged by their own exercises, and so is
+    their deepnorm_scale_ (see _scaffold_deepnorm_scale)."""
     torch = _torch()
     F = torch.nn.functional
     kind = str(case["kind"])
-    model = make_model(kind, int(case["n_layers"]), int(case["seed"]))
+    with _scaffold_deepnorm_scale(make_model):
+        model = make_model(kind, int(case["n_layers"]), int(case["seed"]))
     params = sorted(model.named_parameters())
     result = {
         "names": np.array("\n".join(name for name, _ in params)),
@@ -188,18 +220,40 @@ def check_prediction(**answers):
     run_check("blocks_prediction", answers, _answers_as_text)
 
 
-# --- exercise 7: the gradient profile with the later branches cut ---
+# --- exercise 8: the gradient profile with the later branches cut ---
+
+def _sandwich_harness(PreLNBlock):
+    """Test scaffolding: a sandwich-LN block made from the notebook's
+    provided Pre-LN block, so that gradient_profile is checked on sandwich-LN
+    without depending on the student's own SandwichLNBlock (exercise 1)."""
+    nn = _torch().nn
+
+    class SandwichHarnessBlock(PreLNBlock):
+        def __init__(self, d_model, n_heads, d_ff):
+            super().__init__(d_model, n_heads, d_ff)
+            self.ln1_out = nn.LayerNorm(d_model)
+            self.ln2_out = nn.LayerNorm(d_model)
+
+        def forward(self, x):
+            x = x + self.ln1_out(self.attn(self.ln1(x)))
+            return x + self.ln2_out(self.mlp(self.ln2(x)))
+
+    return SandwichHarnessBlock
+
 
 def _probe_gradient_profile(subject, case):
-    """Build a Pre-LN TinyLM from the notebook's provided classes, load the
-    case's weights (float64), and call the student's gradient_profile three
-    times on it: cut, intact, then with the default, in that order (so that
-    a cut left behind by the first call shows in the next two)."""
+    """Build a Pre-LN or sandwich-LN TinyLM from the notebook's provided
+    classes, load the case's weights (float64), and call the student's
+    gradient_profile three times on it: cut, intact, then with the default,
+    in that order (so that a cut left behind by the first call shows in the
+    next two)."""
     gradient_profile, TinyLM, PreLNBlock = subject
     torch = _torch()
     d, heads, d_ff = int(case["d_model"]), int(case["n_heads"]), int(case["d_ff"])
+    block = (_sandwich_harness(PreLNBlock) if str(case["kind"]) == "sandwich"
+             else PreLNBlock)
     model = TinyLM(int(case["vocab"]), d,
-                   [PreLNBlock(d, heads, d_ff) for _ in range(int(case["n_layers"]))],
+                   [block(d, heads, d_ff) for _ in range(int(case["n_layers"]))],
                    True, max_len=int(case["max_len"]))
     _load_by_contract(model, _weights(case), "the test model")
     batch = (torch.from_numpy(case["inputs"].copy()), torch.from_numpy(case["targets"].copy()))
@@ -212,8 +266,9 @@ def _probe_gradient_profile(subject, case):
 
 
 def check_gradient_profile(gradient_profile, TinyLM, PreLNBlock):
-    """Check gradient_profile(model, batch, detach_branches) on Pre-LN models
-    built from the provided classes, against the reference, in float64."""
+    """Check gradient_profile(model, batch, detach_branches) on Pre-LN and
+    sandwich-LN models built from the provided classes, against the
+    reference, in float64."""
     run_check("blocks_gradient_profile", (gradient_profile, TinyLM, PreLNBlock),
               _probe_gradient_profile)
 
@@ -256,7 +311,7 @@ def check_cut_prediction(**answers):
     run_check("blocks_cut_prediction", answers, _answers_as_text)
 
 
-# --- exercise 8: adaLN-Zero ---
+# --- exercise 9: adaLN-Zero ---
 
 ADALN_CONTRACT = (
     "attn.qkv.weight (3d, d), attn.qkv.bias (3d,), attn.proj.weight (d, d), "
@@ -292,3 +347,44 @@ def check_adaln_zero_block(AdaLNZeroBlock):
     identity with a gradient reaching ada; with the grader's weights, output
     and gradients (x, cond, every parameter) against the reference, float64."""
     run_check("blocks_adaln_zero", AdaLNZeroBlock, _probe_adaln_zero)
+
+
+# --- exercise 7: warm-up ---
+
+def _probe_warmup_lr(warmup_lr, case):
+    """The student's learning rate at every step of the case's range, as
+    floats; NaN where the call failed by dividing by zero (reported as such)."""
+    lr, warmup_steps = float(case["lr"]), int(case["warmup_steps"])
+    rates = []
+    for step in range(int(case["steps"])):
+        try:
+            value = warmup_lr(step, lr, warmup_steps)
+        except ZeroDivisionError:
+            return {"rates": np.array([]), "zero_division": np.array(True)}
+        rates.append(float(to_array(value, what=f"warmup_lr({step}, {lr:g}, "
+                                               f"{warmup_steps})").reshape(())))
+    return {"rates": np.array(rates), "zero_division": np.array(False)}
+
+
+def check_warmup_lr(warmup_lr):
+    """Check warmup_lr(step, lr, warmup_steps) against the linear warm-up."""
+    run_check("blocks_warmup_lr", warmup_lr, _probe_warmup_lr)
+
+
+def _rates_as_numbers(answers, case):
+    """Each answer as a float (numbers, numpy and torch scalars, fractions,
+    strings such as "1e-2"); NaN with "<name>:text" when it is none of them."""
+    result = {}
+    for name, value in answers.items():
+        try:
+            result[name] = np.array(float(value))
+        except (TypeError, ValueError):
+            result[name] = np.array(np.nan)
+            result[f"{name}:text"] = np.array(str(value))
+    return result
+
+
+def check_warmup_sweep(**answers):
+    """Check the lowest learning rates at which the Post-LN toy fails to
+    learn, without and with warm-up, against training runs of the reference."""
+    run_check("blocks_warmup_sweep", answers, _rates_as_numbers)

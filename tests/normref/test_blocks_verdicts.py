@@ -695,6 +695,50 @@ def test_make_model_right_models_pass():
         assert _judge_make_model(case, _model_output(blocks.experiment_model, case)) is None
 
 
+NOTEBOOK_MAKE_MODEL = """
+def make_model(kind, n_layers, seed):
+    model = blocks.TinyLM(16, 64, n_layers, 4, kind, d_ff=256, max_len=16)
+    blocks.init_like_xiong(model, seed)
+    if kind == "deepnorm":
+        for block in model.blocks:
+            deepnorm_scale_(block, blocks.deepnorm_constants(n_layers)[1])
+    return model
+"""
+
+
+def _notebook_make_model(deepnorm_scale_):
+    """make_model as a notebook defines it: it calls the notebook's
+    deepnorm_scale_ by name."""
+    namespace = {"blocks": blocks, "deepnorm_scale_": deepnorm_scale_}
+    exec(NOTEBOOK_MAKE_MODEL, namespace)
+    return namespace
+
+
+def _scales_every_qkv_row(block, beta):
+    with torch.no_grad():
+        for linear in (block.attn.qkv, block.attn.proj, block.mlp.fc, block.mlp.proj):
+            linear.weight *= beta
+
+
+def test_make_model_is_judged_apart_from_a_wrong_deepnorm_scale():
+    """A deepnorm_scale_ slip costs exercise 3 only: while the grader calls
+    make_model, the deepnorm_scale_ it calls is a right one, and the
+    notebook's own comes back afterwards."""
+    namespace = _notebook_make_model(_scales_every_qkv_row)
+    case = _model_case("deepnorm")
+    assert _judge_make_model(case, _model_output(namespace["make_model"], case)) is None
+    assert namespace["deepnorm_scale_"] is _scales_every_qkv_row
+
+
+def test_scaffold_scale_is_deepnets():
+    mine, reference = blocks.DeepNormBlock(8, 2, 16, 2.0), blocks.DeepNormBlock(8, 2, 16, 2.0)
+    reference.load_state_dict(mine.state_dict())
+    blocks_probes._scale_like_deepnet(mine, 0.3)
+    blocks.deepnorm_scale_(reference, 0.3)
+    for (name, got), want in zip(mine.named_parameters(), reference.parameters()):
+        assert torch.equal(got, want), name
+
+
 def test_make_model_float32_noise_passes():
     """Norms are compared at float32's tolerance (rtol 1e-4), not float64's."""
     case = _model_case("pre")
@@ -896,9 +940,15 @@ def test_every_check_function_runs_its_check():
     with pytest.raises(CheckFailed, match="blocks_first_step_update, .*left the model changed"):
         blocks_probes.check_first_step_update(_update_left_stepped, _TestLM, blocks.PreLNBlock,
                                               blocks.PostLNBlock)
+    blocks_probes.check_warmup_lr(blocks.warmup_lr)
+    with pytest.raises(CheckFailed, match="blocks_warmup_lr, .*divides by zero"):
+        blocks_probes.check_warmup_lr(lambda step, lr, warmup: lr * min(1, (step + 1) / warmup))
+    blocks_probes.check_warmup_sweep(fails_without=1e-2, fails_with=3e-2)
+    with pytest.raises(CheckFailed, match="blocks_warmup_sweep, .*already fails at 0.01"):
+        blocks_probes.check_warmup_sweep(fails_without=3e-2, fails_with=3e-2)
 
 
-# --- exercise 7: gradient_profile and the prediction ---
+# --- exercise 8: gradient_profile and the prediction ---
 
 class _TestLM(nn.Module):
     """The notebook's TinyLM(vocab, d, blocks, final_ln, max_len)."""
@@ -917,11 +967,34 @@ class _TestLM(nn.Module):
         return self.head(self.ln_f(h))
 
 
-def _profile_verdict(gradient_profile):
-    case = blocks_judges._gradient_profile_cases(np.random.default_rng(0))[0][1]
+def _profile_verdict(gradient_profile, kind="pre"):
+    cases = blocks_judges._gradient_profile_cases(np.random.default_rng(0))
+    case = next(case for _, case in cases if str(case["kind"]) == kind)
     output = _as_arrays(blocks_probes._probe_gradient_profile(
         (gradient_profile, _TestLM, blocks.PreLNBlock), case))
     return blocks_judges._judge_gradient_profile(case, output)
+
+
+class _PreLNCut(blocks.PreLNBlock):
+    """The lesson's DetachedPreLNBlock."""
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x.detach()))
+        return x + self.mlp(self.ln2(x.detach()))
+
+
+def _class_swap(model, batch, detach_branches=False):
+    """The lesson's trick: every block becomes a cut Pre-LN block for the
+    measurement, and gets its own class back afterwards."""
+    classes = [block.__class__ for block in model.blocks]
+    if detach_branches:
+        for block in model.blocks:
+            block.__class__ = _PreLNCut
+    try:
+        return blocks.grad_norms_by_layer(model, batch)
+    finally:
+        for block, cls in zip(model.blocks, classes):
+            block.__class__ = cls
 
 
 def _right_profile(model, batch, detach_branches=False):
@@ -962,8 +1035,36 @@ def _default_true(model, batch, detach_branches=True):
     return blocks.grad_norms_by_layer(model, batch, detach_branches)
 
 
-def test_gradient_profile_right_answer_passes():
-    assert _profile_verdict(_right_profile) is None
+@pytest.mark.parametrize("kind", ["pre", "sandwich"])
+def test_gradient_profile_right_answer_passes(kind):
+    assert _profile_verdict(_right_profile, kind) is None
+
+
+def test_gradient_profile_cases_include_sandwich_ln_with_its_output_norms():
+    cases = blocks_judges._gradient_profile_cases(np.random.default_rng(0))
+    for label, case in cases:
+        kind = str(case["kind"])
+        assert label.split(" blocks")[0].endswith({"pre": "Pre-LN",
+                                                   "sandwich": "sandwich-LN"}[kind])
+        assert ("w:blocks.0.ln1_out.weight" in case) == (kind == "sandwich")
+    assert {str(case["kind"]) for _, case in cases} == {"pre", "sandwich"}
+
+
+def test_the_lessons_class_swap_passes_pre_ln_and_fails_sandwich_ln_naming_it():
+    assert _profile_verdict(_class_swap, "pre") is None
+    verdict = _profile_verdict(_class_swap, "sandwich")
+    assert verdict is not None and "leaves out ln1_out and ln2_out" in verdict, verdict
+
+
+def test_probe_sandwich_harness_matches_the_reference_sandwich_block():
+    harness = blocks_probes._sandwich_harness(blocks.PreLNBlock)(8, 2, 16).double()
+    reference = blocks.SandwichLNBlock(8, 2, 16).double()
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    harness.load_state_dict(reference.state_dict())
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    torch.testing.assert_close(harness(x), reference(x))
 
 
 @pytest.mark.parametrize("mistake, hint", [
@@ -1054,7 +1155,7 @@ def test_cut_prediction_needs_one_of_the_letters():
     assert "answer with one of" in judge({}, {"predict_cut": np.array("None")})
 
 
-# --- exercise 8: adaLN-Zero ---
+# --- exercise 9: adaLN-Zero ---
 
 def _adaln_verdict(block_class):
     case = blocks_judges._adaln_cases(np.random.default_rng(1))[0][1]
@@ -1108,4 +1209,77 @@ def test_adaln_right_block_passes():
 ])
 def test_adaln_mistakes_are_named(mistake, hint):
     verdict = _adaln_verdict(mistake)
+    assert verdict is not None and hint in verdict, verdict
+
+
+# --- exercise 7: warm-up ---
+
+def _warmup_verdicts(warmup_lr):
+    verdicts = []
+    for _, case in blocks_judges._warmup_lr_cases(np.random.default_rng(0)):
+        output = _as_arrays(blocks_probes._probe_warmup_lr(warmup_lr, case))
+        verdicts.append(blocks_judges._judge_warmup_lr(case, output))
+    return verdicts
+
+
+def _warmup_by_loop(step, lr, warmup_steps):
+    """The unusual route: a torch scalar, from the ramp's list of rates."""
+    ramp = [lr * (k + 1) / warmup_steps for k in range(warmup_steps)]
+    return torch.tensor(ramp[step] if step < warmup_steps else lr, dtype=torch.float64)
+
+
+def test_warmup_lr_is_the_linear_ramp_of_xiong_and_vaswani():
+    """Independent of the reference's formula: the ramp's rates are lr/w, 2lr/w, ..., lr."""
+    rates = [blocks.warmup_lr(step, 0.1, 4) for step in range(6)]
+    np.testing.assert_allclose(rates, [0.025, 0.05, 0.075, 0.1, 0.1, 0.1])
+    assert blocks.warmup_lr(0, 0.1, 0) == 0.1
+
+
+@pytest.mark.parametrize("warmup_lr", [blocks.warmup_lr, _warmup_by_loop])
+def test_warmup_lr_right_answers_pass(warmup_lr):
+    assert _warmup_verdicts(warmup_lr) == [None, None, None]
+
+
+@pytest.mark.parametrize("mistake, hint, failing", [
+    (lambda s, lr, w: lr * min(1.0, s / w) if w else lr, "step counts from 0", [0, 1]),
+    (lambda s, lr, w: lr * (s + 1) / w if w else lr, "stays at lr", [1]),
+    (lambda s, lr, w: lr * min(1.0, (s + 1) / w), "divides by zero", [2]),
+])
+def test_warmup_lr_mistakes_are_named(mistake, hint, failing):
+    verdicts = _warmup_verdicts(mistake)
+    for i in failing:
+        assert verdicts[i] is not None and hint in verdicts[i], verdicts[i]
+
+
+def _sweep_verdict(**answers):
+    output = _as_arrays(blocks_probes._rates_as_numbers(answers, {}))
+    return blocks_judges._judge_warmup_sweep({}, output)
+
+
+def test_reference_sweep_post_ln_fails_at_1e_2_without_warmup_and_3e_2_with_it():
+    """The toy's finding, as the lesson measured it with its own loop: stuck
+    near chance (ln 15 = 2.708) at 1e-2 without warm-up, learning with it."""
+    loss = {(lr, w): blocks.sweep_final_loss(lr, w) for lr, w in
+            ((3e-3, 0), (1e-2, 0), (1e-2, 20), (3e-2, 20))}
+    assert loss[1e-2, 0] > 2.5 and loss[3e-2, 20] > 2.5
+    assert loss[3e-3, 0] < 2.5 and loss[1e-2, 20] < 1.0
+
+
+@pytest.mark.parametrize("without, with_", [
+    (1e-2, 3e-2), (np.float32(0.01), torch.tensor(0.03)), ("1E-2", " 0.03 "),
+    (__import__("fractions").Fraction(1, 100), 0.03)])
+def test_warmup_sweep_right_answers_of_any_type_pass(without, with_):
+    assert _sweep_verdict(fails_without=without, fails_with=with_) is None
+
+
+@pytest.mark.parametrize("answers, hint", [
+    ({"fails_without": 3e-3, "fails_with": 3e-2}, "at that rate Post-LN with no warm-up learns"),
+    ({"fails_without": 3e-2, "fails_with": 3e-2}, "already fails at 0.01"),
+    ({"fails_without": 1e-2, "fails_with": 1e-1}, "already fails at 0.03"),
+    ({"fails_without": 1e-2, "fails_with": None}, "answer with one of the rates"),
+    ({"fails_without": "fast", "fails_with": 3e-2}, "fails_without is fast"),
+    ({"fails_without": 1e-2}, "no answer given for fails_with"),
+])
+def test_warmup_sweep_mistakes_are_named(answers, hint):
+    verdict = _sweep_verdict(**answers)
     assert verdict is not None and hint in verdict, verdict
