@@ -393,8 +393,9 @@ def hostile_handins(course):
         "oracle_asker": (dict(cells={"scratch_answer": _ORACLE}), points()),
         # Its visible test calls layer_norm first, which spends the cell's one
         # request for layer_norm_token on a made-up answer: only it loses.
-        "nested_oracle": (dict(cells={"layer_norm_answer": _NESTED_ORACLE}),
-                          points(ln_single_token=0)),
+        # the grade cell's own check asks first, so the nested request is the one
+        # refused (and flagged); the layer norm it then returns is right
+        "nested_oracle": (dict(cells={"layer_norm_answer": _NESTED_ORACLE}), points()),
         "numpy_patcher": (dict(cells={
             "token_mean_answer": '''
 np.allclose = lambda *args, **kwargs: True
