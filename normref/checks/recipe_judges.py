@@ -197,9 +197,6 @@ def _judge_layer_norm(case, output):
     return problem + (f". Hint: {hint}" if hint else "")
 
 
-PREDICTION = "Your prediction for the float32 shortcut at 10 000"
-PREDICTION_CHOICES = ("a", "b", "c")
-
 # Inline question 1: the tokens it names, the spreads it offers, the error it allows.
 SPREAD_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)
 SPREAD_OFFSET, SPREAD_ALLOWED = 1e4, 0.25
@@ -224,14 +221,29 @@ def safe_spread():
     return None
 
 
-OFFSET_CHOICES = (1e4, 1e8, 1e16)
+def spacing_estimate():
+    """The smallest offered spread whose variance, spread**2, is at least four
+    float32 gaps near mean(x**2) = 1e8: an error of one gap is then within 25%."""
+    gap = float(np.spacing(np.float32(SPREAD_OFFSET**2)))
+    return next(s for s in SPREAD_CHOICES if gap <= SPREAD_ALLOWED * s**2)
+
+
+def shortcut_errors_in_gaps(spread):
+    """Each token's float32 shortcut error at `spread`, in float32 gaps near 1e8."""
+    x = spread_question_tokens(spread)
+    errors = np.abs(recipe.shortcut_var(x) - recipe.token_var(x.astype(np.float64)))
+    return errors / float(np.spacing(np.float32(SPREAD_OFFSET**2)))
 
 
 def breaking_offset():
-    """The offered offset nearest (in decades) to where the float64 shortcut's error,
-    about offset**2 times float64's relative precision, reaches a variance of 1."""
-    breaks = 1 / np.sqrt(np.finfo(np.float64).eps)
-    return min(OFFSET_CHOICES, key=lambda c: abs(np.log10(c) - np.log10(breaks)))
+    """Where the float64 shortcut's error, about offset**2 times float64's relative
+    precision, reaches the variance 1 of a spread-1 token."""
+    return float(1 / np.sqrt(np.finfo(np.float64).eps))
+
+
+# How far from breaking_offset() an answer may be: the error is a few roundings of
+# offset**2, so the offset where it reaches 1 is known to a small factor only.
+OFFSET_FACTOR = 3.0
 
 
 HALVING_EPS = 1e-5
@@ -265,18 +277,64 @@ def _judge_safe_spread(case, output):
             "asks for the smallest")
 
 
+def _judge_spacing_estimate(case, output):
+    given = str(output.get("spacing_estimate"))
+    value = number_from_answer(given)
+    if value is None or value not in SPREAD_CHOICES:
+        return (f"SPACING_ESTIMATE: give one of {', '.join(map(str, SPREAD_CHOICES))} "
+                f"(you answered {given})")
+    truth = spacing_estimate()
+    if value == truth:
+        return None
+    gap = float(np.spacing(np.float32(SPREAD_OFFSET**2)))
+    if value > truth:
+        return (f"not yet right (you answered {given}): at spread {truth} the variance "
+                f"{truth**2} is already at least 4 gaps of {gap:g}, so an error of one "
+                "gap is within 25%; the question asks for the smallest such spread")
+    return (f"not yet right (you answered {given}): at spread {value:g} the variance is "
+            f"{value**2:g}, and 25% of it, {0.25 * value**2:g}, is less than one gap of "
+            f"{gap:g} near 1e8 (np.spacing(np.float32(1e8)))")
+
+
+# Inline question 1 (c): why every token of 256 needs a wider spread than one gap
+# of error allows.
+GAP_REASONS = {
+    "a": "the float64 reference is exact to far below a unit at 10 000 (float64 keeps "
+         "about 16 digits); compare it with math.fsum if in doubt",
+    "b": "the shortcut's error hardly depends on the spread (it rounds numbers near "
+         "1e8 whatever the spread): measure a token's error at spreads 4, 8 and 16",
+    "c": None,
+    "d": "np.spacing(np.float32(1e8)) is float32's gap there; what differs is how "
+         "many gaps each token misses by: look at the worst token, not a typical one",
+}
+
+
+def _judge_spread_gap_reason(case, output):
+    given = str(output.get("spread_gap_reason"))
+    choice = given.strip().strip("'\"").strip().lower()
+    if choice not in GAP_REASONS:
+        return f"SPREAD_GAP_REASON: give one of a, b, c, d (you answered {given})"
+    hint = GAP_REASONS[choice]
+    return None if hint is None else f"not yet right (you answered {given}): {hint}"
+
+
 def _judge_breaking_offset(case, output):
     given = str(output.get("breaking_offset"))
     value = number_from_answer(given)
-    if value is None or value not in OFFSET_CHOICES:
-        return f"SHORTCUT_BREAKS_AT: give one of 1e4, 1e8, 1e16 (you answered {given})"
-    if value == breaking_offset():
+    if value is None or value <= 0:
+        return f"SHORTCUT_BREAKS_AT: give a positive number, an offset (you answered {given})"
+    truth = breaking_offset()
+    if truth / OFFSET_FACTOR <= value <= truth * OFFSET_FACTOR:
         return None
-    if value < breaking_offset():
-        return (f"not yet right (you answered {given}): at that offset the error, about "
-                "offset**2 * 2.2e-16, is far below a variance of 1")
-    return (f"not yet right (you answered {given}): the error offset**2 * 2.2e-16 "
-            "reaches a variance of 1 well before that offset; solve offset**2 * eps = 1")
+    eps = float(np.finfo(np.float64).eps)
+    if 1 / eps / OFFSET_FACTOR <= value <= OFFSET_FACTOR / eps:
+        return (f"not yet right (you answered {given}): mean(x**2) is about offset**2, "
+                "so its rounding error is about offset**2 * eps, not offset * eps")
+    if value < truth:
+        return (f"not yet right (you answered {given}): at that offset mean(x**2), about "
+                "offset**2, is rounded to far less than the variance 1")
+    return (f"not yet right (you answered {given}): the rounding of mean(x**2), about "
+            "offset**2 * eps, reaches the variance 1 well before that offset")
 
 
 def _judge_eps_halving_spread(case, output):
@@ -300,14 +358,6 @@ def _judge_eps_halving_spread(case, output):
             return f"not yet right (you answered {given}): {hint}"
     return (f"not yet right (you answered {given}): the token s * [-1, 1, -1, 1] has "
             "variance s**2; find s where s / sqrt(s**2 + eps) = 1/2")
-
-
-def _judge_prediction_given(case, output):
-    given = str(output.get("predict_shortcut"))
-    if given.strip().strip("'\"").strip().lower() not in PREDICTION_CHOICES:
-        return (f"{PREDICTION}: give one of {', '.join(PREDICTION_CHOICES)} (you answered "
-                f"{given}); any of them earns the half point, it is your guess")
-    return None
 
 
 # ---------------------------------------------------------------- statistics in chunks
@@ -474,23 +524,30 @@ def _chunked_mistakes(x, chunk):
 
 def _not_tiled(d, chunk, output):
     """None when chunked_var combined tiles of at most `chunk` features with
-    merge_stats into the statistics of all d features; else what it did instead.
-    (The grader hands chunked_var an exact merge_stats and counts its calls.)"""
-    merges, tile = int(output.get("merges", 0)), int(output.get("largest_tile", 0))
+    merge_stats into the statistics of all d features, one after another or as a
+    tree; else what it did instead. (The grader makes the student's merge_stats an
+    exact merge and notes the counts of the two sides of every call.)"""
+    counts = np.asarray(output.get("merge_counts", np.zeros((0, 2))), dtype=np.int64)
+    counts = counts.reshape(-1, 2)
     needed = -(-d // chunk) - 1
-    if merges < needed:
-        return (f"the variance is right, but chunked_var called merge_stats {merges} "
-                f"time(s); {d} features in chunks of {chunk} need at least {needed} "
-                "merge(s). Read the features a chunk at a time and merge each chunk's "
-                "(n, mean, m2) into the running statistics with merge_stats")
-    if merges and tile > chunk:
-        return (f"the variance is right, but one merge added {tile} features at once, "
-                f"more than a chunk of {chunk}: merge each chunk's statistics as it "
-                "is read")
-    if merges and int(output.get("merged_count", 0)) != d:
+    if len(counts) < needed:
+        return (f"the variance is right, but chunked_var called your merge_stats "
+                f"{len(counts)} time(s); {d} features in chunks of {chunk} need at least "
+                f"{needed} merge(s). Read the features a chunk at a time and merge each "
+                "chunk's (n, mean, m2) into the running statistics with merge_stats")
+    merged = set()
+    for n_a, n_b in counts.tolist():
+        for side in (n_a, n_b):
+            if side > chunk and side not in merged:
+                return (f"the variance is right, but one merge took the statistics of "
+                        f"{side} features that no earlier merge had combined, more than a "
+                        f"chunk of {chunk}: work out each chunk's (n, mean, m2) on its own "
+                        "and merge those")
+        merged.add(n_a + n_b)
+    if len(counts) and int(counts[-1].sum()) != d:
         return (f"the variance is right, but the last merge counted "
-                f"{int(output['merged_count'])} features, not the token's {d}: merge "
-                "every chunk, once")
+                f"{int(counts[-1].sum())} features, not the token's {d}: merge every "
+                "chunk, once")
     return None
 
 
@@ -521,12 +578,17 @@ def _judge_chunked(case, output):
     return problem
 
 
+# Inline question 3: a kernel that streams tiles of 16 features and keeps two
+# float32 numbers per token between them.
 TILED_CHOICES = {
     "a": "two-pass needs the mean before it can square a single deviation, so it reads "
          "each row twice (or keeps all of it); this kernel sees each row once",
-    "b": "the naive one-pass formula reads each row once, but subtracts two huge, nearly "
-         "equal sums: you measured it lose the variance far from zero",
+    "b": "running sums of x and x**2 fit in two float32 numbers, but subtracting them "
+         "cancels: you measured the shortcut lose the variance far from zero",
     "c": None,
+    "d": "Chan's merge carries (n, mean, M2), but n is the same for every token of the "
+         "row (the tile loop's counter), so per token the kernel keeps only the mean and "
+         "M2: two numbers",
 }
 
 
@@ -536,7 +598,7 @@ def _judge_tiled_method(case, output):
     given = str(output["tiled_method"])
     choice = given.strip().strip("'\"").strip().lower()
     if choice not in TILED_CHOICES:
-        return f"TILED_KERNEL_METHOD: give one of a, b, c (you answered {given})"
+        return f"TILED_KERNEL_METHOD: give one of a, b, c, d (you answered {given})"
     hint = TILED_CHOICES[choice]
     return None if hint is None else f"not yet right (you answered {given}): {hint}"
 
@@ -550,10 +612,12 @@ CHECKS = {
                                  _judge_tiled_method),
     "layer_norm_token": Check(_token_cases, _judge_layer_norm),
     "layer_norm_batches": Check(_batch_cases, _judge_layer_norm),
-    "recipe_prediction_given": Check(lambda rng: [("your Exercise 2 prediction", {})],
-                                     _judge_prediction_given),
     "recipe_safe_spread": Check(lambda rng: [("your answer to inline question 1", {})],
                                 _judge_safe_spread),
+    "recipe_spacing_estimate": Check(
+        lambda rng: [("your answer to inline question 1 (a)", {})], _judge_spacing_estimate),
+    "recipe_spread_gap_reason": Check(
+        lambda rng: [("your answer to inline question 1 (c)", {})], _judge_spread_gap_reason),
     "recipe_breaking_offset": Check(lambda rng: [("your answer to inline question 2", {})],
                                     _judge_breaking_offset),
     "recipe_eps_halving_spread": Check(

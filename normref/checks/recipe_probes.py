@@ -1,5 +1,7 @@
 """Unit 01 checks, the student-facing half: how each exercise is called."""
 
+import contextlib
+import inspect
 import numbers
 import sys
 
@@ -85,29 +87,71 @@ def _merge_exactly(a, b):
                 m2_a + m2_b + delta**2 * (n_a * n_b / n))
 
 
+# The name under which the grader's counting merge sits in the student's namespace
+# while chunked_var runs; _forward_to_graded_merge looks it up there.
+_GRADED_MERGE = "__graded_merge_stats__"
+
+
+def _forward_to_graded_merge(*args, **kwargs):
+    return __graded_merge_stats__(*args, **kwargs)  # noqa: F821 (the student's globals)
+
+
+@contextlib.contextmanager
+def _merge_replaced(own, graded):
+    """While inside, every call of the student's merge_stats runs graded(a, b): the
+    function object itself is rewired, so a call under another name (combine =
+    merge_stats, a default argument, a closure) counts too. A merge that is no plain
+    function (a callable object, a closure) is swapped by its notebook name instead."""
+    code = getattr(own, "__code__", None)
+    found = getattr(own, "__globals__", None)
+    if code is None or code.co_freevars or not isinstance(found, dict):
+        yield False
+        return
+    try:
+        signature = inspect.signature(own)
+    except (TypeError, ValueError):
+        signature = None
+
+    def forwarded(*args, **kwargs):
+        try:
+            a, b = list(signature.bind(*args, **kwargs).arguments.values())[:2]
+        except (AttributeError, TypeError, ValueError):
+            a, b = args[:2]
+        return graded(a, b)
+
+    saved = code, own.__defaults__, own.__kwdefaults__
+    found[_GRADED_MERGE] = forwarded
+    own.__defaults__ = own.__kwdefaults__ = None
+    own.__code__ = _forward_to_graded_merge.__code__
+    try:
+        yield True
+    finally:
+        own.__code__, own.__defaults__, own.__kwdefaults__ = saved
+        found.pop(_GRADED_MERGE, None)
+
+
 def _call_chunked_var_watched(chunked_var, case):
-    """Call chunked_var(x, chunk) with the notebook's merge_stats swapped for an
-    exact merge that notes each merge: how many, the smaller side's count (what one
-    tile added) and the merged count. Notes too whether a library variance ran."""
+    """Call chunked_var(x, chunk) with the notebook's merge_stats made an exact
+    merge that notes the counts of the two sides of each merge. Notes too whether
+    a library variance ran."""
     chunk = int(case["chunk"])
     merges = []
 
-    def merge_stats(a, b):
-        merges.append((min(_count(a[0]), _count(b[0])), _count(a[0]) + _count(b[0])))
+    def graded_merge(a, b):
+        merges.append((_count(a[0]), _count(b[0])))
         return _merge_exactly(a, b)
 
     found = getattr(chunked_var, "__globals__", None)
     own = found.get("merge_stats") if isinstance(found, dict) else None
-    if own is not None:
-        found["merge_stats"] = merge_stats
-    try:
-        outputs = _call_var_watched(lambda x: chunked_var(x, chunk), case)
-    finally:
-        if own is not None:
-            found["merge_stats"] = own
-    outputs["merges"] = np.array(len(merges))
-    outputs["largest_tile"] = np.array(max((tile for tile, _ in merges), default=0))
-    outputs["merged_count"] = np.array(merges[-1][1] if merges else 0)
+    with _merge_replaced(own, graded_merge) as rewired:
+        if own is not None and not rewired:
+            found["merge_stats"] = graded_merge
+        try:
+            outputs = _call_var_watched(lambda x: chunked_var(x, chunk), case)
+        finally:
+            if own is not None and not rewired:
+                found["merge_stats"] = own
+    outputs["merge_counts"] = np.array(merges, dtype=np.int64).reshape(-1, 2)
     return outputs
 
 
@@ -182,6 +226,17 @@ def check_safe_spread(answer):
     run_check("recipe_safe_spread", {"safe_spread": answer}, _answers_as_text)
 
 
+def check_spacing_estimate(answer):
+    """Check inline question 1 (a): the spread an error of one float32 gap near
+    1e8 allows."""
+    run_check("recipe_spacing_estimate", {"spacing_estimate": answer}, _answers_as_text)
+
+
+def check_spread_gap_reason(answer):
+    """Check inline question 1 (c): why the measured spread exceeds the estimate."""
+    run_check("recipe_spread_gap_reason", {"spread_gap_reason": answer}, _answers_as_text)
+
+
 def check_breaking_offset(answer):
     """Check inline question 2: the offset at which the float64 shortcut fails."""
     run_check("recipe_breaking_offset", {"breaking_offset": answer}, _answers_as_text)
@@ -201,8 +256,3 @@ def check_layer_norm_token(layer_norm):
 def check_layer_norm_batches(layer_norm):
     """Check layer_norm(x, gamma, beta, eps) on 2-D and 3-D batches of tokens."""
     run_check("layer_norm_batches", layer_norm, _call_layer_norm)
-
-
-def check_prediction_given(answer):
-    """Check that unit 01's Exercise 2 prediction is given (any choice earns it)."""
-    run_check("recipe_prediction_given", {"predict_shortcut": answer}, _answers_as_text)

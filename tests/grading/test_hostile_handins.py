@@ -33,10 +33,11 @@ from conftest import GRADING_ENGINE, REPO
 
 ASSIGNMENT = "01_the_recipe"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
-GRADE_CELLS = {"token_mean_correct": 0.5, "prediction_given": 0.5, "safe_spread_correct": 1,
-               "offset_correct": 1, "token_var_correct": 0.5, "tiled_correct": 0.5,
-               "merge_stats_correct": 0.5, "chunked_var_correct": 2.5, "ln_single_token": 0.5,
-               "ln_handles_batches": 0.5, "eps_correct": 1}
+GRADE_CELLS = {"token_mean_correct": 0.5, "spacing_estimate_correct": 0.5,
+               "safe_spread_correct": 0.5, "spread_gap_correct": 0.5, "offset_correct": 0.5,
+               "token_var_correct": 0.5, "merge_stats_correct": 0.5, "chunked_var_correct": 2,
+               "tiled_correct": 0.5, "ln_single_token": 1, "ln_handles_batches": 1,
+               "eps_correct": 1}
 # Short, but not so short that a busy machine (2 cores, shared) times out honest cells.
 SETTINGS = RunSettings(cell_timeout=15, handin_timeout=60)
 
@@ -80,7 +81,8 @@ def chunked_var(x, chunk):
         stats = here if stats is None else merge_stats(stats, here)
     return stats[2] / stats[0]
 ''',
-    "safe_spread_answer": "SHORTCUT_SAFE_SPREAD = 16",
+    "safe_spread_answer": "SPACING_ESTIMATE, SHORTCUT_SAFE_SPREAD = 8, 16\n"
+                          'SPREAD_GAP_REASON = "c"',
     "offset_answer": "SHORTCUT_BREAKS_AT = 1e8",
     "tiled_answer": 'TILED_KERNEL_METHOD = "c"',
     "eps_answer": "EPS_HALVING_SPREAD = 0.001826",
@@ -391,8 +393,9 @@ def hostile_handins(course):
         "oracle_asker": (dict(cells={"scratch_answer": _ORACLE}), points()),
         # Its visible test calls layer_norm first, which spends the cell's one
         # request for layer_norm_token on a made-up answer: only it loses.
-        "nested_oracle": (dict(cells={"layer_norm_answer": _NESTED_ORACLE}),
-                          points(ln_single_token=0)),
+        # the grade cell's own check asks first, so the nested request is the one
+        # refused (and flagged); the layer norm it then returns is right
+        "nested_oracle": (dict(cells={"layer_norm_answer": _NESTED_ORACLE}), points()),
         "numpy_patcher": (dict(cells={
             "token_mean_answer": '''
 np.allclose = lambda *args, **kwargs: True

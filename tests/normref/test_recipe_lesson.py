@@ -1,0 +1,121 @@
+"""Lesson 01's claims: its cells compute every number its text quotes; here each
+number is checked against the text that quotes it, so that the lesson itself
+keeps at most one teaching assert per cell. Runs the lesson's code in-process."""
+
+import json
+
+import matplotlib
+import numpy as np
+import pytest
+import torch
+
+from conftest import REPO
+
+LESSON = REPO / "notebooks" / "01_the_recipe_lesson.ipynb"
+
+
+@pytest.fixture(scope="module")
+def lesson():
+    """(the namespace after every code cell ran, the text of every markdown cell)."""
+    matplotlib.use("Agg")
+    cells = json.loads(LESSON.read_text())["cells"]
+    namespace = {"__name__": "lesson"}
+    threads = torch.get_num_threads()
+    try:
+        for cell in cells:
+            if cell["cell_type"] == "code":
+                exec(compile("".join(cell["source"]), str(LESSON), "exec"),  # noqa: S102
+                     namespace)
+    finally:
+        torch.set_num_threads(threads)  # the lesson sets one thread for its tiny tensors
+    text = " ".join(" ".join("".join(c["source"]) for c in cells
+                             if c["cell_type"] == "markdown").split())
+    return namespace, text
+
+
+def test_rows_and_columns_are_normalized_the_other_way_round(lesson):
+    ns, _ = lesson
+    by_rows, by_columns = ns["by_rows"], ns["by_columns"]
+    assert np.allclose(by_rows.std(axis=1), 1, atol=1e-5)
+    assert not np.allclose(by_rows.mean(axis=0), 0)
+    assert np.allclose(by_columns.mean(axis=0), 0) and np.allclose(by_columns.std(axis=0), 1)
+    assert not np.allclose(by_columns.mean(axis=1), 0)
+
+
+def test_worked_examples_match_the_numbers_the_text_quotes(lesson):
+    ns, text = lesson
+    assert ns["mu_a"] == 5.0 and ns["var_a"] == 5.0
+    assert np.array_equal(ns["deviations_a"], [-3.0, -1.0, 1.0, 3.0])
+    assert round(ns["spread_a"], 3) == 2.236 and "spread $\\sqrt{5} \\approx 2.236$" in text
+    # eps: equal to 5 decimals, different in the 6th ("Only the sixth decimal")
+    assert np.array_equal(np.round(ns["x_hat_a"], 5), np.round(ns["x_hat_no_eps"], 5))
+    assert not np.array_equal(np.round(ns["x_hat_a"], 6), np.round(ns["x_hat_no_eps"], 6))
+    assert "Only the sixth decimal" in text
+    assert ns["mu_z"] == 6.0 and ns["var_z"] == 14.0 and "Mean 6, variance 14" in text
+    assert np.allclose(ns["y_from_paper"], [-1.1380, 1.0000, -0.0690, 4.2072])
+    assert np.allclose(np.round(ns["y_z"], 4), [-1.1381, 1.0000, -0.0690, 4.2071])
+    assert "`-1.1380` and `4.2072`" in text and "`-1.1381` and `4.2071`" in text
+    assert ns["mean_two"] == 1.5 == ns["spread_two"] and np.allclose(ns["two"], [-1, 1], atol=1e-4)
+    assert np.allclose(ns["a_affine"], [-1.683, 0.106, 1.894, 3.683], atol=5e-4)
+
+
+def test_gamma_and_beta_set_the_output_mean_and_spread(lesson):
+    ns, _ = lesson
+    torch_ln, x_a = ns["torch_ln"], ns["x_a"]
+    assert np.isclose(ns["shared"].mean(), -1.0)
+    assert np.array_equal(torch_ln(x_a, gamma=0.0, beta=1.7), np.full(4, 1.7))
+    assert np.allclose(torch_ln(x_a, gamma=-2.0), -2 * torch_ln(x_a))
+
+
+def test_shifts_and_scales_as_the_text_says(lesson):
+    ns, text = lesson
+    torch_ln, x_a, sqrt_eps = ns["torch_ln"], ns["x_a"], ns["sqrt_eps"]
+    assert round(ns["mean_and_spread"](ns["tens"])[1], 1) == 22.4 and "spread 22.4" in text
+    assert 1e-7 < ns["gap_tens"] < 1e-5
+    assert round(sqrt_eps, 3) == 0.003 and "far above 0.003" in text
+    assert np.array_equal(ns["stored"], [0.0, 0.0, 8.0, 8.0])
+    assert np.spacing(np.float32(1e8)) == 8.0 and "`1e8 + [0, 0, 8, 8]`" in text
+    assert np.allclose(ns["ln_far_f32"], [0.0, 0.0, 1.414, 1.414], atol=1e-3)
+    assert round(0.25 * ns["spread_a"], 2) == 0.56 and "about 0.56" in text
+    assert round(0.001 * ns["spread_a"], 4) == 0.0022 and "the spread, 0.0022" in text
+    assert np.allclose(ns["tiny"], [-0.775, -0.258, 0.258, 0.775], atol=5e-4)
+    spreads, distances = ns["ks"] * ns["spread_a"], ns["distances"]
+    assert distances[spreads > 100 * sqrt_eps].max() < 1e-4
+    assert distances[spreads < sqrt_eps / 10].min() > 0.5
+    assert np.allclose(torch_ln(-x_a), -torch_ln(x_a))
+    assert np.array_equal(torch_ln(ns["flat"]), np.zeros(4))
+    step_spread = ns["one_step"] * ns["spread_a"]
+    assert round(step_spread, 2) == 0.11 and step_spread > 10 * sqrt_eps
+    assert "(`k = 0.05`, spread 0.11)" in text
+
+
+def test_the_eps_answers_quote_what_the_cells_compute(lesson):
+    ns, text = lesson
+    torch_ln, x_a, spread_of = ns["torch_ln"], ns["x_a"], ns["mean_and_spread"]
+    assert round(ns["bend_default"], 3) == 0.003 and round(ns["bend_bigger"], 2) == 0.03
+    assert "from about 0.003 to 0.03" in text
+    assert spread_of(torch_ln(x_a, eps=1e-2))[1] > 0.999
+    assert spread_of(torch_ln(0.25 * x_a, eps=1e-2))[1] > 0.98
+    assert spread_of(torch_ln(0.001 * x_a, eps=1e-2))[1] < 0.03
+    assert round(ns["spread_eps_one"], 2) == 0.91 and "about 0.91" in text
+    assert round(ns["spread_near_out"], 2) == 0.33 and "About a third" in text
+
+
+def test_batch_mates_and_training_as_the_text_says(lesson):
+    ns, text = lesson
+    assert np.array_equal(ns["ln_one"], ns["torch_ln"](ns["x_a"]))
+    assert not np.allclose(ns["std_one"], ns["std_two"])
+    assert ns["best_ratio"] > 10 and "its best run far lower" in text
+    assert np.isinf(ns["plain"][-1]) and np.isinf(ns["normed"][-1])
+    assert "at the largest rate both blow up" in text
+
+
+def test_check_yourself_answers_quote_what_the_cell_computes(lesson):
+    ns, text = lesson
+    assert ns["mu_q1"] == 2.0 and np.isclose(ns["spread_q1"] ** 2, 2 / 3)
+    assert round(ns["spread_q1"], 4) == 0.8165 and "spread about 0.8165" in text
+    assert np.allclose(ns["q1"], [-1.2247, 0.0, 1.2247], atol=5e-5)
+    assert round(ns["spread_q3"], 6) == 0.000112 and round(ns["out_spread_q3"], 3) == 0.035
+    assert "about 0.000112" in text and "only about 0.035" in text
+    assert np.array_equal(ns["q4"], ns["beta_q4"]) and np.all(np.isnan(ns["q4_no_eps"]))
+    assert ns["n_params"] == 2 * ns["d_model"] == 1024 and "(5) 1024" in text
