@@ -475,7 +475,8 @@ def test_forward_checks_name_the_typical_mistakes(mistake):
 
 
 BACKWARD_MISTAKES = {  # variant of correct_bwd, checks it fails, words
-    "no rstd term": (dict(dx_line="dx = rstd * g"), [check_rms_backward_dx], "path through x itself"),
+    "no rstd term": (dict(dx_line="dx = rstd * g"), [check_rms_backward_dx],
+                     "path through x itself"),
     "layer norm's dx": (
         dict(dx_line="dx = rstd * (g - tl.sum(g, axis=0) / N - x_hat * tl.sum(g * x_hat, "
                      "axis=0) / N)"),
