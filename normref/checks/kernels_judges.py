@@ -291,20 +291,36 @@ def _dx_mistakes(case):
     block = 1 << (n - 1).bit_length()
     mean_gx = (g * x_hat).mean(-1, keepdims=True)
     mistakes = [
-        ("only the direct path is there: x also moves rstd, which adds a second "
-         "term (the one your assignment-04 derivation gets through rstd)", rstd * g),
-        ("g = dy * w: the weight scales the incoming gradient",
+        ("only the path through x itself is there: rstd depends on x too, and that "
+         "dependence adds a second term (the one your assignment-04 derivation gets "
+         "through rstd)", rstd * g),
+        ("the weight is missing from dx: the gradient that reaches the normalized row "
+         "has passed through w",
          rstd * (dy - x_hat * (dy * x_hat).mean(-1, keepdims=True))),
-        ("RMSNorm subtracts no mean, so its dx has no -mean(g) term (that is layer "
-         "norm's)", rstd * (g - g.mean(-1, keepdims=True) - x_hat * mean_gx)),
+        ("dx carries a term that only layer norm has: RMSNorm subtracts no mean from x, "
+         "so nothing in its dx comes from a mean of the incoming gradient",
+         rstd * (g - g.mean(-1, keepdims=True) - x_hat * mean_gx)),
         ("the term that comes through rstd has the wrong sign (check it against your "
          "assignment-04 derivation)", rstd * (g + x_hat * mean_gx)),
-        ("the factor rstd in front of the whole result is missing", g - x_hat * mean_gx),
+        ("each row of dx is off by one factor, the same for all its lanes: look at the "
+         "overall scale", g - x_hat * mean_gx),
     ]
     if block != n:
-        mistakes.append(("the mean in mean(g * x_hat) divides by N, not by BLOCK_SIZE",
+        mistakes.append(("a mean over the row divides by N, the number of real features, "
+                         "not by BLOCK_SIZE",
                          rstd * (g - x_hat * (g * x_hat).sum(-1, keepdims=True) / block)))
     return mistakes
+
+
+PAST_M_HINT = ("the last program ran past row M - 1, the last of x (the rows past it hold "
+               "NaN here; in real memory they hold anything, or nothing at all): program p "
+               "handles rows p * rows_per_program up to, not including, the smaller of "
+               "(p + 1) * rows_per_program and M, so end its loop at "
+               "tl.minimum(first + rows_per_program, M)")
+
+
+def _ran_past_m(output):
+    return int(output.get("rows_past_m_written", 0)) > 0
 
 
 def _diagnose_dx(case, output):
@@ -319,6 +335,8 @@ def _diagnose_dx(case, output):
         return (f"rows {rows} of dx were never written: program p handles rows "
                 "p * rows_per_program up to (not including) the smaller of "
                 "(p + 1) * rows_per_program and M; loop over every one of its rows")
+    if _ran_past_m(output):
+        return PAST_M_HINT
     hint = _rows_hint(case, dx, expected, dtype)
     if hint:
         return hint
@@ -343,6 +361,9 @@ def _judge_dx(case, output):
     problem = mismatch(output["dx"], _dx_reference(case), dtype=dtype, what="dx")
     if problem is None and int(output["padding_written"]):
         problem = "dx is right, but the kernel also wrote past the end of each row"
+    if problem is None and _ran_past_m(output):
+        problem = (f"dx is right, but the kernel also stored "
+                   f"{int(output['rows_past_m_written'])} numbers past the last row of x")
     if problem is None:
         return None
     hint = _diagnose_dx(case, output)
@@ -358,15 +379,17 @@ def _partial_mistakes(case):
     starts = range(0, m, rows_per_program)
     last_rows = [min(s + rows_per_program, m) - 1 for s in starts]
     return [
-        ("the weight does not belong in dW: dW = sum over rows of dy * x_hat", (g * x_hat).sum(0)),
-        ("dW = sum over rows of dy * x_hat, with x_hat = x * rstd (the normalized row)",
+        ("dW carries the weight once too often: w scales y, so it is not part of its "
+         "own gradient", (g * x_hat).sum(0)),
+        ("each row of dW is off by its row's rstd: dW is made of the normalized rows, "
+         "not of x itself",
          (dy * case["x"].astype(np.float64)).sum(0)),
-        ("that is the sum of dy (a bias's gradient); dW = sum over rows of dy * x_hat",
-         dy.sum(0)),
-        ("each program kept only its last row's dy * x_hat: add every row into a float32 "
-         "accumulator (acc += dy * x_hat), started with tl.zeros",
+        ("that is the sum of dy over the rows (a bias's gradient): the weight multiplies "
+         "the normalized row, which belongs in its gradient", dy.sum(0)),
+        ("each program kept only its last row's share: add every row's share into one "
+         "float32 accumulator (acc += ...), started with tl.zeros",
          (dy * x_hat)[last_rows].sum(0)),
-        ("each program kept only its first row's dy * x_hat: add every row of the program "
+        ("each program kept only its first row's share: add every row of the program "
          "into the accumulator", (dy * x_hat)[list(starts)].sum(0)),
         ("the last row of each program is missing from the sum: program p adds every one of "
          "its rows, from p * rows_per_program up to (not including) the smaller of "
@@ -384,8 +407,8 @@ def _judge_partial_dw(case, output):
                 "cols, with mask=cols < N (write it once, after the loop over its rows)")
     unwritten = (partial == UNWRITTEN).all(-1)
     if unwritten.all():
-        return ("nothing was stored in PartialDW: each program stores its float32 sum of "
-                "dy * x_hat at PartialDW + p * N + cols")
+        return ("nothing was stored in PartialDW: each program stores its float32 sum "
+                "at PartialDW + p * N + cols")
     if unwritten.any():
         return (f"the rows {', '.join(str(p) for p in np.flatnonzero(unwritten))} of "
                 "PartialDW were never written: every program p stores its sum (zeros if it "
@@ -397,7 +420,7 @@ def _judge_partial_dw(case, output):
     problem = mismatch(dw, expected, dtype="float32", what="the rows of PartialDW added up")
     if problem is None:
         return None
-    hint = _nan_hint(case, partial)
+    hint = PAST_M_HINT if _ran_past_m(output) else _nan_hint(case, partial)
     with np.errstate(all="ignore"):
         for text, wrong in _partial_mistakes(case):
             if hint is None and matches(dw, wrong, dtype="float32"):
@@ -492,6 +515,87 @@ def _judge_backward_bytes(case, output):
             "row, and multiply by 2 bytes a number")
 
 
+# Question 3: quoted timings (Liger-Kernel's benchmark data, linkedin/Liger-Kernel,
+# benchmark/data/all_benchmark_data.csv: RMSNorm, forward, speed, y_value_50, on an
+# A100-SXM4-80GB in bfloat16) and NVIDIA's A100 datasheet (A100 80GB SXM: 2,039 GB/s).
+QUOTED_M, QUOTED_N = 2048, 16384
+QUOTED_FUSED_MS = 0.09526  # Liger's Triton RMSNorm, as the question quotes it
+QUOTED_EAGER_MS = 0.9856320023536682  # Hugging Face's LlamaRMSNorm, the same file
+A100_PEAK = 2039e9  # bytes a second
+FRACTION_RTOL, PREDICTION_RTOL = 0.01, 0.02
+
+
+def _fused_rate():
+    """Bytes a second the fused kernel reached, counting 2 * M * N * bytes."""
+    return 2 * QUOTED_M * QUOTED_N * BF16 / (QUOTED_FUSED_MS * 1e-3)
+
+
+def _true_fraction_of_peak():
+    return _fused_rate() / A100_PEAK
+
+
+def _true_eager_ms():
+    return llama_rms_norm_bytes(QUOTED_M, QUOTED_N) / _fused_rate() * 1e3
+
+
+def _near(value, target, rtol):
+    return target != 0 and abs(value / target - 1) <= rtol
+
+
+def _judge_fraction_of_peak(case, output):
+    answer = str(output.get("answer", "None")).strip()
+    value = number_from_answer(answer)
+    if value is None:
+        return f"give one number, a fraction between 0 and 1 (you gave {answer!r})"
+    truth = _true_fraction_of_peak()
+    if _near(value, truth, FRACTION_RTOL):
+        return None
+    slips = [
+        (truth * 100, "a fraction, not a percentage: 0.5 is 50%"),
+        (truth / 2, "the kernel reads x and writes y: two tensors of M * N numbers"),
+        (truth * 2, "bfloat16 takes 2 bytes a number"),
+        (truth * 1e9 / 2**30, "a datasheet's GB is 10**9 bytes, not 2**30"),
+        (truth * 2**30 / 1e9, "a datasheet's GB is 10**9 bytes, not 2**30"),
+        (truth * 1e3, "the quoted time is in milliseconds: 1 ms is 1e-3 s"),
+        (truth / 1e3, "the quoted time is in milliseconds: 1 ms is 1e-3 s"),
+    ]
+    for wrong, hint in slips:
+        if _near(value, wrong, FRACTION_RTOL):
+            return f"not yet right: you answered {answer}. Hint: {hint}"
+    return (f"not yet right: you answered {answer}. Divide the bytes the kernel moves, "
+            "2 * M * N * 2, by the quoted time in seconds: that is the rate it reached; "
+            "then divide by the peak, in bytes a second")
+
+
+def _judge_eager_prediction(case, output):
+    answer = str(output.get("answer", "None")).strip()
+    value = number_from_answer(answer)
+    if value is None:
+        return f"give one number, in milliseconds (you gave {answer!r})"
+    truth = _true_eager_ms()
+    if _near(value, truth, PREDICTION_RTOL):
+        return None
+    at_peak = llama_rms_norm_bytes(QUOTED_M, QUOTED_N) / A100_PEAK * 1e3
+    slips = [
+        (QUOTED_EAGER_MS, "that is the time Liger-Kernel's benchmark measured for the eager "
+                          "module; the question asks what the bytes predict from the fused "
+                          "kernel's rate (it comes within 15% of the measured time)"),
+        (at_peak, "that is the time at the datasheet's peak, which no kernel reaches; the "
+                  "question supposes the rate the fused kernel reached in (a)"),
+        (llama_rms_norm_bytes(LLAMA_M, LLAMA_N) / _fused_rate() * 1e3,
+         "count the eight kernels' bytes at this question's shape, M = 2048 and N = 16384, "
+         "not at Question 1's"),
+        (truth * 1e-3, "give milliseconds, not seconds"),
+        (truth * 1e3, "give milliseconds, not microseconds"),
+    ]
+    for wrong, hint in slips:
+        if _near(value, wrong, PREDICTION_RTOL):
+            return f"not yet right: you answered {answer}. Hint: {hint}"
+    return (f"not yet right: you answered {answer}. Count the eight kernels' bytes at "
+            "M = 2048, N = 16384 as in Question 1, and divide them by the rate the fused "
+            "kernel reached (its bytes over its time)")
+
+
 def _no_inputs(rng):
     return [("your answer", {})]
 
@@ -543,6 +647,12 @@ def _judge_function(case, output):
                 f"{int(output['backward_calls'])}): forward must run the kernel through "
                 "launch_rms_forward and backward through launch_rms_backward, not recompute "
                 "RMSNorm with torch operations")
+    if int(output.get("rstd_not_saved", 0)) or int(output["forward_calls"]) > 1:
+        return ("backward recomputes rstd: it handed launch_rms_backward an rstd other than "
+                "the one launch_rms_forward returned (launch_rms_forward ran "
+                f"{int(output['forward_calls'])} times for one forward and one backward). "
+                "Save the rstd of forward with ctx.save_for_backward and hand that tensor on: "
+                "recomputing it costs another pass over x")
     if int(output["dx_missing"]) or int(output["dw_missing"]):
         which = " and ".join(name for name, key in (("x.grad", "dx_missing"),
                                                      ("weight.grad", "dw_missing"))
@@ -574,5 +684,7 @@ CHECKS = {
     "rms_backward_partial_dw": Check(_partial_cases, _judge_partial_dw),
     "rms_llama_bytes": Check(_no_inputs, _judge_llama_bytes),
     "rms_backward_bytes_per_row": Check(_no_inputs, _judge_backward_bytes),
+    "rms_fused_fraction_of_peak": Check(_no_inputs, _judge_fraction_of_peak),
+    "rms_eager_time_prediction": Check(_no_inputs, _judge_eager_prediction),
     "rms_autograd_function": Check(_function_cases, _judge_function),
 }

@@ -13,8 +13,10 @@ mistakes visible and harmless: rows sit `row_stride` >= BLOCK_SIZE elements
 apart; the lanes of x, dy and w past N hold NaN, so a kernel that loads them
 gets NaN; the outputs (y, dx, their padding, Rstd, PartialDW) start as
 UNWRITTEN, so what was never stored and what was stored past N both show; and
-every buffer has room for BLOCK_SIZE lanes past its last row, so no kernel can
-touch memory outside it (which can crash the interpreter).
+every buffer has room for BLOCK_SIZE lanes past its last row, and the backward's
+for rows_per_program rows past it (NaN in x, dy and rstd), so no kernel can touch
+memory outside it (which can crash the interpreter): a last program that runs past
+row M - 1 shows as rows of dx stored past the last.
 
 Before launching, the probe makes sure the object is a kernel (verify_kernel_object):
 exactly Triton's JITFunction, or the interpreter's InterpretedFunction under
@@ -453,22 +455,30 @@ def _launch_backward(kernel, case):
 
     device = verify_kernel_object(kernel, BACKWARD_SIGNATURE)
     dtype, m, n, block, stride, size = _layout(case, device)
+    rows_per_program = int(case["rows_per_program"])
+    programs = -(-m // rows_per_program)
+    # rows_per_program spare rows past the last, NaN in x, dy and rstd: a last program
+    # that runs past row M - 1 reads them (and dx shows what it stored there) instead
+    # of memory the interpreter does not own, which can crash the kernel
+    size += rows_per_program * stride
     x = _padded(_tensor(case, "x", device), stride, size, dtype, device)
     dy = _padded(_tensor(case, "dy", device), stride, size, dtype, device)
     w = _padded(_tensor(case, "gamma", device), block, block, dtype, device)
-    rstd = _tensor(case, "rstd", device)  # float32, computed by the grader
+    rstd = torch.full((m + rows_per_program,), float("nan"), dtype=torch.float32,
+                      device=device)
+    rstd[:m] = _tensor(case, "rstd", device)  # float32, computed by the grader
     dx = torch.full((size,), UNWRITTEN, dtype=dtype, device=device)
-    rows_per_program = int(case["rows_per_program"])
-    programs = -(-m // rows_per_program)
     # room for a row per row of x, so that a kernel storing by row instead of by
     # program stays inside the buffer (and shows in partial_overrun)
-    partial = torch.full((max(programs, m + 1) * n + block,), UNWRITTEN,
+    partial = torch.full(((m + rows_per_program) * n + block,), UNWRITTEN,
                          dtype=torch.float32, device=device)
     kernel[(programs,)](dx, dy, x, w, rstd, partial, stride, m, n, rows_per_program,
                         BLOCK_SIZE=block)
     values, padding_written = _rows(dx, m, n, block, stride)
+    past_last_row = max(m * stride, (m - 1) * stride + block)
     return {"dx": values, "partial_dw": partial[: programs * n].view(programs, n),
             "padding_written": padding_written,
+            "rows_past_m_written": np.array(int((dx[past_last_row:] != UNWRITTEN).sum())),
             "partial_overrun": np.array(int((partial[programs * n:] != UNWRITTEN).sum()))}
 
 
@@ -517,6 +527,16 @@ def check_backward_bytes_per_row(backward_bytes_per_row):
 
 
 
+def check_fused_fraction_of_peak(fused_fraction_of_peak):
+    """Check the fraction of the A100's peak bandwidth the quoted fused RMSNorm reached."""
+    run_check("rms_fused_fraction_of_peak", fused_fraction_of_peak, _answer_as_text)
+
+
+def check_eager_time_prediction(predicted_eager_ms):
+    """Check the eager LlamaRMSNorm's time predicted from its bytes and the fused rate."""
+    run_check("rms_eager_time_prediction", predicted_eager_ms, _answer_as_text)
+
+
 # --- the autograd.Function ------------------------------------------------------------
 
 FUNCTION_LAUNCHERS = ("launch_rms_forward", "launch_rms_backward")
@@ -551,7 +571,8 @@ def _launcher_layout_problem(x, dy=None):
                 f"{tuple(x.shape)} with strides {tuple(x.stride())}")
     if dy is not None and dy.stride() != x.stride():
         return (f"dy must be laid out like x: strides {tuple(dy.stride())} and "
-                f"{tuple(x.stride())}")
+                f"{tuple(x.stride())}; hand launch_rms_backward an x and a dy laid out "
+                "alike (both made contiguous, for instance)")
     return None
 
 
@@ -565,7 +586,7 @@ def _eager_forward(x, weight, eps=1e-5):
     return _like_rows(rows * rstd[:, None] * weight.float(), x), rstd
 
 
-def _eager_backward(dy, x, weight, rstd, rows_per_program=2):
+def _eager_backward(dy, x, weight, rstd, rows_per_program=None):
     """launch_rms_backward's contract, in float32 like the kernel, from the rstd given."""
     problem = _launcher_layout_problem(x, dy)
     if problem:
@@ -579,22 +600,33 @@ def _eager_backward(dy, x, weight, rstd, rows_per_program=2):
 def _stand_in_launchers(function, calls):
     """Put eager stand-ins for the launchers, their calls counted, where the Function
     finds the assignment's: the Function is graded on its own (a slip in a kernel costs
-    only that kernel's cells, and launchers of the hand-in's own are not used). Returns a
-    function that puts the originals back."""
+    only that kernel's cells, and launchers of the hand-in's own are not used). The
+    backward stand-in also counts the rstd tensors it gets that are not one the forward
+    stand-in returned (a recomputed rstd). Returns a function that puts the originals
+    back."""
+    import torch
+
     namespace = getattr(getattr(function, "forward", None), "__globals__", None)
     if not isinstance(namespace, dict):
         return lambda: None
     missing = object()
     originals = {name: namespace.get(name, missing) for name in FUNCTION_LAUNCHERS}
 
-    def counted(name, launcher):
-        def launch(*args, **kwargs):
-            calls[name] += 1
-            return launcher(*args, **kwargs)
-        return launch
+    returned_rstd = []  # data pointers of the rstd tensors launch_rms_forward returned
 
-    for name, launcher in zip(FUNCTION_LAUNCHERS, (_eager_forward, _eager_backward)):
-        namespace[name] = counted(name, launcher)
+    def forward(*args, **kwargs):
+        calls["launch_rms_forward"] += 1
+        y, rstd = _eager_forward(*args, **kwargs)
+        returned_rstd.append(rstd.data_ptr())
+        return y, rstd
+
+    def backward(dy, x, weight, rstd, *args, **kwargs):
+        calls["launch_rms_backward"] += 1
+        if not isinstance(rstd, torch.Tensor) or rstd.data_ptr() not in returned_rstd:
+            calls["rstd_not_saved"] += 1
+        return _eager_backward(dy, x, weight, rstd, *args, **kwargs)
+
+    namespace["launch_rms_forward"], namespace["launch_rms_backward"] = forward, backward
 
     def restore():
         for name, launcher in originals.items():
@@ -631,7 +663,7 @@ def _call_function(function, case):
     w = _tensor(case, "gamma", device).to(dtype).requires_grad_()
     _, dy = _sliced_leaf(_tensor(case, "dy", device).reshape(shape),
                          int(case["dy_width"]), dtype, device)
-    calls = dict.fromkeys(FUNCTION_LAUNCHERS, 0)
+    calls = dict.fromkeys(FUNCTION_LAUNCHERS + ("rstd_not_saved",), 0)
     restore = _stand_in_launchers(function, calls)
     try:
         y = function.apply(x, w, float(case["eps"]))
@@ -649,7 +681,8 @@ def _call_function(function, case):
             "dx_missing": np.array(int(x_leaf.grad is None)),
             "dw_missing": np.array(int(w.grad is None)),
             "forward_calls": np.array(calls["launch_rms_forward"]),
-            "backward_calls": np.array(calls["launch_rms_backward"])}
+            "backward_calls": np.array(calls["launch_rms_backward"]),
+            "rstd_not_saved": np.array(calls["rstd_not_saved"])}
 
 
 def check_rms_autograd_function(RMSNormFunction):

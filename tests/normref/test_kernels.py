@@ -23,6 +23,8 @@ import triton.language as tl  # noqa: E402
 from normref.checks import (  # noqa: E402
     CheckFailed,
     check_backward_bytes_per_row,
+    check_eager_time_prediction,
+    check_fused_fraction_of_peak,
     check_llama_bytes,
     check_rms_autograd_function,
     check_rms_backward_dx,
@@ -473,23 +475,28 @@ def test_forward_checks_name_the_typical_mistakes(mistake):
 
 
 BACKWARD_MISTAKES = {  # variant of correct_bwd, checks it fails, words
-    "no rstd term": (dict(dx_line="dx = rstd * g"), [check_rms_backward_dx], "direct path"),
+    "no rstd term": (dict(dx_line="dx = rstd * g"), [check_rms_backward_dx],
+                     "path through x itself"),
     "layer norm's dx": (
         dict(dx_line="dx = rstd * (g - tl.sum(g, axis=0) / N - x_hat * tl.sum(g * x_hat, "
                      "axis=0) / N)"),
-        [check_rms_backward_dx], "no -mean(g) term"),
+        [check_rms_backward_dx], "only layer norm has"),
     "no weight in g": (dict(dx_line="dx = rstd * (dy - x_hat * tl.sum(dy * x_hat, axis=0) / N)"),
-                       [check_rms_backward_dx], "g = dy * w"),
+                       [check_rms_backward_dx], "weight is missing from dx"),
     "accumulator overwritten": (dict(acc_line="dw_sum = dy * x_hat"),
-                                [check_rms_backward_partial_dw], "acc += dy * x_hat"),
+                                [check_rms_backward_partial_dw], "acc += ..."),
     "weight in dW": (dict(acc_line="dw_sum += g * x_hat"), [check_rms_backward_partial_dw],
-                     "weight does not belong in dW"),
+                     "weight once too often"),
     "partials stored by row": (
         dict(store_line="tl.store(PartialDW + (first + 1) * N + cols, dw_sum, mask=mask)"),
         [check_rms_backward_partial_dw], "PartialDW + p * N"),
     "last row of each program skipped": (
         dict(stop="tl.minimum(first + rows_per_program, M) - 1"), BACKWARD_CHECKS,
         "every one of its rows"),
+    # the spare rows past M hold NaN: the slip shows in dx and in the sum of dW, with
+    # the hint, instead of a load past the end of the memory that kills the kernel
+    "last program runs past row M - 1": (
+        dict(stop="first + rows_per_program"), BACKWARD_CHECKS, "tl.minimum(first + "),
     # the NaN past N reach dx through the row's sum; dW's lanes past N are never stored
     "unmasked load": (dict(x_load="tl.load(X + row * row_stride + cols)"),
                       [check_rms_backward_dx], "mask=cols < N and other=0.0"),
@@ -956,9 +963,12 @@ CELL_CHECKS = {
     "rms_autograd_function": (check_rms_autograd_function, "RMSNormFunction"),
     "llama_bytes": (check_llama_bytes, "llama_eager_bytes"),
     "backward_bytes_per_row": (check_backward_bytes_per_row, "backward_bytes_per_row"),
+    "fused_fraction_of_peak": (check_fused_fraction_of_peak, "fused_fraction_of_peak"),
+    "eager_time_prediction": (check_eager_time_prediction, "predicted_eager_ms"),
 }
 ANSWER_CELLS = ("rms_forward_answer", "launcher", "rms_backward_answer",
-                "rms_function_answer", "llama_bytes_answer", "backward_bytes_answer")
+                "rms_function_answer", "llama_bytes_answer", "backward_bytes_answer",
+                "quoted_timings_answer")
 
 
 def _notebook_answers(path):
@@ -991,7 +1001,10 @@ def _notebook_answers(path):
                                      "pat_tiled_rows", "quin_scaled_two_pass",
                                      "cy_missing_mask", "dee_wrong_dw_reduction",
                                      "eve_rstd_not_saved", "fay_layer_norm_dx",
-                                     "hal_half_sums", "gus_blank", "solution"])
+                                     "hal_half_sums", "gus_blank", "sid_no_row_clamp",
+                                     "tom_quoted_time_slips", "uma_dy_contiguous_x_view",
+                                     "vic_rstd_recomputed",
+                                     "solution"])
 def test_the_examples_and_the_solution_keep_their_scores(student, capsys):
     """The hidden checks alone (the grader adds the visible asserts and the sandbox)."""
     import json

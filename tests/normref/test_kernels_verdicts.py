@@ -461,14 +461,17 @@ def test_dx_mistakes_by_hand():
     mean_gx = (g * x_hat).mean(-1, keepdims=True)
     mistakes = kernels_judges._dx_mistakes(BWD)
     assert [text for text, _ in mistakes] == [
-        "only the direct path is there: x also moves rstd, which adds a second term (the one "
-        "your assignment-04 derivation gets through rstd)",
-        "g = dy * w: the weight scales the incoming gradient",
-        "RMSNorm subtracts no mean, so its dx has no -mean(g) term (that is layer norm's)",
+        "only the path through x itself is there: rstd depends on x too, and that dependence "
+        "adds a second term (the one your assignment-04 derivation gets through rstd)",
+        "the weight is missing from dx: the gradient that reaches the normalized row has "
+        "passed through w",
+        "dx carries a term that only layer norm has: RMSNorm subtracts no mean from x, so "
+        "nothing in its dx comes from a mean of the incoming gradient",
         "the term that comes through rstd has the wrong sign (check it against your "
         "assignment-04 derivation)",
-        "the factor rstd in front of the whole result is missing",
-        "the mean in mean(g * x_hat) divides by N, not by BLOCK_SIZE"]
+        "each row of dx is off by one factor, the same for all its lanes: look at the overall "
+        "scale",
+        "a mean over the row divides by N, the number of real features, not by BLOCK_SIZE"]
     expected = [rstd * g, rstd * (dy - x_hat * (dy * x_hat).mean(-1, keepdims=True)),
                 rstd * (g - g.mean(-1, keepdims=True) - x_hat * mean_gx),
                 rstd * (g + x_hat * mean_gx), g - x_hat * mean_gx,
@@ -518,7 +521,7 @@ def test_partial_dw_overrun_and_unwritten_rows_are_named():
         "numbers, at PartialDW + p * N + cols, with mask=cols < N (write it once, after the "
         "loop over its rows)")
     assert _judge_partial_dw(BWD, _partial_out(np.full((2, 3), UNWRITTEN))) == (
-        "nothing was stored in PartialDW: each program stores its float32 sum of dy * x_hat at "
+        "nothing was stored in PartialDW: each program stores its float32 sum at "
         "PartialDW + p * N + cols")
     partly = rows.copy()
     partly[1] = UNWRITTEN
@@ -548,13 +551,16 @@ def test_partial_mistakes_by_hand():
     terms = dy * x_hat
     mistakes = kernels_judges._partial_mistakes(case)
     assert [text for text, _ in mistakes] == [
-        "the weight does not belong in dW: dW = sum over rows of dy * x_hat",
-        "dW = sum over rows of dy * x_hat, with x_hat = x * rstd (the normalized row)",
-        "that is the sum of dy (a bias's gradient); dW = sum over rows of dy * x_hat",
-        "each program kept only its last row's dy * x_hat: add every row into a float32 "
-        "accumulator (acc += dy * x_hat), started with tl.zeros",
-        "each program kept only its first row's dy * x_hat: add every row of the program into "
-        "the accumulator",
+        "dW carries the weight once too often: w scales y, so it is not part of its own "
+        "gradient",
+        "each row of dW is off by its row's rstd: dW is made of the normalized rows, not of x "
+        "itself",
+        "that is the sum of dy over the rows (a bias's gradient): the weight multiplies the "
+        "normalized row, which belongs in its gradient",
+        "each program kept only its last row's share: add every row's share into one float32 "
+        "accumulator (acc += ...), started with tl.zeros",
+        "each program kept only its first row's share: add every row of the program into the "
+        "accumulator",
         "the last row of each program is missing from the sum: program p adds every one of its "
         "rows, from p * rows_per_program up to (not including) the smaller of (p + 1) * "
         "rows_per_program and M"]
@@ -592,8 +598,8 @@ def test_partial_dw_the_first_matching_mistake_is_named():
     case = _bwd_case(np.ones((2, 4)), np.ones((2, 4)), np.full(4, 2.0))
     dw = (case["dy"] * 2.0).sum(0)  # g * x_hat with w = 2
     message = _judge_partial_dw(case, _partial_out(np.stack([dw, np.zeros(4)])))
-    assert message.endswith(". Hint: the weight does not belong in dW: dW = sum over rows of "
-                            "dy * x_hat")
+    assert message.endswith(". Hint: dW carries the weight once too often: w scales y, so it "
+                            "is not part of its own gradient")
 
 
 # ------------------------------------------------------------ the byte questions
@@ -1593,7 +1599,8 @@ def test_dx_block_size_mistake_counts_features_not_rows():
     """5 rows of 100 features: the mean over BLOCK_SIZE 128 instead of N is named."""
     case = kernels_judges._backward_case(np.random.default_rng(4), 5, 100, 2)
     hint, wrong = kernels_judges._dx_mistakes(case)[-1]
-    assert hint == "the mean in mean(g * x_hat) divides by N, not by BLOCK_SIZE"
+    assert hint == ("a mean over the row divides by N, the number of real features, not by "
+                    "BLOCK_SIZE")
     x_hat, g, rstd = kernels_judges._backward_terms(case)
     assert np.allclose(wrong, rstd * (g - x_hat * (g * x_hat).sum(-1, keepdims=True) / 128))
     assert _judge_dx(case, _dx_out(wrong)) == _dx_problem(case, wrong) + f". Hint: {hint}"
@@ -1682,3 +1689,90 @@ def test_function_missing_gradients_are_named():
 def test_function_probe_refuses_what_is_not_a_function_class():
     with pytest.raises(TypeError, match="subclass of torch.autograd.Function"):
         kernels_probes._call_function(lambda x, w, eps: x, FUNCTION_CASES[0][1])
+
+
+def test_function_that_recomputes_rstd_is_named():
+    """Save rstd, do not recompute it: an rstd that is not the forward launcher's, or a
+    second forward launch, loses the Function's points with the reason."""
+    case = FUNCTION_CASES[0][1]
+    y, dx, dw = _function_torch(case)
+    right = _function_out(y, dx, dw)
+    assert kernels_judges._judge_function(case, {**right, "rstd_not_saved": np.array(0)}) is None
+    for wrong in ({**right, "rstd_not_saved": np.array(1)},
+                  {**right, "forward_calls": np.array(2)}):
+        problem = kernels_judges._judge_function(case, wrong)
+        assert problem.startswith("backward recomputes rstd") and "save_for_backward" in problem
+
+
+def _rms_function(recompute_rstd):
+    """An RMSNormFunction that saves rstd, or recomputes it in backward. It calls the
+    launchers by their names in this module, where the probe puts its stand-ins."""
+
+    class RMSNormFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, eps=1e-5):
+            rows = x.reshape(-1, x.shape[-1]).contiguous()
+            y, rstd = launch_rms_forward(rows, weight, eps)  # noqa: F821
+            ctx.save_for_backward(rows, weight, rstd)
+            ctx.eps = eps
+            return y.reshape(x.shape)
+
+        @staticmethod
+        def backward(ctx, dy):
+            rows, weight, rstd = ctx.saved_tensors
+            if recompute_rstd:
+                rstd = rows.float().pow(2).mean(-1).add(ctx.eps).rsqrt()
+            dx, dw = launch_rms_backward(  # noqa: F821
+                dy.reshape(rows.shape).contiguous(), rows, weight, rstd)
+            return dx.reshape(dy.shape), dw, None
+
+    return RMSNormFunction
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_function_probe_sees_a_recomputed_rstd(recompute):
+    """The probe's stand-ins tell the forward's rstd from one backward made itself."""
+    output = kernels_probes._call_function(_rms_function(recompute), FUNCTION_CASES[0][1])
+    assert int(output["rstd_not_saved"]) == int(recompute)
+    assert int(output["forward_calls"]) == 1
+    assert "launch_rms_forward" not in globals()  # the stand-ins are gone again
+
+
+@pytest.mark.parametrize("answer, words", [
+    ("0.691", None), ("0.6910064", None), ("0.69", None), ("69.1", "not a percentage"),
+    ("0.3455", "reads x and writes y"), ("1.382", "2 bytes a number"),
+    ("0.6436", "10**9 bytes"), ("0.5", "Divide the bytes"), ("None", "give one number"),
+])
+def test_fraction_of_peak_answers(answer, words):
+    """2 * 2048 * 16384 * 2 bytes in 0.09526 ms is 1.409e12 B/s, 0.691 of 2.039e12."""
+    assert abs(kernels_judges._true_fraction_of_peak()
+               - 2 * 2048 * 16384 * 2 / 0.09526e-3 / 2.039e12) < 1e-12
+    got = kernels_judges._judge_fraction_of_peak({}, {"answer": np.array(answer)})
+    assert (got is None) if words is None else (words in got)
+
+
+@pytest.mark.parametrize("answer, words", [
+    ("0.857", None), ("0.8574", None), ("0.85734", None),  # 36 bytes a number, rows left out
+    ("0.9856", "Liger-Kernel's benchmark measured"), ("0.5925", "datasheet's peak"),
+    ("0.2127", "this question's shape"), ("0.000857", "not seconds"),
+    ("857.4", "not microseconds"), ("0.5", "Count the eight kernels"),
+])
+def test_eager_time_prediction_answers(answer, words):
+    """The eight kernels move 36 bytes per number of x (plus per-row and per-feature
+    terms), the fused kernel 4: 9.0 times the fused time."""
+    truth = kernels_judges._true_eager_ms()
+    m, n = 2048, 16384
+    assert kernels_judges.llama_rms_norm_bytes(m, n) == 36 * m * n + 24 * m + 2 * n
+    assert abs(truth - 0.09526 * (36 * m * n + 24 * m + 2 * n) / (4 * m * n)) < 1e-12
+    got = kernels_judges._judge_eager_prediction({}, {"answer": np.array(answer)})
+    assert (got is None) if words is None else (words in got), got
+
+
+def test_dx_judge_names_a_program_that_ran_past_the_last_row():
+    """dx right, but rows stored past row M - 1 (the spare NaN rows): the clamp hint."""
+    dx = kernels_judges._dx_reference(BWD)
+    output = {**_dx_out(dx), "rows_past_m_written": np.array(7)}
+    problem = _judge_dx(BWD, output)
+    assert problem.startswith("dx is right, but the kernel also stored 7 numbers past the "
+                              "last row of x")
+    assert problem.endswith("tl.minimum(first + rows_per_program, M)")
