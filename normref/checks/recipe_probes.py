@@ -83,8 +83,18 @@ def _merge_exactly(a, b):
     n = n_a + n_b
     delta = mean_b - mean_a
     with np.errstate(all="ignore"):  # two empty chunks: NaN, judged as any result is
-        return (a[0] + b[0], mean_a + delta * (n_b / n),
-                m2_a + m2_b + delta**2 * (n_a * n_b / n))
+        mean, m2 = mean_a + delta * (n_b / n), m2_a + m2_b + delta**2 * (n_a * n_b / n)
+    return a[0] + b[0], _like_given(mean, a[1], b[1]), _like_given(m2, a[2], b[2])
+
+
+def _like_given(merged, *given):
+    """`merged` as a torch tensor of the given statistics' dtype when they were
+    torch tensors, so that torch code goes on working with what it gets back."""
+    torch = sys.modules.get("torch")
+    tensors = [part for part in given if torch is not None and isinstance(part, torch.Tensor)]
+    if not tensors:
+        return merged
+    return torch.as_tensor(merged, device=tensors[0].device).to(tensors[0].dtype)
 
 
 # The name under which the grader's counting merge sits in the student's namespace

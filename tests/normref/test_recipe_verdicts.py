@@ -1152,6 +1152,34 @@ def test_merges_count_under_any_name_chunked_var_reaches_them_by(reached):
     assert notebook["merge_stats"]((2, 3.0, 2.0), (2, 7.0, 2.0)) == (4, 5.0, 20.0)
 
 
+TORCH_CHUNKED = """
+import torch
+
+def merge_stats(a, b):
+    n = a[0] + b[0]
+    delta = b[1] - a[1]
+    return n, a[1] + delta * b[0] / n, a[2] + b[2] + delta**2 * a[0] * b[0] / n
+
+def chunked_var(x, chunk):
+    x = torch.as_tensor(x, dtype=torch.float64)
+    run = None
+    for part in torch.split(x, chunk, dim=-1):
+        mean = part.mean(-1)
+        here = (part.shape[-1], mean, (part - mean[..., None]).pow(2).sum(-1))
+        run = here if run is None else merge_stats(run, here)
+    n, _, q = run
+    return q.div(n)
+"""
+
+
+def test_a_torch_chunked_var_gets_torch_statistics_back_from_the_graded_merge():
+    """The grader's own merge hands back what the student's would: tensor
+    methods on the merged statistics keep working."""
+    notebook = _notebook(TORCH_CHUNKED)
+    assert "chunked_var: all 8 cases passed" in passes(check_chunked_var,
+                                                         notebook["chunked_var"])
+
+
 def test_a_tree_of_merges_as_threads_combine_them_passes():
     notebook = _notebook(EXACT_MERGE + """
 def chunked_var(x, chunk):
