@@ -115,6 +115,17 @@ def _forward_cases(rng):
             ),
         ),
         (
+            "MyLayerNorm(16, eps=1e-5) in float64 on tokens around 1000, whose spread "
+            "float32 keeps to about 4 decimals only",
+            _case(
+                16,
+                "int",
+                eps=1e-5,
+                x=rng.normal(1000.0, 1.0, size=(3, 16)),
+                **_random_affine(rng, 16, np.float64),
+            ),
+        ),
+        (
             "MyLayerNorm((4, 5), eps=1e-5) in float64 on (3, 4, 5)",
             _case(
                 (4, 5),
@@ -485,6 +496,7 @@ def _likely_forward_mistake(case, y):
     def affine(x_hat):
         return gamma * x_hat + beta
 
+    dtype = _input_dtype(case)
     mu = x.mean(axis=trailing, keepdims=True)
     var = x.var(axis=trailing, keepdims=True)
     candidates = {
@@ -526,7 +538,6 @@ def _likely_forward_mistake(case, y):
         ] = affine(_normalized(x, tuple(range(1, x.ndim)), eps))
     # At float32's tolerance several eps slips can match one output: name the
     # candidate the output is closest to (the first of equals, in the order above).
-    dtype = _input_dtype(case)
     closest, hint_found = np.inf, None
     with np.errstate(all="ignore"):
         for hint, wrong in candidates.items():
@@ -537,6 +548,12 @@ def _likely_forward_mistake(case, y):
                     closest, hint_found = distance, hint
     return hint_found
 
+
+FLOAT64_HINT = (
+    "close, but not to float64's accuracy: a float64 input is normalized in float64. "
+    "Widen only a narrower input (torch.promote_types(x.dtype, torch.float32)), "
+    "never round float64 to float32"
+)
 
 _LOW_PRECISION_HINT = (
     "with a {dtype} input, take the mean and the variance in float32 "
@@ -564,6 +581,9 @@ def _output_problem(case, output):
         # cases name those, so a half-precision case names its own.
         hint = (_LOW_PRECISION_HINT.format(dtype=dtype) if "x_dtype" in case
                 else _likely_forward_mistake(case, output["y"]))
+        if hint is None and dtype == "float64" and matches(output["y"], expected,
+                                                           dtype="float16"):
+            hint = FLOAT64_HINT
         return problem + (f". Hint: {hint}" if hint else "")
     want = f"torch.{dtype}"
     if _text(output, "y_dtype") != want:
@@ -890,6 +910,11 @@ def _judge_add_layer_norm(case, output):
                       ("weight_grad", "the gradient with respect to weight"),
                       ("bias_grad", "the gradient with respect to bias")):
         problem = mismatch(output[key], gradients[key], dtype=dtype, what=what)
+        if problem and "inherited_y" in output and matches(
+                output[key], gradients[key], dtype="float32"):
+            # float32 accuracy on a float64 input, from the MyLayerNorm it
+            # inherits: Exercise 1's float64 case charges that, once
+            continue
         if problem:
             return problem + (
                 ". The loss uses both outputs: the gradient of x gets residual_sum's "

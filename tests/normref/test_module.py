@@ -1065,3 +1065,40 @@ def test_ln2d_forward_check_names_a_wrong_axis_that_broadcasts_silently():
                                          module_probes._probe_layer_norm_2d)
     verdict = _registry.judge("layer_norm_2d_forward", [(label, case)], outputs, errors)
     assert not verdict["passed"] and "along the last axis, W" in verdict["message"]
+
+
+# ----- float64 computed in float32: charged once, by the forward check -------------------
+
+
+class MyLayerNorm(nn.LayerNorm):
+    """Named as the assignment's class, so that an AddLayerNorm built on it counts
+    as inheriting its norm; computes every dtype in float32."""
+
+    def forward(self, x):
+        y = nn.functional.layer_norm(x.float(), self.normalized_shape,
+                                     None if self.weight is None else self.weight.float(),
+                                     None if self.bias is None else self.bias.float(),
+                                     self.eps)
+        return y.to(x.dtype)
+
+
+class AddOnFloat32Norm(MyLayerNorm):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
+                 residual_in_fp32=False):
+        super().__init__(normalized_shape, eps, elementwise_affine, bias=bias)
+        self.residual_in_fp32 = residual_in_fp32
+
+    def forward(self, x, residual=None):
+        wide = torch.promote_types(x.dtype, torch.float32)
+        total = x.to(wide) if residual is None else x.to(wide) + residual.to(wide)
+        stored = residual.dtype if residual is not None else (
+            torch.float32 if self.residual_in_fp32 else x.dtype)
+        return super().forward(total).to(x.dtype), total.to(stored)
+
+
+def test_float64_in_float32_is_charged_by_the_forward_check_only(capsys):
+    """The inherited norm's float32 accuracy fails MyLayerNorm's float64 case, and
+    not again the fused module's float64 gradients."""
+    with pytest.raises(checks.CheckFailed, match="a float64 input is normalized in float64"):
+        checks.check_my_layer_norm_forward(MyLayerNorm)
+    assert _add_outcome(AddOnFloat32Norm) is None

@@ -384,6 +384,8 @@ FORWARD_LABELS = [
     "MyLayerNorm((3, 4)) on (2, 3, 4) with random gamma, beta",
     "MyLayerNorm([2, 3, 4]) on (2, 2, 3, 4), a list",
     "MyLayerNorm(torch.Size([5, 6])) on (2, 3, 5, 6) with an offset of 10",
+    "MyLayerNorm(16, eps=1e-5) in float64 on tokens around 1000, whose spread float32 "
+    "keeps to about 4 decimals only",
     "MyLayerNorm((4, 5), eps=1e-5) in float64 on (3, 4, 5)",
 ]
 LOW_PRECISION_LABELS = [
@@ -426,8 +428,13 @@ def test_forward_cases_are_what_their_labels_say():
         ((3, 4), "tuple", {}, (2, 3, 4), "float32", both),
         ((2, 3, 4), "list", {}, (2, 2, 3, 4), "float32", both),
         ((5, 6), "size", {}, (2, 3, 5, 6), "float32", both),
+        ((16,), "int", {"eps": 1e-5}, (3, 16), "float64", both),
         ((4, 5), "tuple", {"eps": 1e-5}, (3, 4, 5), "float64", both),
     ]
+    around_1000 = cases[7][1]["x"]
+    assert abs(around_1000.mean() - 1000) < 1
+    # float32 keeps about 4 decimals of a unit spread around 1000: its spacing there
+    assert np.spacing(np.float32(1000)) == 2.0 ** -14 and 1e-5 < 2.0 ** -14 < 1e-4
     for label, case in cases:
         for key in both:
             assert case[key].shape == tuple(case["normalized_shape"]), label
@@ -1880,7 +1887,8 @@ def _affine(index, weight=(1.0, 0.5), bias=(0.0, 0.5)):
 
 def test_forward_cases_draw_inputs_of_the_documented_offset_and_spread():
     """The single token ~ N(2, 3), the (2, 5, 16) batch ~ N(1, 2), the list case
-    ~ N(-1, 2), the offset case 10 + N(0, 1): offsets test the centring, spreads the
+    ~ N(-1, 2), the offset cases 10 + N(0, 1) and, in float64, 1000 + N(0, 1): offsets
+    test the centring (and, at 1000, float64 arithmetic), spreads the
     scaling, and gamma/beta follow the labels (1 and 0 where they say so)."""
     cases = J._forward_cases(StandardDraws())
     _assert_drawn(cases, [
@@ -1891,7 +1899,8 @@ def test_forward_cases_draw_inputs_of_the_documented_offset_and_spread():
         (4, "x", 0.0, 1.0), *_affine(4),
         (5, "x", -1.0, 2.0), *_affine(5),
         (6, "x", 10.0, 1.0), *_affine(6, (1.0, 0.0), (0.0, 0.0)),
-        (7, "x", 0.0, 1.0), *_affine(7),
+        (7, "x", 1000.0, 1.0), *_affine(7),
+        (8, "x", 0.0, 1.0), *_affine(8),
     ])
     constant = cases[3][1]["x"]  # the other two tokens ~ N(0, 1)
     np.testing.assert_allclose(constant[[0, 2]], _standard_pattern((3, 8))[[0, 2]], rtol=1e-6)
@@ -2135,6 +2144,19 @@ class WidenedButFloat32Out(StatisticsInInputDtype):
 
     def forward(self, x):
         return super().forward(x.to(torch.promote_types(x.dtype, torch.float32)))
+
+
+class Float32Everywhere(StatisticsInInputDtype):
+    """Computes every input in float32, float64 included, as some libraries do."""
+
+    def forward(self, x):
+        return super().forward(x.float()).to(x.dtype)
+
+
+def test_float64_computed_in_float32_fails_forward_with_the_float64_hint():
+    verdict = _verdict("my_layer_norm_forward", Float32Everywhere, P._probe_module)
+    assert verdict["case"] == FORWARD_LABELS[7]
+    assert verdict["message"].endswith(HINT + J.FLOAT64_HINT)
 
 
 def test_half_precision_statistics_cost_the_low_precision_check_only():
