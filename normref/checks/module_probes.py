@@ -373,6 +373,20 @@ def _answers_as_text(answers, case):
     return {name: np.array(str(value)[:MAX_MESSAGE]) for name, value in answers.items()}
 
 
+def _sequences_as_text(answers, case):
+    """Each answer that is a sequence of numbers (tuple, list, numpy array,
+    tensor) as the str() of each entry; anything else as its own str()."""
+    report = {}
+    for name, value in answers.items():
+        if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+            value = value.tolist()
+        if isinstance(value, (list, tuple)) and value:
+            report[name] = np.array([str(entry)[:MAX_MESSAGE] for entry in value])
+        else:
+            report[name] = np.array(str(value)[:MAX_MESSAGE])
+    return report
+
+
 def check_my_layer_norm_parameters(MyLayerNorm):
     """Check MyLayerNorm's parameters: names, shapes, dtype, initial values."""
     run_check("my_layer_norm_parameters", MyLayerNorm, _probe_module)
@@ -381,6 +395,12 @@ def check_my_layer_norm_parameters(MyLayerNorm):
 def check_my_layer_norm_forward(MyLayerNorm):
     """Check MyLayerNorm(...)(x) against nn.LayerNorm for int and tuple shapes."""
     run_check("my_layer_norm_forward", MyLayerNorm, _probe_module)
+
+
+def check_my_layer_norm_low_precision(MyLayerNorm):
+    """Check MyLayerNorm on bfloat16 and float16 inputs: float32 statistics,
+    the output in the input's dtype."""
+    run_check("my_layer_norm_low_precision", MyLayerNorm, _probe_module)
 
 
 def check_my_layer_norm_flags(MyLayerNorm):
@@ -426,6 +446,12 @@ def check_layer_norm_2d_backward(LayerNorm2d):
 def check_image_layer_norm_counts(**answers):
     """Check the counts predicted for three layer norms on an image batch."""
     run_check("image_layer_norm_counts", answers, _answers_as_text)
+
+
+def check_channel_norm_invariances(**answers):
+    """Check the predicted counts of outputs that three edits change, under a
+    per-pixel layer norm and under GroupNorm with one group."""
+    run_check("channel_norm_invariances", answers, _sequences_as_text)
 
 
 def check_add_norm_memory_bytes(**answers):

@@ -384,9 +384,15 @@ FORWARD_LABELS = [
     "MyLayerNorm((3, 4)) on (2, 3, 4) with random gamma, beta",
     "MyLayerNorm([2, 3, 4]) on (2, 2, 3, 4), a list",
     "MyLayerNorm(torch.Size([5, 6])) on (2, 3, 5, 6) with an offset of 10",
+    "MyLayerNorm(16, eps=1e-5) in float64 on tokens around 1000, whose spread float32 "
+    "keeps to about 4 decimals only",
     "MyLayerNorm((4, 5), eps=1e-5) in float64 on (3, 4, 5)",
+]
+LOW_PRECISION_LABELS = [
     "MyLayerNorm(1024) on a bfloat16 (4, 1024) stream around 300, where bfloat16's "
     "spacing is 2",
+    "MyLayerNorm(64) on a float16 (3, 64) batch around 1000, where float16's spacing "
+    "is 0.5, random gamma and beta",
 ]
 FLAG_LABELS = [
     "MyLayerNorm(4) with the default eps on tokens of tiny spread (0.001 * [2, 4, 6, 8])",
@@ -422,18 +428,18 @@ def test_forward_cases_are_what_their_labels_say():
         ((3, 4), "tuple", {}, (2, 3, 4), "float32", both),
         ((2, 3, 4), "list", {}, (2, 2, 3, 4), "float32", both),
         ((5, 6), "size", {}, (2, 3, 5, 6), "float32", both),
+        ((16,), "int", {"eps": 1e-5}, (3, 16), "float64", both),
         ((4, 5), "tuple", {"eps": 1e-5}, (3, 4, 5), "float64", both),
-        ((1024,), "int", {}, (4, 1024), "float32", both),
     ]
-    stream = cases[8][1]
-    assert str(stream["x_dtype"]) == "bfloat16"
-    assert np.array_equal(stream["x"], J._bfloat16_values(stream["x"]))  # exact in bf16
-    assert abs(stream["x"].mean() - 300) < 1  # "around 300"
+    around_1000 = cases[7][1]["x"]
+    assert abs(around_1000.mean() - 1000) < 1
+    # float32 keeps about 4 decimals of a unit spread around 1000: its spacing there
+    assert np.spacing(np.float32(1000)) == 2.0 ** -14 and 1e-5 < 2.0 ** -14 < 1e-4
     for label, case in cases:
         for key in both:
             assert case[key].shape == tuple(case["normalized_shape"]), label
             assert case[key].dtype == case["x"].dtype, label
-    identity = [cases[i][1] for i in (0, 6, 8)]
+    identity = [cases[i][1] for i in (0, 6)]
     for case in identity:  # "gamma = 1, beta = 0" and the offset case
         assert np.all(case["set_weight"] == 1) and np.all(case["set_bias"] == 0)
     constant = cases[3][1]["x"]
@@ -479,8 +485,25 @@ def test_flag_cases_are_what_their_labels_say():
         assert case["set_weight"].dtype == np.float32 and np.ptp(case["set_weight"]) > 0
 
 
-@pytest.mark.parametrize("name, labels", [("my_layer_norm_forward", FORWARD_LABELS),
-                                          ("my_layer_norm_flags", FLAG_LABELS)])
+def test_low_precision_cases_are_what_their_labels_say():
+    """Each input holds values its half-precision dtype stores exactly, around the
+    magnitude and at the spacing its label names."""
+    cases = _cases("my_layer_norm_low_precision")
+    assert [label for label, _ in cases] == LOW_PRECISION_LABELS
+    for (_, case), dtype, centre, spacing in zip(
+            cases, (torch.bfloat16, torch.float16), (300, 1000), (2.0, 0.5)):
+        x = torch.from_numpy(case["x"])
+        assert str(case["x_dtype"]) == str(dtype).removeprefix("torch.")
+        assert torch.equal(x.to(dtype).float(), x)  # exact in the half dtype
+        assert abs(x.mean().item() - centre) < 1
+        above = torch.tensor(float(centre)).to(dtype).float() + 0.75 * spacing
+        assert above.to(dtype).float().item() - centre == spacing
+    assert np.all(cases[0][1]["set_weight"] == 1) and np.ptp(cases[1][1]["set_weight"]) > 0
+
+
+@pytest.mark.parametrize("name, labels", [
+    ("my_layer_norm_forward", FORWARD_LABELS), ("my_layer_norm_flags", FLAG_LABELS),
+    ("my_layer_norm_low_precision", LOW_PRECISION_LABELS)])
 def test_torchs_module_passes_forward_and_flags(name, labels):
     """nn.LayerNorm itself passes every case, and the message lists them all."""
     for seed in (0, 1):
@@ -598,7 +621,8 @@ def test_the_flags_check_leaves_an_unbiased_variance_to_the_forward_check(index)
     assert _judge("my_layer_norm_flags", case, _slipped_output(case, "n - 1")) is None
 
 
-@pytest.mark.parametrize("name", ["my_layer_norm_forward", "my_layer_norm_flags"])
+@pytest.mark.parametrize("name", ["my_layer_norm_forward", "my_layer_norm_flags",
+                                  "my_layer_norm_low_precision"])
 def test_a_right_output_in_any_form_passes_every_case(name):
     """The slip-free output, computed in torch, passes each case (float64 included)."""
     for _, case in _cases(name):
@@ -1301,36 +1325,67 @@ def test_reference_add_against_torch():
 
 def test_the_image_truths_are_what_torch_computes():
     """On (8, 96, 14, 14): a norm over W makes 8 * 96 * 14 means, one over C on the
-    channels-last view 8 * 14 * 14 means of 96 values, and a norm over (C, H, W)
-    holds 2 * 96 * 14 * 14 parameters."""
+    channels-last view 8 * 14 * 14 means of 96 values."""
     maps = torch.randn(8, 96, 14, 14, generator=torch.Generator().manual_seed(1))
     over_w = nn.functional.layer_norm(maps, (14,))
     over_c = nn.functional.layer_norm(maps.permute(0, 2, 3, 1), (96,))
-    whole = nn.LayerNorm((96, 14, 14))
     assert over_w.mean(-1).abs().max() < 1e-5 and over_w.mean(-1).numel() == 10752
     assert over_c.mean(-1).abs().max() < 1e-5 and over_c.mean(-1).numel() == 1568
-    assert sum(p.numel() for p in whole.parameters()) == 37632
     assert J._image_truths() == {"LAST_DIM_MEANS": 10752, "CHANNEL_MEANS": 1568,
-                                 "VALUES_PER_CHANNEL_MEAN": 96, "WHOLE_MAP_PARAMETERS": 37632}
+                                 "VALUES_PER_CHANNEL_MEAN": 96}
 
 
 def test_image_answers_are_judged_with_the_wrong_ones_named():
     judge = _registry._get("image_layer_norm_counts").judge
     right = {"LAST_DIM_MEANS": np.array("10752"), "CHANNEL_MEANS": np.array("1568.0"),
-             "VALUES_PER_CHANNEL_MEAN": np.array("tensor(96)"),
-             "WHOLE_MAP_PARAMETERS": np.array("37632")}
+             "VALUES_PER_CHANNEL_MEAN": np.array("tensor(96)")}
     assert judge({}, right) is None
     wrong = {**right, "CHANNEL_MEANS": np.array("768"),
-             "WHOLE_MAP_PARAMETERS": np.array("192")}
+             "VALUES_PER_CHANNEL_MEAN": np.array("196")}
     assert judge({}, wrong) == (
         "not yet right: how many means a layer norm over C computes on the channels-last "
-        "batch (one per image and pixel) (you answered 768); how many learnable numbers a "
-        "layer norm over (C, H, W) holds (gamma and beta each have the shape (C, H, W)) "
-        "(you answered 192)")
+        "batch (one per image and pixel) (you answered 768); how many numbers each of "
+        "those channel means averages (you answered 196)")
     partial = {k: v for k, v in right.items() if k in ("LAST_DIM_MEANS", "CHANNEL_MEANS")}
-    assert judge({}, partial) == (
-        "no answer given for VALUES_PER_CHANNEL_MEAN, WHOLE_MAP_PARAMETERS")
-    assert _registry.make_cases("image_layer_norm_counts") == [("your four answers", {})]
+    assert judge({}, partial) == "no answer given for VALUES_PER_CHANNEL_MEAN"
+    assert _registry.make_cases("image_layer_norm_counts") == [("your three answers", {})]
+
+
+def test_the_invariance_truths_follow_from_what_each_layer_normalizes_over():
+    """A per-pixel layer norm ignores a shift or scale shared by a pixel's channels
+    (edits 1 and 2), GroupNorm(1, C) only one shared by the whole image (edit 1);
+    every other edit moves all 8 * 5 * 5 outputs of image 0 and none of image 1."""
+    image = J.EDITED_BATCH[1] * J.EDITED_BATCH[2] * J.EDITED_BATCH[3]
+    assert image == 200
+    assert J._invariance_truths() == {"LN2D_CHANGED": [0, 0, image],
+                                      "GROUPNORM_CHANGED": [0, image, image]}
+    x = torch.randn(J.EDITED_BATCH, dtype=torch.float64)
+    whole, per_pixel, per_channel = J._edited_copies(x)
+    assert torch.equal(whole[1], x[1]) and torch.equal(per_channel[1], x[1])
+    offsets = per_pixel[0] - x[0]  # C, H, W: one offset per pixel, shared by channels
+    assert torch.allclose(offsets, offsets[:1].expand_as(offsets))
+    assert offsets[0].unique().numel() == 25
+    offsets = per_channel[0] - x[0]  # one offset per channel, shared by pixels
+    assert torch.allclose(offsets, offsets[:, :1, :1].expand_as(offsets))
+    assert offsets[:, 0, 0].unique().numel() == 8
+
+
+def test_invariance_answers_name_the_layer_and_the_edit():
+    judge = _registry._get("channel_norm_invariances").judge
+    right = {"LN2D_CHANGED": np.array(["0", "0", "200"]),
+             "GROUPNORM_CHANGED": np.array(["tensor(0)", "200.0", "200"])}
+    assert judge({}, right) is None
+    swapped = {"LN2D_CHANGED": right["GROUPNORM_CHANGED"],
+               "GROUPNORM_CHANGED": right["LN2D_CHANGED"]}
+    message = judge({}, swapped)
+    assert message.startswith(
+        "not yet right: LayerNorm2d(8): a different offset added at each pixel of image 0, "
+        "the same for its C channels (you answered 200.0). LayerNorm2d(8) normalizes")
+    assert "| GroupNorm(1, 8): a different offset added at each pixel" in message
+    assert judge({}, {**right, "LN2D_CHANGED": np.array("200")}) == (
+        "not yet right: LN2D_CHANGED holds one count per edit, 3 in all (you answered 200)")
+    assert judge({}, {"LN2D_CHANGED": right["LN2D_CHANGED"]}) == (
+        "no answer given for GROUPNORM_CHANGED")
 
 
 def test_memory_byte_answers_are_judged_from_torchs_element_sizes():
@@ -1776,10 +1831,10 @@ def test_each_check_runs_its_own_cases(check, name, capsys):
 
 def test_question_checks_pass_the_right_answers(capsys):
     P.check_image_layer_norm_counts(LAST_DIM_MEANS=10752, CHANNEL_MEANS=1568,
-                                    VALUES_PER_CHANNEL_MEAN=96, WHOLE_MAP_PARAMETERS=37632)
+                                    VALUES_PER_CHANNEL_MEAN=96)
     P.check_add_norm_memory_bytes(UNFUSED_BYTES=24 * 2 ** 25, FUSED_BYTES=12 * 2 ** 25)
     assert capsys.readouterr().out.splitlines() == [
-        "image_layer_norm_counts: all 1 cases passed (your four answers)",
+        "image_layer_norm_counts: all 1 cases passed (your three answers)",
         "add_norm_memory_bytes: all 1 cases passed (your two byte counts)"]
 
 
@@ -1832,7 +1887,8 @@ def _affine(index, weight=(1.0, 0.5), bias=(0.0, 0.5)):
 
 def test_forward_cases_draw_inputs_of_the_documented_offset_and_spread():
     """The single token ~ N(2, 3), the (2, 5, 16) batch ~ N(1, 2), the list case
-    ~ N(-1, 2), the offset case 10 + N(0, 1): offsets test the centring, spreads the
+    ~ N(-1, 2), the offset cases 10 + N(0, 1) and, in float64, 1000 + N(0, 1): offsets
+    test the centring (and, at 1000, float64 arithmetic), spreads the
     scaling, and gamma/beta follow the labels (1 and 0 where they say so)."""
     cases = J._forward_cases(StandardDraws())
     _assert_drawn(cases, [
@@ -1843,7 +1899,8 @@ def test_forward_cases_draw_inputs_of_the_documented_offset_and_spread():
         (4, "x", 0.0, 1.0), *_affine(4),
         (5, "x", -1.0, 2.0), *_affine(5),
         (6, "x", 10.0, 1.0), *_affine(6, (1.0, 0.0), (0.0, 0.0)),
-        (7, "x", 0.0, 1.0), *_affine(7),
+        (7, "x", 1000.0, 1.0), *_affine(7),
+        (8, "x", 0.0, 1.0), *_affine(8),
     ])
     constant = cases[3][1]["x"]  # the other two tokens ~ N(0, 1)
     np.testing.assert_allclose(constant[[0, 2]], _standard_pattern((3, 8))[[0, 2]], rtol=1e-6)
@@ -2089,16 +2146,47 @@ class WidenedButFloat32Out(StatisticsInInputDtype):
         return super().forward(x.to(torch.promote_types(x.dtype, torch.float32)))
 
 
-def test_bfloat16_statistics_fail_forward_with_the_low_precision_hint():
-    verdict = _verdict("my_layer_norm_forward", StatisticsInInputDtype, P._probe_module)
+class Float32Everywhere(StatisticsInInputDtype):
+    """Computes every input in float32, float64 included, as some libraries do."""
+
+    def forward(self, x):
+        return super().forward(x.float()).to(x.dtype)
+
+
+def test_float64_computed_in_float32_fails_forward_with_the_float64_hint():
+    verdict = _verdict("my_layer_norm_forward", Float32Everywhere, P._probe_module)
+    assert verdict["case"] == FORWARD_LABELS[7]
+    assert verdict["message"].endswith(HINT + J.FLOAT64_HINT)
+
+
+def test_half_precision_statistics_cost_the_low_precision_check_only():
+    """Right in float32 and float64, so the forward check passes; the
+    low-precision check fails on bfloat16 and names the cure."""
+    assert _verdict("my_layer_norm_forward", StatisticsInInputDtype,
+                    P._probe_module)["passed"]
+    verdict = _verdict("my_layer_norm_low_precision", StatisticsInInputDtype, P._probe_module)
     assert not verdict["passed"]
-    assert verdict["case"] == FORWARD_LABELS[-1]
+    assert verdict["case"] == LOW_PRECISION_LABELS[0]
     assert "take the mean and the variance in float32 (x.float())" in verdict["message"]
 
 
+def test_float16_statistics_fail_the_float16_case_too():
+    """A module that widens bfloat16 only still rounds a float16 batch around 1000."""
+
+    class WidensOnlyBfloat16(StatisticsInInputDtype):
+        def forward(self, x):
+            if x.dtype == torch.bfloat16:
+                return super().forward(x.float()).to(x.dtype)
+            return super().forward(x)
+
+    verdict = _verdict("my_layer_norm_low_precision", WidensOnlyBfloat16, P._probe_module)
+    assert verdict["case"] == LOW_PRECISION_LABELS[1]
+    assert "float16's 0.5 around 1000" in verdict["message"]
+
+
 def test_a_float32_output_for_a_bfloat16_input_is_named():
-    verdict = _verdict("my_layer_norm_forward", WidenedButFloat32Out, P._probe_module)
-    assert verdict["case"] == FORWARD_LABELS[-1]
+    verdict = _verdict("my_layer_norm_low_precision", WidenedButFloat32Out, P._probe_module)
+    assert verdict["case"] == LOW_PRECISION_LABELS[0]
     assert "your output's dtype is torch.float32; for a torch.bfloat16 input" in (
         verdict["message"])
     assert "then y.to(x.dtype)" in verdict["message"]
