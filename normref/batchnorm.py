@@ -94,20 +94,17 @@ def group_norm(x, num_groups, gamma=None, beta=None, eps=1e-5):
     return y.astype(dtype)
 
 
-def instance_norm(x, eps=1e-5):
-    """Instance norm: each channel of each example over its positions, no affine.
+def channel_layer_norm(x, eps=1e-5):
+    """Layer norm over the channels at each position, no affine: what
+    ConvNeXt's channels-first LayerNorm computes for x (N, C, *).
 
-    x: (N, C, *) -> like x. Group norm's limit with one channel per group.
+    x: (N, C, *) -> like x; every (example, position) pair normalized over its C
+    values on its own.
     """
-    return group_norm(x, np.shape(x)[1], eps=eps)
-
-
-def example_layer_norm(x, eps=1e-5):
-    """Layer norm over everything an example holds, (C, *), no affine.
-
-    x: (N, C, *) -> like x. Group norm's limit with a single group.
-    """
-    return group_norm(x, 1, eps=eps)
+    x64, dtype = _as_float(x)
+    mean = x64.mean(axis=1, keepdims=True)  # N, 1, *
+    var = x64.var(axis=1, keepdims=True)  # N, 1, *, biased
+    return ((x64 - mean) / np.sqrt(var + eps)).astype(dtype)
 
 
 # How each convention weighs a new batch statistic, and which batch variance
@@ -187,3 +184,19 @@ def batch_norm_eval(x, gamma, beta, running_mean, running_var, eps=1e-5):
     x_hat = (x64 - mean) / np.sqrt(var + eps)  # N, C, *
     y = x_hat * _per_channel(gamma, x64.ndim) + _per_channel(beta, x64.ndim)
     return y.astype(dtype)
+
+
+def fold_batch_norm(weight, bias, gamma, beta, running_mean, running_var, eps=1e-5):
+    """A Linear layer followed by eval-mode batch norm, as one Linear layer.
+
+    weight: (C, D) in nn.Linear's layout (row c makes channel c); bias, gamma,
+    beta, running_mean, running_var: (C,) -> (folded_weight (C, D), folded_bias (C,))
+    with x @ folded_weight.T + folded_bias equal to batch_norm_eval(x @ weight.T
+    + bias, gamma, beta, running_mean, running_var, eps) for every x.
+    """
+    w64, dtype = _as_float(weight)
+    scale = np.asarray(gamma, np.float64) / np.sqrt(np.asarray(running_var, np.float64) + eps)
+    folded_weight = w64 * scale[:, None]  # C, D: row c scaled by channel c's factor
+    folded_bias = ((np.asarray(bias, np.float64) - np.asarray(running_mean, np.float64))
+                   * scale + np.asarray(beta, np.float64))
+    return folded_weight.astype(dtype), folded_bias.astype(dtype)

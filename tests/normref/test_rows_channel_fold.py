@@ -1,0 +1,159 @@
+"""Unit 02, layer norm over channels written with group norm, and batch norm folded
+into the Linear layer before it: the references against torch, and their checks
+against right code written other ways and against the typical slips."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from check_calls import fails, passes
+
+from normref.batchnorm import channel_layer_norm, fold_batch_norm, group_norm
+from normref.checks import check_channel_layer_norm, check_fold_batch_norm
+
+TOL = {np.float64: 1e-10, np.float32: 1e-4}
+
+
+# ---------------------------------------------------------------- references vs torch
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 4), (3, 6, 5), (2, 3, 4, 5), (1, 8, 1)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_channel_layer_norm_is_torchs_layer_norm_over_the_channel_axis(shape, dtype):
+    x = np.random.default_rng(0).normal(2.0, 3.0, size=shape).astype(dtype)
+    t = torch.from_numpy(x.astype(np.float64))
+    expected = F.layer_norm(t.movedim(1, -1), (shape[1],), eps=1e-3).movedim(-1, 1)
+    y = channel_layer_norm(x, 1e-3)
+    assert y.dtype == dtype
+    np.testing.assert_allclose(y, expected.numpy(), rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_folded_linear_is_linear_then_batch_norm_in_eval_mode(seed, dtype):
+    rng = np.random.default_rng(seed)
+    inputs, channels = (int(n) for n in rng.integers(2, 9, size=2))
+    eps = [1e-5, 1e-3][seed % 2]
+    linear = torch.nn.Linear(inputs, channels, dtype=torch.float64)
+    norm = torch.nn.BatchNorm1d(channels, eps=eps, dtype=torch.float64).eval()
+    with torch.no_grad():
+        norm.weight.normal_(1.0, 0.5)
+        norm.bias.normal_()
+        norm.running_mean.normal_()
+        norm.running_var.uniform_(0.01, 4.0)
+    params = [p.detach().numpy().astype(dtype) for p in (
+        linear.weight, linear.bias, norm.weight, norm.bias, norm.running_mean, norm.running_var)]
+    weight, bias = fold_batch_norm(*params, eps)
+    assert weight.dtype == bias.dtype == dtype
+    x = torch.from_numpy(rng.normal(size=(16, inputs)))
+    expected = norm(linear(x)).detach().numpy()
+    folded = x.numpy() @ weight.astype(np.float64).T + bias.astype(np.float64)
+    np.testing.assert_allclose(folded, expected, rtol=10 * TOL[dtype], atol=10 * TOL[dtype])
+
+
+# ---------------------------------------------------------------- layer norm over channels
+
+
+def through_group_norm(x, eps):
+    channels_last = np.moveaxis(x, 1, -1)
+    c = x.shape[1]
+    y = group_norm(channels_last.reshape(-1, c, 1), 1, np.ones(c), np.zeros(c), eps)
+    return np.moveaxis(y.reshape(channels_last.shape), -1, 1)
+
+
+def through_group_norm_in_torch(x, eps):
+    """Right too: torch tensors, a transpose and flatten instead of moveaxis."""
+    t = torch.as_tensor(x).transpose(1, -1)
+    shape = t.shape
+    y = group_norm(t.reshape(-1, shape[-1], 1), 1, eps=eps)
+    return y.reshape(shape).transpose(1, -1)
+
+
+def whole_example(x, eps):
+    return group_norm(x, 1, np.ones(x.shape[1]), np.zeros(x.shape[1]), eps)
+
+
+def reshaped_in_place(x, eps):
+    c = x.shape[1]
+    return np.reshape(group_norm(x.reshape(-1, c, 1), 1, eps=eps), x.shape)
+
+
+def by_hand(x, eps):
+    x = np.asarray(x, dtype=float)
+    return (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + eps)
+
+
+@pytest.mark.parametrize("right", [through_group_norm, through_group_norm_in_torch])
+def test_channel_layer_norm_written_with_group_norm_passes(right):
+    assert "all 4 cases passed" in passes(check_channel_layer_norm, right)
+
+
+@pytest.mark.parametrize("slip, hint", [
+    (whole_example, "normalizes everything one example holds"),
+    (reshaped_in_place, "move the channel axis last first"),
+    (by_hand, "never calls group_norm"),
+])
+def test_each_channel_layer_norm_slip_is_named(slip, hint):
+    assert hint in fails(check_channel_layer_norm, slip)
+
+
+def test_a_wrong_group_norm_of_the_students_own_costs_nothing_here():
+    """The probe swaps the notebook's group_norm for an exact one: two cancelling
+    bugs (num_groups as channels per group, the group count swapped) cannot pass,
+    and one bug in group_norm is not charged twice."""
+    namespace = {"np": np}
+    exec("def group_norm(x, num_groups, gamma=None, beta=None, eps=1e-5):\n"
+         "    return x * 0\n", namespace)
+    namespace["channel_layer_norm"] = through_group_norm.__class__(
+        through_group_norm.__code__, namespace)
+    assert "all 4 cases passed" in passes(check_channel_layer_norm,
+                                          namespace["channel_layer_norm"])
+    assert namespace["group_norm"].__code__.co_name == "group_norm"
+    assert namespace["group_norm"](np.ones(2), 1).sum() == 0  # put back afterwards
+
+
+# ---------------------------------------------------------------- folding batch norm
+
+
+def fold_in_torch(weight, bias, gamma, beta, running_mean, running_var, eps):
+    """Right too: torch tensors back, and the scale as a diagonal matrix."""
+    t = [torch.as_tensor(v) for v in (weight, bias, gamma, beta, running_mean, running_var)]
+    scale = t[2] * torch.rsqrt(t[5] + eps)
+    return torch.diag(scale) @ t[0], (t[1] - t[4]) * scale + t[3]
+
+
+def bias_unscaled(weight, bias, gamma, beta, running_mean, running_var, eps):
+    scale = gamma / np.sqrt(running_var + eps)
+    return weight * scale[:, None], bias - running_mean + beta
+
+
+def columns_scaled(weight, bias, gamma, beta, running_mean, running_var, eps):
+    scale = gamma / np.sqrt(running_var + eps)
+    return weight * scale, (bias - running_mean) * scale + beta
+
+
+def eps_forgotten(weight, bias, gamma, beta, running_mean, running_var, eps):
+    return fold_batch_norm(weight, bias, gamma, beta, running_mean, running_var, 0.0)
+
+
+def one_array(weight, bias, gamma, beta, running_mean, running_var, eps):
+    return np.hstack(fold_batch_norm(weight, bias, gamma, beta, running_mean,
+                                     running_var, eps)[0])
+
+
+@pytest.mark.parametrize("right", [fold_batch_norm, fold_in_torch])
+def test_a_right_fold_passes(right):
+    assert "all 5 cases passed" in passes(check_fold_batch_norm, right)
+
+
+@pytest.mark.parametrize("slip, hint", [
+    (bias_unscaled, "scale the bias part too"),
+    (columns_scaled, "scale each ROW"),
+    (eps_forgotten, "eps belongs inside the square root"),
+])
+def test_each_fold_slip_is_named(slip, hint):
+    assert hint in fails(check_fold_batch_norm, slip)
+
+
+def test_a_fold_that_returns_no_pair_is_told_what_to_return():
+    assert "a pair" in fails(check_fold_batch_norm, one_array)
