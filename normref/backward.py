@@ -144,3 +144,22 @@ def batch_norm_backward(dy, x, gamma, eps=1e-5):
     g = dy64 * gamma64  # N, D
     dx = rstd * (g - g.mean(axis=0) - x_hat * (g * x_hat).mean(axis=0))  # N, D
     return dx.astype(dtype), dgamma.astype(dtype), dbeta.astype(dtype)
+
+
+def add_layer_norm_backward(dy, dsum, x, residual, gamma, eps=1e-5):
+    """Gradients of the residual add fused with layer norm (unit 03's
+    AddLayerNorm): s = x + residual, y = layer_norm(s), both handed on.
+
+    dy = dL/dy and dsum = dL/ds, the gradient the residual stream brings back
+    from the blocks above. s reaches the loss by two roads, through y and
+    directly, so ds is their sum; x and residual each pass ds on unchanged.
+
+    dy, dsum, x, residual: (..., d); gamma: (d,) ->
+    (dx, dresidual: (..., d) in dy's dtype, dgamma: (d,), dbeta: (d,))
+    """
+    _, dtype = _as_float(dy)
+    s = np.asarray(x, dtype=np.float64) + np.asarray(residual, dtype=np.float64)
+    _, cache = layer_norm_forward(s, gamma, np.zeros_like(gamma), eps)
+    ds_through_y, dgamma, dbeta = layer_norm_backward(np.asarray(dy, dtype=np.float64), cache)
+    ds = ds_through_y + np.asarray(dsum, dtype=np.float64)  # ..., d
+    return ds.astype(dtype), ds.astype(dtype), dgamma.astype(dtype), dbeta.astype(dtype)

@@ -132,7 +132,7 @@ def _finite_difference(loss, case, key, index, h=FD_STEP):
     return (up - down) / (2 * h)
 
 
-def _fd_evidence(loss, case, key, name, yours, expected):
+def _fd_evidence(loss, case, key, name, yours, expected, loss_name="sum(dy * y)"):
     """A sentence quoting a finite difference where `yours` is furthest off."""
     try:
         yours = np.asarray(yours, dtype=np.float64)
@@ -143,7 +143,7 @@ def _fd_evidence(loss, case, key, name, yours, expected):
         return ""
     estimate = _finite_difference(loss, case, key, index)
     where = ", ".join(str(int(i)) for i in index)
-    return (f". A centred finite difference of sum(dy * y) (h = {FD_STEP:g}) puts "
+    return (f". A centred finite difference of {loss_name} (h = {FD_STEP:g}) puts "
             f"{name}[{where}] at {estimate:.6g}; yours is {yours[index]:.6g}")
 
 
@@ -404,11 +404,12 @@ def _random_gn_shape(rng):
 def _gn_cases(rng):
     shape, groups = _random_gn_shape(rng)
     other_shape, other_groups = _random_gn_shape(rng)
+    two_per_group = _gn_case(rng, (2, 4), 2)
     return [
-        ("x of shape (2, 4), 2 groups, no positions", _gn_case(rng, (2, 4), 2)),
         (f"a random shape {shape}, {groups} groups", _gn_case(rng, shape, groups, 1.0, 2.0)),
         (f"a random shape {other_shape}, {other_groups} groups",
          _gn_case(rng, other_shape, other_groups)),
+        ("x of shape (2, 4), 2 groups of 2 values, no positions", two_per_group),
         ("1 group, shape (2, 6, 4): layer norm over channels and positions",
          _gn_case(rng, (2, 6, 4), 1)),
         ("as many groups as channels, shape (2, 3, 5): instance norm",
@@ -423,7 +424,7 @@ def _gn_cases(rng):
 def _gn_params_cases(rng):
     """Inputs with positions first: a sum over the wrong axes then shows in the shape."""
     cases = _gn_cases(rng)
-    return cases[1:] + cases[:1]
+    return cases[:2] + cases[3:] + cases[2:3]
 
 
 def _gn_loss(c):
@@ -450,13 +451,15 @@ def _ungrouped(values, shape, num_groups, interleaved=False):
 
 
 def _gn_dx_variant(case, num_groups=None, interleaved=False, ddof=0, mean_term=True,
-                   projection_term=True, use_gamma=True):
-    """GroupNorm's dx, or one of its wrong variants."""
+                   projection_term=True, use_gamma=True, gamma_outside=False):
+    """GroupNorm's dx, or one of its wrong variants; gamma_outside multiplies the
+    group's bracket by gamma afterwards, instead of putting it into g first."""
     c = _float64(case)
     x, eps = c["x"], float(case["eps"])
     num_groups = int(case["num_groups"]) if num_groups is None else num_groups
     per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
-    g = c["dy"] * c["gamma"].reshape(per_channel) if use_gamma else c["dy"]
+    gamma = c["gamma"].reshape(per_channel)
+    g = c["dy"] * gamma if use_gamma and not gamma_outside else c["dy"]
     xg = _grouped(x, num_groups, interleaved)  # N, G, M
     gg = _grouped(g, num_groups, interleaved)  # N, G, M
     size = xg.shape[-1]
@@ -469,7 +472,8 @@ def _gn_dx_variant(case, num_groups=None, interleaved=False, ddof=0, mean_term=T
         dx = dx - gg.mean(axis=-1, keepdims=True)
     if projection_term:
         dx = dx - x_hat * (gg * x_hat).mean(axis=-1, keepdims=True)
-    return _ungrouped(rstd * dx, x.shape, num_groups, interleaved)
+    dx = _ungrouped(rstd * dx, x.shape, num_groups, interleaved)
+    return dx * gamma if gamma_outside else dx
 
 
 def _gn_dx_mistakes(case):
@@ -482,6 +486,10 @@ def _gn_dx_mistakes(case):
         "dx is missing both correction terms": {"mean_term": False, "projection_term": False},
         "the gradient reaching x_hat is g = dy * gamma, gamma taken per channel":
             {"use_gamma": False},
+        "gamma multiplies dy before the group's means, g = dy * gamma, not the "
+        "result after them: a group's channels have different gammas, so gamma does "
+        "not factor out of mean(g) and mean(g * x_hat) as one number would":
+            {"gamma_outside": True},
         "a group is num_channels / num_groups consecutive channels (channels 0 to "
         "C/G - 1 form group 0), as in torch's GroupNorm, not every G-th channel":
             {"interleaved": True},
@@ -873,13 +881,134 @@ def _judge_rms_function(case, output):
         if problem:
             hint = ("forward returns gamma * x * rstd, RMSNorm's output, as a tensor"
                     if name == "y" else
-                    "backward returns one gradient per input of forward, in its order "
-                    "(x, gamma, eps), as tensors: dx, dgamma, and None for eps")
+                    "while this check runs, your rms_norm_backward hands back right "
+                    "gradients, so the slip is in the Function: backward returns one "
+                    "gradient per input of forward, in its order (x, gamma, eps), as "
+                    "tensors: dx, dgamma, and None for eps")
             return _with_hint(problem, hint)
     if not bool(np.asarray(output["gradcheck"])):
         return ("torch.autograd.gradcheck fails on your Function in float64, though one "
                 "backward call agreed: does forward save copies of x and gamma (gradcheck "
                 "nudges its inputs in place), and does backward use the dy it is given?")
+    return None
+
+
+# ---------------------------------------------------------------- add + layer norm backward
+
+def _add_ln_case(rng, shape, loc=0.0, scale=1.0, dtype=np.float64, dsum=True):
+    d = shape[-1]
+    return {
+        "x": rng.normal(loc, scale, size=shape).astype(dtype),
+        "residual": rng.normal(loc, scale, size=shape).astype(dtype),
+        "gamma": rng.normal(1.0, 0.5, size=d).astype(dtype),
+        "beta": rng.normal(size=d).astype(dtype),
+        "dy": rng.normal(size=shape).astype(dtype),
+        "dsum": (rng.normal(size=shape) if dsum else np.zeros(shape)).astype(dtype),
+        "eps": np.array(1e-5),
+    }
+
+
+def _add_ln_cases(rng):
+    return [
+        ("a batch of 4 tokens, d = 8", _add_ln_case(rng, (4, 8), 1.0, 2.0)),
+        ("a 3-D batch (2, 3, 16)", _add_ln_case(rng, (2, 3, 16))),
+        ("one token, d = 6", _add_ln_case(rng, (6,))),
+        ("a 4-D batch (2, 2, 3, 8)", _add_ln_case(rng, (2, 2, 3, 8), -1.0, 0.5)),
+        ("the top block: dsum = 0, (3, 8)", _add_ln_case(rng, (3, 8), dsum=False)),
+        ("a residual stream near 1000, (3, 16)", _add_ln_case(rng, (3, 16), 500.0)),
+        ("a float32 batch (4, 32)", _add_ln_case(rng, (4, 32), dtype=np.float32)),
+    ]
+
+
+def _add_ln_params_cases(rng):
+    """Batches of several leading axes first: a sum over axis 0 alone fails there."""
+    cases = _add_ln_cases(rng)
+    return [cases[1], cases[3], cases[0], cases[2]] + cases[4:]
+
+
+def _add_ln_torch_reference(case):
+    """(dx, dresidual, dgamma, dbeta) from torch's autograd in float64, through
+    s = x + residual, y = F.layer_norm(s) and the loss sum(dy * y) + sum(dsum * s)."""
+    import torch
+    import torch.nn.functional as F
+
+    c = _float64(case)
+    x, residual, gamma, beta = (torch.tensor(c[key], requires_grad=True)
+                                for key in ("x", "residual", "gamma", "beta"))
+    with torch.enable_grad():
+        s = x + residual
+        y = F.layer_norm(s, s.shape[-1:], gamma, beta, float(case["eps"]))
+        loss = (torch.from_numpy(c["dy"]) * y).sum() + (torch.from_numpy(c["dsum"]) * s).sum()
+        loss.backward()
+    return tuple(t.grad.numpy() for t in (x, residual, gamma, beta))
+
+
+def _add_ln_loss(c):
+    s = c["x"] + c["residual"]
+    y = recipe.layer_norm(s, c["gamma"], c["beta"], float(c["eps"]))
+    return float(np.sum(c["dy"] * y) + np.sum(c["dsum"] * s))
+
+
+def _normed_sum_case(case, of_x_alone=False):
+    """The layer norm's own case: its input s = x + residual (or x alone)."""
+    c = _float64(case)
+    s = c["x"] if of_x_alone else c["x"] + c["residual"]
+    return {"x": s.astype(case["x"].dtype), "gamma": case["gamma"], "beta": case["beta"],
+            "dy": case["dy"], "eps": case["eps"]}
+
+
+def _add_ln_mistakes(case, name):
+    """{hint: a wrong dx (or dresidual)} for the usual slips of the add's backward."""
+    c = _float64(case)
+    dsum = c["dsum"]
+    through_y = _ln_dx_mistakes(_normed_sum_case(case))
+    right = -through_y["the sign of dx is flipped"]
+    mistakes = {
+        f"{name} is missing dsum: s = x + residual is handed on to the next block as "
+        "well as normalized, so it collects the gradient of both uses, dy's through "
+        "the layer norm and dsum": right,
+        f"{name} is missing the gradient through the layer norm: s reaches the loss "
+        "through y too, not only through the residual stream": dsum,
+        f"the layer norm normalizes s = x + residual, so x_hat, mean and rstd in {name} "
+        "are those of the sum, not of x alone":
+            -_ln_dx_mistakes(_normed_sum_case(case, of_x_alone=True))[
+                "the sign of dx is flipped"] + dsum,
+    }
+    mistakes.update({f"the layer-norm part of {name}: {hint}": wrong + dsum
+                     for hint, wrong in through_y.items()})
+    mistakes[f"{name}: the add passes its gradient on unchanged, to x and to residual "
+             "alike; it is not shared out between them"] = (right + dsum) / 2
+    return mistakes
+
+
+def _judge_add_ln_grads(case, output):
+    x = case["x"]
+    dx, dresidual, _, _ = _add_ln_torch_reference(case)
+    for name, key, expected in (("dx", "x", dx), ("dresidual", "residual", dresidual)):
+        problem = mismatch(output[name], expected, dtype=x.dtype, what=name)
+        if problem:
+            hint = _first_hint(output[name], _add_ln_mistakes(case, name), x.dtype)
+            evidence = _fd_evidence(_add_ln_loss, case, key, name, output[name], expected,
+                                    "sum(dy * y) + sum(dsum * s)")
+            return _with_hint(problem + evidence, hint)
+    return None
+
+
+def _judge_add_ln_params(case, output):
+    _, _, dgamma, dbeta = _add_ln_torch_reference(case)
+    normed = _normed_sum_case(case)
+    _, _, _, x_hat = _ln_parts(normed)
+    for name, expected, key in (("dgamma", dgamma, "gamma"), ("dbeta", dbeta, "beta")):
+        problem = _judge_param(output, normed, name, expected, x_hat, _ln_loss, key)
+        if problem:
+            if (name == "dgamma" and "Hint:" not in problem
+                    and np.shape(output[name]) == expected.shape):
+                _, _, _, x_hat_of_x = _ln_parts(_normed_sum_case(case, of_x_alone=True))
+                alone = _token_sum(_float64(case)["dy"] * x_hat_of_x)
+                if matches(output[name], alone, dtype=case["x"].dtype):
+                    problem += (". Hint: x_hat is the normalized sum s = x + residual, "
+                                "not the normalized x")
+            return problem
     return None
 
 
@@ -933,14 +1062,15 @@ def _blind_check_truth():
 
 
 def _bn_shift_truth():
-    """Which shift leaves BatchNorm's training-mode output unchanged: (a) one
+    """Which shift leaves BatchNorm's evaluation-mode output unchanged: (a) one
     number added to every feature of one example, (b) to one feature of every
-    example?"""
+    example? Eval mode normalizes with fixed running statistics."""
     rng = np.random.default_rng(0)
     x, gamma, beta = rng.normal(1.0, 2.0, (8, 5)), rng.normal(size=5), rng.normal(size=5)
+    running_mean, running_var = rng.normal(size=5), rng.uniform(0.5, 2.0, size=5)
 
     def y(x):
-        return batchnorm.batch_norm(x, gamma, beta, None, None, True)[0]
+        return batchnorm.batch_norm(x, gamma, beta, running_mean, running_var, False)[0]
 
     row, column = x.copy(), x.copy()
     row[0] += 3.0  # one example, every feature
@@ -963,7 +1093,8 @@ _ANSWERS = {
         "which wrong dx a gradient check with dy = 1 and gamma = 1 cannot catch",
         ONE_LETTER, _blind_check_truth),
     "backward_bn_shift_answer": (
-        "which shift of x leaves BatchNorm's training-mode output unchanged",
+        "which shift of x leaves BatchNorm's evaluation-mode output unchanged (its "
+        "mean and variance are the running ones, fixed numbers)",
         ONE_LETTER, _bn_shift_truth),
 }
 
@@ -1000,6 +1131,8 @@ CHECKS = {
     "backward_bn_closed_dx": Check(_bn_cases, _on_its_own(
         _judge_bn_dx, _CLOSED, "batch_norm_backward")),
     "backward_rms_function": Check(_rms_function_cases, _judge_rms_function),
+    "backward_add_ln_grads": Check(_add_ln_cases, _judge_add_ln_grads),
+    "backward_add_ln_params": Check(_add_ln_params_cases, _judge_add_ln_params),
     **{name: Check(lambda rng: [("your answer", {})], _answer_judge(name))
        for name in _ANSWERS},
 }

@@ -19,6 +19,8 @@ from normref.checks import (
     _runner,
     backward_judges,
     backward_probes,
+    check_add_layer_norm_backward_grads,
+    check_add_layer_norm_backward_params,
     check_batch_norm_backward_closed_dx,
     check_batch_norm_backward_dx,
     check_batch_norm_backward_params,
@@ -578,7 +580,7 @@ def test_group_norm_check_reports_a_wrong_return():
     (check_rms_zero_answer, ["b", "B", "(b)"], ["a", "c", "d", "", None]),
     (check_gn_zero_sums_answer, ["bc", "cb", "b, c"], ["b", "c", "bcd", "abc", None]),
     (check_blind_check_answer, ["b", " b "], ["a", "c", "d", None]),
-    (check_bn_shift_answer, ["b", "(B)", " b "], ["a", "c", "d", "", None]),
+    (check_bn_shift_answer, ["d", "(D)", " d "], ["a", "b", "c", "", None]),
 ])
 def test_inline_answers_are_judged(check, right, wrong):
     for answer in right:
@@ -612,7 +614,7 @@ def _visible_answer_test(grade_id):
     ("gn_zero_sums_correct", "gn_zero_sums", ["bc", "cb", "b, c", "B C", ["b", "c"]],
      [None, "", "b and c"]),
     ("blind_check_correct", "blind_check", ["b", " b ", "B", "(b)"], [None, "", "bc"]),
-    ("bn_shift_correct", "bn_shift", ["b", " (b) ", "B"], [None, "", "ab"]),
+    ("bn_shift_correct", "bn_shift", ["d", " (d) ", "D"], [None, "", "ab"]),
 ])
 def test_visible_answer_asserts_accept_what_the_hidden_check_accepts(
         grade_id, name, right, wrong):
@@ -1191,7 +1193,7 @@ def test_rms_dgamma_is_judged_without_a_dbeta():
 # ----- GroupNorm backward --------------------------------------------------------------------
 
 GN_FIXED = [
-    ("x of shape (2, 4), 2 groups, no positions", (2, 4), 2, "float64"),
+    ("x of shape (2, 4), 2 groups of 2 values, no positions", (2, 4), 2, "float64"),
     ("1 group, shape (2, 6, 4): layer norm over channels and positions", (2, 6, 4), 1,
      "float64"),
     ("as many groups as channels, shape (2, 3, 5): instance norm", (2, 3, 5), 3, "float64"),
@@ -1204,10 +1206,10 @@ GN_FIXED = [
 def test_gn_cases_are_what_their_labels_say():
     for seed in range(4):
         cases = _cases("backward_gn_dx", seed)
-        fixed = [cases[0]] + cases[3:]
+        fixed = [cases[2]] + cases[3:]
         assert [(label, c["x"].shape, int(c["num_groups"]), c["x"].dtype.name)
                 for label, c in fixed] == GN_FIXED
-        for label, case in cases[1:3]:
+        for label, case in cases[:2]:
             shape, groups = case["x"].shape, int(case["num_groups"])
             assert label == f"a random shape {shape}, {groups} groups"
             assert 2 <= groups <= 3 and shape[1] % groups == 0
@@ -1219,11 +1221,12 @@ def test_gn_cases_are_what_their_labels_say():
             assert case["dy"].shape == case["x"].shape and float(case["eps"]) == 1e-5
             assert case["gamma"].dtype == case["dy"].dtype == case["x"].dtype
         assert abs(cases[5][1]["x"].mean() - 100) < 1
-        assert abs(cases[1][1]["x"].mean() - 1) < 1.5
+        assert abs(cases[0][1]["x"].mean() - 1) < 1.5
         params = _cases("backward_gn_params", seed)
-        assert [label for label, _ in params] == [label for label, _ in cases[1:] + cases[:1]]
+        assert [label for label, _ in params] == [
+            label for label, _ in cases[:2] + cases[3:] + cases[2:3]]
     shapes = [(c["x"].shape, int(c["num_groups"])) for seed in range(16)
-              for _, c in _cases("backward_gn_dx", seed)[1:3]]
+              for _, c in _cases("backward_gn_dx", seed)[:2]]
     # every value the docstring allows turns up: groups and channels per group 2 or 3,
     # batches of 1 to 3, one or two position axes of 2 to 5
     assert {groups for _, groups in shapes} == {2, 3}
@@ -1244,9 +1247,9 @@ def test_gn_case_values_are_spread_as_documented():
     assert abs(dys.mean()) < 0.1 and 0.85 < dys.std() < 1.15
     plain = np.concatenate([c["x"].ravel() for seed in range(3)
                             for i, (_, c) in enumerate(_cases("backward_gn_dx", seed))
-                            if i in (0, 2, 3, 4, 6, 7)])
+                            if i in (1, 2, 3, 4, 6, 7)])
     assert abs(plain.mean()) < 0.1 and 0.85 < plain.std() < 1.15
-    shifted = np.concatenate([_cases("backward_gn_dx", seed)[1][1]["x"].ravel()
+    shifted = np.concatenate([_cases("backward_gn_dx", seed)[0][1]["x"].ravel()
                               for seed in range(6)])
     assert abs(shifted.mean() - 1) < 0.3 and 1.7 < shifted.std() < 2.3  # N(1, 2)
     near_100 = _cases("backward_gn_dx")[5][1]["x"]
@@ -1473,7 +1476,7 @@ def test_finite_difference_matches_torchs_gradient_and_leaves_the_case_alone():
         _rms_torch(rms)[0][0, 0], rel=1e-7)
     assert J._finite_difference(J._rms_loss, rms, "gamma", (2,)) == pytest.approx(
         _rms_torch(rms)[1][2], rel=1e-7)
-    gn = _case("backward_gn_dx", 2)
+    gn = _case("backward_gn_dx", 1)
     assert J._finite_difference(J._gn_loss, gn, "x", (0, 1, 2)) == pytest.approx(
         _gn_torch(gn)[0][0, 1, 2], rel=1e-6)
 
@@ -1727,7 +1730,7 @@ def test_rms_and_gn_probes_call_with_the_documented_arguments():
     assert set(report) == {"dx", "dgamma"}
     np.testing.assert_allclose(report["dx"], _rms_torch(rms_case)[0], rtol=1e-10)
     np.testing.assert_allclose(report["dgamma"], _rms_torch(rms_case)[1], rtol=1e-10)
-    gn_case = _case("backward_gn_dx", 0)
+    gn_case = _case("backward_gn_dx", 2)
     report = P._call_gn_backward(gn, gn_case)
     assert set(report) == {"dx", "dgamma", "dbeta"}
     for key, value in zip(("dx", "dgamma", "dbeta"), _gn_torch(gn_case)):
@@ -1822,7 +1825,7 @@ def test_a_float32_average_for_dgamma_is_named():
 def test_an_unbiased_variance_is_named_on_groups_of_two():
     """On x of shape (2, 4) with 2 groups (two values a group), the dx formula written with
     the unbiased variance (divide by M - 1 = 1) gets the biased-variance hint."""
-    case = _case("backward_gn_dx", 0)
+    case = _case("backward_gn_dx", 2)
     assert case["x"].shape == (2, 4) and int(case["num_groups"]) == 2
     dx = _gn_wrong_dx(case, ddof=1)
     assert not np.allclose(dx, _gn_torch(case)[0], rtol=1e-3, atol=0)
@@ -2236,17 +2239,24 @@ def test_batch_norm_param_slips_on_a_square_batch_and_from_x_are_named():
         assert hint in backward_judges._bn_param_hint(wrong, case, "dgamma", expected)
 
 
-def test_bn_shift_truth_is_what_torch_says():
+def test_bn_shift_truth_is_what_torch_says_in_evaluation_mode():
+    """Exercise 8 asks about evaluation mode, where neither shift is ignored;
+    training mode (the experiment's) ignores a shift of one feature."""
     x = torch.tensor(np.random.default_rng(2).normal(size=(6, 3)))
+    running_mean = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
+    running_var = torch.tensor([1.0, 0.3, 4.0], dtype=torch.float64)
     row, column = x.clone(), x.clone()
     row[0] += 2.0
     column[:, 0] += 2.0
 
-    def y(t):
-        return F.batch_norm(t, None, None, training=True)
+    def y(t, training):
+        return F.batch_norm(t, running_mean.clone(), running_var.clone(), training=training)
 
-    assert not torch.allclose(y(row), y(x)) and torch.allclose(y(column), y(x))
-    assert backward_judges._bn_shift_truth() == "b"
+    assert not torch.allclose(y(row, True), y(x, True))
+    assert torch.allclose(y(column, True), y(x, True))
+    assert not torch.allclose(y(row, False), y(x, False))
+    assert not torch.allclose(y(column, False), y(x, False))
+    assert backward_judges._bn_shift_truth() == "d"
 
 
 class _RMSNormFunction(torch.autograd.Function):
@@ -2288,3 +2298,101 @@ def test_the_rms_function_check_passes_a_function_whose_backward_is_rms_norm_bac
 def test_the_rms_function_check_refuses_a_backward_that_skips_rms_norm_backward():
     with pytest.raises(CheckFailed, match="did not run your rms_norm_backward"):
         check_rms_norm_function(_AutogradInsideBackward)
+
+
+def _wrong_rms_norm_backward(dy, x, gamma, eps):
+    """Exercise 2 with layer norm's -mean(g) term kept: a wrong dx."""
+    dx, dgamma = backward.rms_norm_backward(dy, x, gamma, eps)
+    g = dy * gamma
+    rstd = 1.0 / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+    return dx - rstd * g.mean(-1, keepdims=True), dgamma
+
+
+def test_the_rms_function_check_grades_the_wiring_not_exercise_2_again():
+    """A right Function around a wrong rms_norm_backward keeps Exercise 9's points;
+    the student's function is back in place afterwards."""
+    global rms_norm_backward
+    right = rms_norm_backward
+    rms_norm_backward = _wrong_rms_norm_backward
+    try:
+        check_rms_norm_function(_RMSNormFunction)
+        assert rms_norm_backward is _wrong_rms_norm_backward
+    finally:
+        rms_norm_backward = right
+
+
+class _SwappedGradients(_RMSNormFunction):
+    @staticmethod
+    def backward(ctx, dy):
+        dx, dgamma = rms_norm_backward(dy.numpy(), *ctx.saved)
+        return torch.from_numpy(dgamma), torch.from_numpy(dx), None
+
+
+def test_the_rms_function_check_names_a_wiring_slip():
+    with pytest.raises(CheckFailed, match="in its order"):
+        check_rms_norm_function(_SwappedGradients)
+
+
+# ---------------------------------------------------------------- add + layer norm
+
+@pytest.mark.parametrize("seed, shape", [(0, (6,)), (1, (4, 8)), (2, (2, 3, 16))])
+def test_add_layer_norm_backward_matches_torch_autograd(seed, shape):
+    rng = np.random.default_rng(seed)
+    x, residual, dy, dsum = (rng.normal(size=shape) for _ in range(4))
+    gamma, beta = rng.normal(1.0, 0.5, size=shape[-1]), rng.normal(size=shape[-1])
+    xt, rt, gt, bt = _torch_leaves(x, residual, gamma, beta)
+    s = xt + rt
+    y = F.layer_norm(s, shape[-1:], gt, bt, 1e-5)
+    ((torch.from_numpy(dy) * y).sum() + (torch.from_numpy(dsum) * s).sum()).backward()
+    ours = backward.add_layer_norm_backward(dy, dsum, x, residual, gamma)
+    for mine, leaf in zip(ours, (xt, rt, gt, bt)):
+        assert _relative_error(mine, leaf.grad.numpy()) < 1e-12
+
+
+def test_add_layer_norm_gradient_check_agrees():
+    rng = np.random.default_rng(5)
+    x, residual, dy, dsum = (rng.normal(size=(3, 8)) for _ in range(4))
+    gamma = rng.normal(1.0, 0.5, size=8)
+    case = {"x": x, "residual": residual, "gamma": gamma, "beta": np.zeros(8),
+            "dy": dy, "dsum": dsum, "eps": np.array(1e-5)}
+    dx = backward.add_layer_norm_backward(dy, dsum, x, residual, gamma)[0]
+    estimate = _centred_differences(lambda: J._add_ln_loss(case), x)
+    assert 1e-12 < _relative_error(dx, estimate) < 1e-8
+
+
+def test_the_add_layer_norm_checks_pass_the_reference():
+    check_add_layer_norm_backward_grads(backward.add_layer_norm_backward)
+    check_add_layer_norm_backward_params(backward.add_layer_norm_backward)
+
+
+def _add_ln_variant(slip):
+    def variant(dy, dsum, x, residual, gamma, eps=1e-5):
+        dx, dres, dgamma, dbeta = backward.add_layer_norm_backward(
+            dy, dsum, x, residual, gamma, eps)
+        _, cache = backward.layer_norm_forward(x, gamma, 0 * gamma, eps)
+        on_x = backward.layer_norm_backward(dy, cache)
+        return {"no dsum": lambda: (dx - dsum, dres - dsum, dgamma, dbeta),
+                "halved": lambda: (dx / 2, dres / 2, dgamma, dbeta),
+                "x alone": lambda: (on_x[0] + dsum, on_x[0] + dsum, dgamma, dbeta),
+                "no residual": lambda: (dx, 0 * dres, dgamma, dbeta),
+                "dgamma of x": lambda: (dx, dres, on_x[1], dbeta)}[slip]()
+    return variant
+
+
+@pytest.mark.parametrize("slip, check, message", [
+    ("no dsum", check_add_layer_norm_backward_grads, "dx is missing dsum"),
+    ("halved", check_add_layer_norm_backward_grads, "not shared out between them"),
+    ("x alone", check_add_layer_norm_backward_grads, "not of x alone"),
+    ("no residual", check_add_layer_norm_backward_grads, "dresidual is"),
+    ("dgamma of x", check_add_layer_norm_backward_params, "not the normalized x"),
+])
+def test_add_layer_norm_checks_name_the_slip(slip, check, message):
+    with pytest.raises(CheckFailed, match=message):
+        check(_add_ln_variant(slip))
+
+
+def test_gn_dx_check_names_gamma_taken_outside_the_group_means():
+    case = _case("backward_gn_dx", 0)
+    wrong = J._gn_dx_variant(case, gamma_outside=True)
+    assert not np.allclose(wrong, J._gn_dx_variant(case))
+    assert "gamma does not factor out" in _judge("backward_gn_dx", case, {"dx": wrong})
