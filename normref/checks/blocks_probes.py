@@ -440,3 +440,32 @@ def check_warmup_sweep(**answers):
     """Check the lowest learning rates at which the Post-LN toy fails to
     learn, without and with warm-up, against training runs of the reference."""
     run_check("blocks_warmup_sweep", answers, _rates_as_numbers)
+
+
+def _probe_lowest_failing_lr(lowest_failing_lr, case):
+    """Call lowest_failing_lr with a stand-in for train_post_ln that returns
+    the case's losses, one per rate, and record every (lr, warmup_steps) it
+    was called with; the answer is NaN with "none" set when it is None."""
+    losses = dict(zip(case["rates"].tolist(), case["losses"].tolist()))
+    calls = []
+
+    def train(lr, warmup_steps, *args, **kwargs):
+        calls.append((float(lr), float(warmup_steps)))
+        for rate, loss in losses.items():
+            if abs(float(lr) - rate) <= 1e-6 * rate:
+                return loss
+        raise ValueError(f"train was called with lr {float(lr):g}, which is not "
+                         "one of the rates it was given")
+
+    answer = lowest_failing_lr(int(case["warmup_steps"]), tuple(losses), train=train)
+    value = np.nan if answer is None else float(
+        to_array(answer, what="lowest_failing_lr's result").reshape(()))
+    return {"answer": np.array(value), "none": np.array(answer is None),
+            "calls": np.array(calls, dtype=float).reshape(-1, 2)}
+
+
+def check_lowest_failing_lr(lowest_failing_lr):
+    """Check lowest_failing_lr(warmup_steps, rates, train) on training runs
+    whose losses the grader makes up, so that only the search is judged."""
+    run_check("blocks_lowest_failing_lr", lowest_failing_lr, _probe_lowest_failing_lr)
+

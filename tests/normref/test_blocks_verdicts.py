@@ -1353,3 +1353,40 @@ def test_gradient_profile_cutting_whole_blocks_is_told_to_keep_the_residual_path
     with pytest.raises(CheckFailed, match="cut only what each ln1 and ln2 reads"):
         check_gradient_profile(namespace["gradient_profile"], namespace["TinyLM"],
                                namespace["PreLNBlock"])
+
+
+# --- exercise 7: lowest_failing_lr, judged on runs the grader makes up ---
+
+def _searches(order, stop_at="failure"):
+    """A lowest_failing_lr that walks the rates in the given order and
+    returns the first failing rate, or the last one that learned."""
+    def lowest_failing_lr(warmup_steps, rates, train):
+        learned = None
+        for lr in order(rates):
+            if train(lr, warmup_steps) > blocks.SWEEP["stuck_above"]:
+                return lr if stop_at == "failure" else learned
+            learned = lr
+        return None if stop_at == "failure" else learned
+
+    return lowest_failing_lr
+
+
+def test_lowest_failing_lr_right_search_passes():
+    blocks_probes.check_lowest_failing_lr(_searches(sorted))
+
+
+@pytest.mark.parametrize("search, hint", [
+    (_searches(list), "you returned 0.05, expected 0.005. Hint: the rates may come in any "
+                      "order: try them from the smallest up"),
+    (_searches(sorted, stop_at="learned"),
+     "you returned 0.002, expected 0.005. Hint: return the rate whose run fails, not one "
+     "whose run learns"),
+    (lambda warmup_steps, rates, train: 1e-2 if warmup_steps == 0 else 3e-2,
+     "your lowest_failing_lr never trained: it must call train(lr, warmup_steps)"),
+    (lambda warmup_steps, rates, train: min(r for r in rates if train(r, 20) > 2.5),
+     "train was called with warmup_steps 20, not the 0 that lowest_failing_lr was given"),
+])
+def test_lowest_failing_lr_slips_and_the_lessons_numbers_are_named(search, hint):
+    with pytest.raises(CheckFailed) as failure:
+        blocks_probes.check_lowest_failing_lr(search)
+    assert hint in str(failure.value), str(failure.value)
