@@ -821,6 +821,57 @@ def _judge_warmup_sweep(case, output):
     return None
 
 
+def _lowest_failing_cases(rng):
+    return [
+        ("rates 2e-3 to 5e-2 given out of order, warm-up of 0 steps; the runs fail at "
+         "5e-3 and at 5e-2 and learn at 2e-2",
+         {"rates": np.array([5e-2, 2e-2, 5e-3, 2e-3]),
+          "losses": np.array([2.7, 0.4, 2.9, 0.3]), "warmup_steps": np.array(0)}),
+        ("rates 1e-3, 4e-3, 1.6e-2, warm-up of 10 steps; only 1.6e-2 fails",
+         {"rates": np.array([1e-3, 4e-3, 1.6e-2]),
+          "losses": np.array([0.2, 0.5, 2.6]), "warmup_steps": np.array(10)}),
+        ("rates 1e-3 and 1e-2, warm-up of 5 steps; every run learns",
+         {"rates": np.array([1e-3, 1e-2]),
+          "losses": np.array([0.1, 1.0]), "warmup_steps": np.array(5)}),
+    ]
+
+
+def _judge_lowest_failing_lr(case, output):
+    rates, losses = case["rates"].tolist(), case["losses"].tolist()
+    warmup, stuck = int(case["warmup_steps"]), blocks.SWEEP["stuck_above"]
+    calls = output["calls"].reshape(-1, 2)
+    if not len(calls):
+        return ("your lowest_failing_lr never trained: it must call train(lr, "
+                "warmup_steps), the function it is given, for its rates. Hint: the "
+                "grader passes made-up runs through train; an answer read off elsewhere "
+                "does not follow them")
+    if np.any(calls[:, 1] != warmup):
+        return (f"train was called with warmup_steps {calls[0, 1]:g}, not the {warmup} "
+                "that lowest_failing_lr was given")
+    failing = [rate for rate, loss in sorted(zip(rates, losses)) if loss > stuck]
+    expected = failing[0] if failing else None
+    got = None if bool(output["none"]) else float(output["answer"])
+    if got is None and expected is None:
+        return None
+    if got is not None and expected is not None and abs(got - expected) <= 1e-6 * expected:
+        return None
+    shown = "None" if got is None else f"{got:g}"
+    truth = "None" if expected is None else f"{expected:g}"
+    problem = f"you returned {shown}, expected {truth}"
+    first_given = next((rate for rate, loss in zip(rates, losses) if loss > stuck), None)
+    if expected is None:
+        hint = f"every run ends at or below STUCK = {stuck}: return None"
+    elif got is None:
+        hint = f"a run fails when its loss is above STUCK = {stuck}"
+    elif np.isclose(got, first_given, rtol=1e-6, atol=0):
+        hint = "the rates may come in any order: try them from the smallest up"
+    elif np.any(np.isclose(got, failing, rtol=1e-6, atol=0)):
+        hint = "return the lowest failing rate: stop at the first failure"
+    else:
+        hint = "return the rate whose run fails, not one whose run learns"
+    return f"{problem}. Hint: {hint}"
+
+
 CHECKS = {
     "blocks_sandwich_ln": Check(_sandwich_cases, _block_judge("sandwich", _diagnose_sandwich)),
     "blocks_deepnorm": Check(_deepnorm_cases, _block_judge("deepnorm", _diagnose_deepnorm)),
@@ -834,4 +885,5 @@ CHECKS = {
     "blocks_warmup_lr": Check(_warmup_lr_cases, _judge_warmup_lr),
     "blocks_warmup_sweep": Check(_one_case("the rates at which the toy fails"),
                                  _judge_warmup_sweep),
+    "blocks_lowest_failing_lr": Check(_lowest_failing_cases, _judge_lowest_failing_lr),
 }

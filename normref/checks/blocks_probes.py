@@ -4,9 +4,9 @@ The cases carry weights as plain arrays keyed "w:<parameter name>"; a probe
 builds the student's module, checks its parameters against the naming
 contract below, loads the weights, runs forward and backward in float64 and
 returns the outputs and gradients ("g:<parameter name>" for a parameter).
-The small harness block here is test scaffolding, not an answer: it lets the
-initialization check run without depending on the student's blocks; the
-model check, likewise, runs only the provided blocks.
+The small harness blocks here are test scaffolding, not answers: they let the
+make_model and gradient_profile checks run without depending on the
+student's blocks, which exercises 1 and 2 judge.
 """
 
 import contextlib
@@ -158,19 +158,62 @@ def _scale_like_deepnet(block, beta):
             linear.weight *= beta
 
 
+def _deepnorm_harness(PostLNBlock):
+    """Test scaffolding: a DeepNorm block made from the notebook's provided
+    Post-LN block, standing in for a DeepNormBlock not yet written."""
+
+    class DeepNormHarnessBlock(PostLNBlock):
+        def __init__(self, d_model, n_heads, d_ff, alpha):
+            super().__init__(d_model, n_heads, d_ff)
+            self.alpha = alpha
+
+        def forward(self, x):
+            x = self.ln1(self.alpha * x + self.attn(x))
+            return self.ln2(self.alpha * x + self.mlp(x))
+
+    return DeepNormHarnessBlock
+
+
+def _unfinished(block_class, *extra):
+    """Whether the student's block still raises NotImplementedError when it
+    is built or run on a tiny input (an exercise left for later)."""
+    try:
+        block_class(8, 2, 16, *extra)(_torch().zeros(1, 2, 8))
+    except NotImplementedError:
+        return True
+    except Exception:  # a finished block with a slip: its exercise judges it
+        return False
+    return False
+
+
+def _stand_ins(found):
+    """The scaffolding make_model's notebook globals get while it is judged:
+    DeepNet's scaling, and a harness for each of exercises 1 and 2 that is
+    not written yet, so that make_model loses no points for them."""
+    stand_ins = {"deepnorm_scale_": _scale_like_deepnet}
+    harnesses = {"SandwichLNBlock": ("PreLNBlock", _sandwich_harness, ()),
+                 "DeepNormBlock": ("PostLNBlock", _deepnorm_harness, (1.5,))}
+    for name, (base, harness, extra) in harnesses.items():
+        own, provided = found.get(name), found.get(base)
+        if own is not None and provided is not None and _unfinished(own, *extra):
+            stand_ins[name] = harness(provided)
+    return stand_ins
+
+
 @contextlib.contextmanager
-def _scaffold_deepnorm_scale(make_model):
+def _scaffold_for_make_model(make_model):
     """While make_model runs, the deepnorm_scale_ it calls by name from its
-    notebook is the scaffolding above."""
+    notebook is the scaffolding above, and so is each block it would build
+    from an exercise not written yet."""
     found = getattr(make_model, "__globals__", {})
-    own = found.get("deepnorm_scale_")
-    if own is not None:
-        found["deepnorm_scale_"] = _scale_like_deepnet
+    stand_ins = {name: value for name, value in _stand_ins(found).items()
+                 if name in found}
+    replaced = {name: found[name] for name in stand_ins}
+    found.update(stand_ins)
     try:
         yield
     finally:
-        if own is not None:
-            found["deepnorm_scale_"] = own
+        found.update(replaced)
 
 
 def _probe_make_model(make_model, case):
@@ -180,11 +223,11 @@ def _probe_make_model(make_model, case):
     blocks only, the gradient norm of every block's mlp.proj.weight on the
     case's batch, as the notebook's grad_norms_by_layer measures it: the
     student's own new blocks are judged by their own exercises, and so is
-    their deepnorm_scale_ (see _scaffold_deepnorm_scale)."""
+    their deepnorm_scale_ (see _scaffold_for_make_model)."""
     torch = _torch()
     F = torch.nn.functional
     kind = str(case["kind"])
-    with _scaffold_deepnorm_scale(make_model):
+    with _scaffold_for_make_model(make_model):
         model = make_model(kind, int(case["n_layers"]), int(case["seed"]))
     params = sorted(model.named_parameters())
     result = {
@@ -260,8 +303,17 @@ def _probe_gradient_profile(subject, case):
     result = {}
     for key, kwargs in (("cut", {"detach_branches": True}),
                         ("intact", {"detach_branches": False}), ("default", {})):
-        result[key] = to_array(gradient_profile(model, batch, **kwargs),
-                               what=f"gradient_profile's result ({key})")
+        try:
+            profile = gradient_profile(model, batch, **kwargs)
+        except RuntimeError as error:
+            if key == "cut" and "not have been used in the graph" in str(error):
+                raise RuntimeError(
+                    f"{error} Hint: with detach_branches=True an early block's "
+                    "mlp.proj lost every road to the loss: cut only what each ln1 "
+                    "and ln2 reads, not a whole block's input, so that the residual "
+                    "path stays") from None
+            raise
+        result[key] = to_array(profile, what=f"gradient_profile's result ({key})")
     return result
 
 
@@ -388,3 +440,32 @@ def check_warmup_sweep(**answers):
     """Check the lowest learning rates at which the Post-LN toy fails to
     learn, without and with warm-up, against training runs of the reference."""
     run_check("blocks_warmup_sweep", answers, _rates_as_numbers)
+
+
+def _probe_lowest_failing_lr(lowest_failing_lr, case):
+    """Call lowest_failing_lr with a stand-in for train_post_ln that returns
+    the case's losses, one per rate, and record every (lr, warmup_steps) it
+    was called with; the answer is NaN with "none" set when it is None."""
+    losses = dict(zip(case["rates"].tolist(), case["losses"].tolist()))
+    calls = []
+
+    def train(lr, warmup_steps, *args, **kwargs):
+        calls.append((float(lr), float(warmup_steps)))
+        for rate, loss in losses.items():
+            if abs(float(lr) - rate) <= 1e-6 * rate:
+                return loss
+        raise ValueError(f"train was called with lr {float(lr):g}, which is not "
+                         "one of the rates it was given")
+
+    answer = lowest_failing_lr(int(case["warmup_steps"]), tuple(losses), train=train)
+    value = np.nan if answer is None else float(
+        to_array(answer, what="lowest_failing_lr's result").reshape(()))
+    return {"answer": np.array(value), "none": np.array(answer is None),
+            "calls": np.array(calls, dtype=float).reshape(-1, 2)}
+
+
+def check_lowest_failing_lr(lowest_failing_lr):
+    """Check lowest_failing_lr(warmup_steps, rates, train) on training runs
+    whose losses the grader makes up, so that only the search is judged."""
+    run_check("blocks_lowest_failing_lr", lowest_failing_lr, _probe_lowest_failing_lr)
+

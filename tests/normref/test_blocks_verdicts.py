@@ -8,6 +8,10 @@ mutation`. The judges are called directly, on outputs of tiny blocks written
 here the way students get them wrong.
 """
 
+import json
+import math
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +19,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from normref import blocks
-from normref.checks import CheckFailed, blocks_judges, blocks_probes
+from normref.checks import (
+    CheckFailed,
+    blocks_judges,
+    blocks_probes,
+    check_gradient_profile,
+    check_make_model,
+)
 from normref.checks.blocks_judges import (
     _judge_deepnorm_scale,
     _judge_make_model,
@@ -730,6 +740,44 @@ def test_make_model_is_judged_apart_from_a_wrong_deepnorm_scale():
     assert namespace["deepnorm_scale_"] is _scales_every_qkv_row
 
 
+ASSIGNMENT = (Path(__file__).resolve().parents[2]
+              / "source" / "05_pre_post_ln" / "05_pre_post_ln.ipynb")
+UNFINISHED_BLOCKS = """
+class SandwichLNBlock(Block):
+    def forward(self, x):
+        raise NotImplementedError()
+
+
+class DeepNormBlock(Block):
+    def __init__(self, d_model, n_heads, d_ff, alpha):
+        super().__init__(d_model, n_heads, d_ff)
+        raise NotImplementedError()
+"""
+
+
+def _assignment_namespace(*cells):
+    """The assignment's provided cells, then the given sources, run as the
+    notebook runs them (its imports cell aside: it sets the thread count)."""
+    notebook = json.loads(ASSIGNMENT.read_text())
+    by_id = {c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"])
+             for c in notebook["cells"]}
+    namespace = {"math": math, "np": np, "torch": torch, "F": F, "nn": nn}
+    for source in (by_id["provided_blocks"], by_id["provided_toy"], *cells):
+        exec(by_id.get(source, source), namespace)
+    return namespace
+
+
+def test_make_model_keeps_its_points_while_exercises_1_and_2_are_unfinished():
+    """A make_model that is right earns its points even when the blocks it
+    builds for sandwich-LN and DeepNorm still raise NotImplementedError: the
+    grader builds those two from its harness, and the notebook's own classes
+    come back afterwards."""
+    namespace = _assignment_namespace(UNFINISHED_BLOCKS, "scale_answer", "model_answer")
+    unfinished = namespace["SandwichLNBlock"], namespace["DeepNormBlock"]
+    check_make_model(namespace["make_model"])
+    assert (namespace["SandwichLNBlock"], namespace["DeepNormBlock"]) == unfinished
+
+
 def test_scaffold_scale_is_deepnets():
     mine, reference = blocks.DeepNormBlock(8, 2, 16, 2.0), blocks.DeepNormBlock(8, 2, 16, 2.0)
     reference.load_state_dict(mine.state_dict())
@@ -1283,3 +1331,62 @@ def test_warmup_sweep_right_answers_of_any_type_pass(without, with_):
 def test_warmup_sweep_mistakes_are_named(answers, hint):
     verdict = _sweep_verdict(**answers)
     assert verdict is not None and hint in verdict, verdict
+
+
+CUTS_WHOLE_BLOCKS = """
+def gradient_profile(model, batch, detach_branches=False):
+    def cut(module, args):
+        return tuple(a.detach() for a in args)
+
+    hooks = ([block.register_forward_pre_hook(cut) for block in model.blocks]
+             if detach_branches else [])
+    try:
+        return grad_norms_by_layer(model, batch)
+    finally:
+        for hook in hooks:
+            hook.remove()
+"""
+
+
+def test_gradient_profile_cutting_whole_blocks_is_told_to_keep_the_residual_path():
+    namespace = _assignment_namespace(CUTS_WHOLE_BLOCKS)
+    with pytest.raises(CheckFailed, match="cut only what each ln1 and ln2 reads"):
+        check_gradient_profile(namespace["gradient_profile"], namespace["TinyLM"],
+                               namespace["PreLNBlock"])
+
+
+# --- exercise 7: lowest_failing_lr, judged on runs the grader makes up ---
+
+def _searches(order, stop_at="failure"):
+    """A lowest_failing_lr that walks the rates in the given order and
+    returns the first failing rate, or the last one that learned."""
+    def lowest_failing_lr(warmup_steps, rates, train):
+        learned = None
+        for lr in order(rates):
+            if train(lr, warmup_steps) > blocks.SWEEP["stuck_above"]:
+                return lr if stop_at == "failure" else learned
+            learned = lr
+        return None if stop_at == "failure" else learned
+
+    return lowest_failing_lr
+
+
+def test_lowest_failing_lr_right_search_passes():
+    blocks_probes.check_lowest_failing_lr(_searches(sorted))
+
+
+@pytest.mark.parametrize("search, hint", [
+    (_searches(list), "you returned 0.05, expected 0.005. Hint: the rates may come in any "
+                      "order: try them from the smallest up"),
+    (_searches(sorted, stop_at="learned"),
+     "you returned 0.002, expected 0.005. Hint: return the rate whose run fails, not one "
+     "whose run learns"),
+    (lambda warmup_steps, rates, train: 1e-2 if warmup_steps == 0 else 3e-2,
+     "your lowest_failing_lr never trained: it must call train(lr, warmup_steps)"),
+    (lambda warmup_steps, rates, train: min(r for r in rates if train(r, 20) > 2.5),
+     "train was called with warmup_steps 20, not the 0 that lowest_failing_lr was given"),
+])
+def test_lowest_failing_lr_slips_and_the_lessons_numbers_are_named(search, hint):
+    with pytest.raises(CheckFailed) as failure:
+        blocks_probes.check_lowest_failing_lr(search)
+    assert hint in str(failure.value), str(failure.value)
