@@ -20,7 +20,9 @@ The visible test cells call it; the grader still decides with its own recorder.
 
 The cell is written from the policy, never by hand: `refresh` rewrites it in the
 source notebook before each release, so the rules a student validates against
-are the grader's.
+are the grader's. Its code is machinery, not course material, so the cell opens
+folded: JupyterLab hides a cell's source when its metadata says source_hidden,
+and Colab shows only the title line of a cell whose cellView is "form".
 """
 
 import json
@@ -49,10 +51,10 @@ NAMES_AS_WRITTEN = {
 }
 
 _HEADER = '''\
-# The assignment's rules on library calls (read-only). The test cells call
-# follows_rules to run your code while noting what it executes, so that
-# Validate tells you, before you hand in, if an exercise's rule is broken.
-# The grader checks the same rules on its own.
+#@title The rules on library calls (read-only: run it, no need to read it)
+# The test cells run your code through follows_rules, so Validate tells you,
+# before you hand in, if an exercise's rule (stated at the top) is broken. The
+# grader checks the same rules on its own.
 import contextlib
 import fnmatch
 import re
@@ -291,8 +293,12 @@ def refresh(notebook_path, assignment, *, policies_dir=forbidden.POLICIES_DIR):
         raise ValueError(f"{notebook_path}: {assignment} has rules on library calls, so it "
                          f"needs one read-only code cell with grade_id {CELL_ID!r} "
                          f"(found {len(cells)})")
-    if cells[0].source == source:
+    folded = {"jupyter": {**cells[0].metadata.get("jupyter", {}), "source_hidden": True},
+              "cellView": "form"}
+    if cells[0].source == source and all(
+            cells[0].metadata.get(key) == value for key, value in folded.items()):
         return False
     cells[0].source = source
+    cells[0].metadata.update(folded)
     nbformat.write(notebook, notebook_path)
     return True

@@ -188,3 +188,17 @@ def test_validate_fails_with_the_rule_on_a_hand_in_that_breaks_it(assignment, tm
     said = " ".join(done.stdout.split())
     assert f"it used {as_written}, which this exercise forbids. " \
         + forbidden.load_rules(assignment)[graded_id] in said, done.stdout[-3000:]
+
+
+@pytest.mark.parametrize("assignment", WITH_RULES)
+def test_the_rules_cell_opens_folded_under_its_title_in_jupyterlab_and_colab(assignment):
+    released = nbformat.read(REPO / "release" / assignment / f"{assignment}.ipynb",
+                             as_version=4)
+    cell, = [c for c in released.cells if _grade_id(c) == rules_cell.CELL_ID]
+    # JupyterLab folds a cell whose metadata says source_hidden; Colab shows a "form"
+    # cell as its #@title line (https://colab.research.google.com/notebooks/forms.ipynb)
+    assert cell.metadata["jupyter"]["source_hidden"] is True
+    assert cell.metadata["cellView"] == "form"
+    title, *summary = cell.source.splitlines()[:4]
+    assert title.startswith("#@title ") and "rules on library calls" in title
+    assert all(line.startswith("# ") for line in summary)
