@@ -25,7 +25,8 @@ demo: $(STAMP)
 	$(PY) -m autograder demo
 
 ## test: the whole suite (normref, notebooks, release, grading, browser), on every core,
-## a test file per worker (its module fixtures, a graded class or a site, built once)
+## a test file per worker (its module fixtures, a graded class or a site, built once),
+## the slowest first and each sample class on its own (tests/conftest.py)
 # One worker more than cores: workers spend much of their time waiting on kernels and
 # subprocesses they start (on 2 cores: 2 workers, 29.6 min; 3 workers, 21.0 min with the
 # CPU 99% busy by vmstat).

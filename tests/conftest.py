@@ -22,6 +22,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 REPO = Path(__file__).resolve().parent.parent
+
 LESSONS = sorted((REPO / "notebooks").glob("*.ipynb"))
 SOURCES = sorted((REPO / "source").glob("*/*.ipynb"))
 RELEASES = sorted((REPO / "release").glob("*/*.ipynb"))
@@ -30,6 +31,46 @@ RELEASES = sorted((REPO / "release").glob("*/*.ipynb"))
 # grades. tests/grading/test_engines.py, the demo's test and the killed-grader tests
 # grade on Dask, the default.
 GRADING_ENGINE = "pool"
+
+# `make test` sends each test file to one worker (--dist loadfile), so that its module
+# fixtures (a graded class, a built site) are built once. These tests are minutes each
+# and share nothing: each goes to whichever worker is free.
+SPREAD_OVER_WORKERS = (
+    "tests/grading/test_grade.py::test_sample_class_grades_to_expected_scores_through_the_cli",
+    "tests/grading/test_attacks_kept.py::test_kept_attacks_grade_to_their_expected_points",
+)
+# The slowest in `make test`'s --durations list, handed out first, so that no worker
+# starts one of them while the others are finishing.
+LONGEST_FIRST = SPREAD_OVER_WORKERS + (
+    "tests/grading/test_hostile_handins.py", "tests/publishing/test_colab_environment.py",
+    "tests/publishing/test_edition_environment.py", "tests/publishing/test_site.py",
+    "tests/test_instructor_features_attacks.py",
+    "tests/grading/test_grader_dies.py", "tests/grading/test_bench.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        return next((i for i, start in enumerate(LONGEST_FIRST)
+                     if item.nodeid.startswith(start)), len(LONGEST_FIRST))
+
+    items.sort(key=rank)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LoadFileSpreadingTheLongest(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            if nodeid.startswith(SPREAD_OVER_WORKERS):
+                return nodeid
+            return super()._split_scope(nodeid)
+
+    return LoadFileSpreadingTheLongest(config, log)
+
 
 
 def tiny_notebook(tag):
