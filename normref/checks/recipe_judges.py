@@ -270,8 +270,7 @@ def _judge_safe_spread(case, output):
             x.astype(np.float64)) - 1)))
     if value < truth:
         return (f"not yet right (you answered {given}): at spread {value:g} the float32 "
-                f"shortcut misses some token's variance by {worst:.0%}, more than 25%. "
-                "Its error is a few times float32's spacing near mean(x**2) = 1e8")
+                f"shortcut misses some token's variance by {worst:.0%}, more than 25%")
     return (f"not yet right (you answered {given}): at spread {value:g} every token is "
             f"within 25% (worst {worst:.1%}), but so is a smaller spread: the question "
             "asks for the smallest")
@@ -286,14 +285,13 @@ def _judge_spacing_estimate(case, output):
     truth = spacing_estimate()
     if value == truth:
         return None
-    gap = float(np.spacing(np.float32(SPREAD_OFFSET**2)))
     if value > truth:
-        return (f"not yet right (you answered {given}): at spread {truth} the variance "
-                f"{truth**2} is already at least 4 gaps of {gap:g}, so an error of one "
-                "gap is within 25%; the question asks for the smallest such spread")
+        return (f"not yet right (you answered {given}): at spread {value:g} an error of one "
+                "gap is within 25% of the variance, but it is at a smaller offered spread "
+                "too; the question asks for the smallest")
     return (f"not yet right (you answered {given}): at spread {value:g} the variance is "
-            f"{value**2:g}, and 25% of it, {0.25 * value**2:g}, is less than one gap of "
-            f"{gap:g} near 1e8 (np.spacing(np.float32(1e8)))")
+            f"{value**2:g}, and 25% of it, {0.25 * value**2:g}, is less than one float32 gap "
+            "near 1e8: an error of one gap would be more than 25%")
 
 
 # Inline question 1 (c): why every token of 256 needs a wider spread than one gap
@@ -304,8 +302,8 @@ GAP_REASONS = {
     "b": "the shortcut's error hardly depends on the spread (it rounds numbers near "
          "1e8 whatever the spread): measure a token's error at spreads 4, 8 and 16",
     "c": None,
-    "d": "np.spacing(np.float32(1e8)) is float32's gap there; what differs is how "
-         "many gaps each token misses by: look at the worst token, not a typical one",
+    "d": "np.spacing(np.float32(1e8)) is float32's gap there, exactly: np.nextafter from "
+         "np.float32(1e8) lands on the same neighbour",
 }
 
 
@@ -328,13 +326,13 @@ def _judge_breaking_offset(case, output):
         return None
     eps = float(np.finfo(np.float64).eps)
     if 1 / eps / OFFSET_FACTOR <= value <= OFFSET_FACTOR / eps:
-        return (f"not yet right (you answered {given}): mean(x**2) is about offset**2, "
-                "so its rounding error is about offset**2 * eps, not offset * eps")
+        return (f"not yet right (you answered {given}): at that offset, offset * eps is 1; "
+                "but the number rounded is mean(x**2), and its size is not the offset")
     if value < truth:
-        return (f"not yet right (you answered {given}): at that offset mean(x**2), about "
-                "offset**2, is rounded to far less than the variance 1")
-    return (f"not yet right (you answered {given}): the rounding of mean(x**2), about "
-            "offset**2 * eps, reaches the variance 1 well before that offset")
+        return (f"not yet right (you answered {given}): at that offset the rounding of "
+                "mean(x**2) is still far less than the variance 1")
+    return (f"not yet right (you answered {given}): at that offset the rounding of "
+            "mean(x**2) is already far larger than the variance 1")
 
 
 def _judge_eps_halving_spread(case, output):
@@ -346,18 +344,18 @@ def _judge_eps_halving_spread(case, output):
     if np.isclose(value, truth, rtol=1e-2, atol=0):
         return None
     hints = {
-        "eps goes inside the square root, beside the variance s**2, not beside s":
-            HALVING_EPS,
-        "x_hat = s / sqrt(s**2 + eps) is 1/2 where 4 s**2 = s**2 + eps, so s**2 = eps / 3; "
-        "you gave s**2, not s": HALVING_EPS / 3,
-        "x_hat = s / sqrt(s**2 + eps) is 1/2 where 4 s**2 = s**2 + eps, so s**2 = eps / 3, "
-        "not eps": np.sqrt(HALVING_EPS),
+        "that is eps itself: eps goes inside the square root, beside the variance s**2, "
+        "not beside s": HALVING_EPS,
+        "that number is the token's variance s**2 at the halving point, not its spread s":
+            HALVING_EPS / 3,
     }
     for hint, wrong in hints.items():
         if np.isclose(value, wrong, rtol=1e-2, atol=0):
             return f"not yet right (you answered {given}): {hint}"
-    return (f"not yet right (you answered {given}): the token s * [-1, 1, -1, 1] has "
-            "variance s**2; find s where s / sqrt(s**2 + eps) = 1/2")
+    with np.errstate(all="ignore"):
+        output = abs(value) / np.sqrt(value**2 + HALVING_EPS)
+    return (f"not yet right (you answered {given}): at that s layer norm returns "
+            f"+-{output:.3g}, not +-0.5")
 
 
 # ---------------------------------------------------------------- statistics in chunks
@@ -586,9 +584,9 @@ TILED_CHOICES = {
     "b": "running sums of x and x**2 fit in two float32 numbers, but subtracting them "
          "cancels: you measured the shortcut lose the variance far from zero",
     "c": None,
-    "d": "Chan's merge carries (n, mean, M2), but n is the same for every token of the "
-         "row (the tile loop's counter), so per token the kernel keeps only the mean and "
-         "M2: two numbers",
+    "d": "you answered that every method needs a second read or more than two numbers "
+         "per token: check that claim for each of a, b and c, listing what it keeps between "
+         "tiles and which of those each token needs a copy of",
 }
 
 

@@ -452,5 +452,5 @@ def test_inline_question_3_two_float32_numbers_per_token_suffice_for_chans_merge
     s1, s2 = _streamed_in_float32(x, 16, running_sums)
     naive = s2 / np.float32(64) - (s1 / np.float32(64)) ** 2
     assert np.all(np.abs(naive - truth) > 0.25 * truth)
-    with pytest.raises(CheckFailed, match="n is the same for every token"):
+    with pytest.raises(CheckFailed, match="check that claim for each of a, b and c"):
         check_tiled_method("d")

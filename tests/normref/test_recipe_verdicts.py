@@ -666,8 +666,8 @@ def test_the_breaking_offset_is_where_offset_squared_times_eps_reaches_one():
         assert _answer(_judge_breaking_offset, "breaking_offset", right) is None
     assert "far less than the variance" in _answer(_judge_breaking_offset, "breaking_offset",
                                                    1e4)
-    assert "not offset * eps" in _answer(_judge_breaking_offset, "breaking_offset", 4.5e15)
-    assert "well before" in _answer(_judge_breaking_offset, "breaking_offset", 1e9)
+    assert "offset * eps is 1" in _answer(_judge_breaking_offset, "breaking_offset", 4.5e15)
+    assert "already far larger" in _answer(_judge_breaking_offset, "breaking_offset", 1e9)
     for bad in (None, -1e8, "soon"):
         assert "give a positive number" in _answer(_judge_breaking_offset, "breaking_offset",
                                                    bad)
@@ -680,9 +680,9 @@ def test_the_spacing_estimate_is_the_spread_that_one_float32_gap_allows():
     assert gap == 8.0 and 4**2 * 0.25 < gap <= 8**2 * 0.25
     for right in (8, "8", 8.0, torch.tensor(8)):
         assert _answer(_judge_spacing_estimate, "spacing_estimate", right) is None
-    assert "less than one gap of 8" in _answer(_judge_spacing_estimate, "spacing_estimate", 4)
-    assert "the smallest such spread" in _answer(_judge_spacing_estimate, "spacing_estimate",
-                                                 16)
+    assert "less than one float32 gap" in _answer(_judge_spacing_estimate, "spacing_estimate",
+                                                  4)
+    assert "asks for the smallest" in _answer(_judge_spacing_estimate, "spacing_estimate", 16)
     assert "give one of 1, 2, 4" in _answer(_judge_spacing_estimate, "spacing_estimate", 5.7)
 
 
@@ -701,7 +701,7 @@ def test_the_gap_between_estimate_and_measurement_is_the_worst_of_256_tokens():
             assert np.median(errors / truth) < 0.25 < np.max(errors / truth)
     assert _answer(_judge_spread_gap_reason, "spread_gap_reason", " 'C' ") is None
     for wrong, hint in (("a", "exact to far below"), ("b", "hardly depends on the spread"),
-                        ("d", "how many gaps")):
+                        ("d", "lands on the same neighbour")):
         assert hint in _answer(_judge_spread_gap_reason, "spread_gap_reason", wrong)
     assert "give one of a, b, c, d" in _answer(_judge_spread_gap_reason, "spread_gap_reason",
                                                None)
@@ -709,16 +709,49 @@ def test_the_gap_between_estimate_and_measurement_is_the_worst_of_256_tokens():
 
 def test_the_eps_halving_spread_is_checked_against_torch_layer_norm():
     """At s = sqrt(eps / 3) torch's layer norm maps s * [-1, 1, -1, 1] to +-1/2;
-    the usual slips (s**2 for s, sqrt(eps)) are named."""
+    the usual slips (eps, s**2 for s) are named, and any other answer is told
+    what layer norm returns at its s."""
     s = np.sqrt(1e-5 / 3)
     token = torch.tensor([-1.0, 1.0, -1.0, 1.0], dtype=torch.float64) * s
     assert torch.allclose(F.layer_norm(token, (4,), eps=1e-5), token / s / 2)
     for right in (s, "1.826e-3", np.float32(s), torch.tensor(s), 0.00183):
         assert _answer(_judge_eps_halving_spread, "eps_halving_spread", right) is None
-    assert "you gave s**2" in _answer(_judge_eps_halving_spread, "eps_halving_spread", s * s)
-    assert "not eps" in _answer(_judge_eps_halving_spread, "eps_halving_spread", np.sqrt(1e-5))
+    assert "variance s**2" in _answer(_judge_eps_halving_spread, "eps_halving_spread", s * s)
+    assert "eps itself" in _answer(_judge_eps_halving_spread, "eps_halving_spread", 1e-5)
+    at_sqrt_eps = float(F.layer_norm(token / s * np.sqrt(1e-5), (4,), eps=1e-5)[1])
+    assert f"+-{at_sqrt_eps:.3g}, not +-0.5" in _answer(
+        _judge_eps_halving_spread, "eps_halving_spread", np.sqrt(1e-5))
     assert "give a number" in _answer(_judge_eps_halving_spread, "eps_halving_spread", None)
-    assert "find s where" in _answer(_judge_eps_halving_spread, "eps_halving_spread", 0.0018)
+    assert "not +-0.5" in _answer(_judge_eps_halving_spread, "eps_halving_spread", 0.0018)
+
+
+# Students may resubmit: a hint names what the wrong answer implies, never the right
+# answer, its value or the formula that gives it.
+HINT_LEAKS = {
+    (_judge_spacing_estimate, "spacing_estimate"): (
+        [1, 2, 4, 16, 32, 64, 128], [r"\b8\b", r"np\.spacing\("]),
+    (_judge_safe_spread, "safe_spread"): ([1, 2, 4, 8, 32, 64, 128], [r"\b16\b", r"several"]),
+    (_judge_spread_gap_reason, "spread_gap_reason"): (
+        ["a", "b", "d"], [r"worst", r"typical", r"every token"]),
+    (_judge_breaking_offset, "breaking_offset"): (
+        [1e4, 1 / np.finfo(float).eps, 1e16], [r"offset\*\*2", r"1e\+?0?8", r"sqrt"]),
+    (recipe_judges._judge_tiled_method, "tiled_method"): (
+        ["a", "b", "d"], [r"Chan", r"two numbers:", r"same for every"]),
+    (_judge_eps_halving_spread, "eps_halving_spread"): (
+        [1e-5, 1e-5 / 3, np.sqrt(1e-5), 0.01, 1.0],
+        [r"eps ?/ ?3", r"0\.0018", r"1\.8\d*e-0?3", r"4 s\*\*2"]),
+}
+
+
+@pytest.mark.parametrize("question", list(HINT_LEAKS), ids=lambda question: question[1])
+def test_inline_hints_name_the_slip_not_the_answer(question):
+    (judge, key), (wrong_answers, leaks) = question, HINT_LEAKS[question]
+    for answer in wrong_answers:
+        verdict = _answer(judge, key, answer)
+        hint = verdict.split("(you answered", 1)[-1].split(")", 1)[-1]
+        assert hint.strip(), (answer, verdict)
+        for leak in leaks:
+            assert not re.search(leak, hint), (answer, leak, hint)
 
 
 # ---------------------------------------------------------------- more diagnoses
@@ -1275,7 +1308,7 @@ def test_exact_python_numbers_are_read_as_numbers():
     ("c", None), ("C", None), (" 'c' ", None), ('"C"', None),
     ("a", "not yet right (you answered a): two-pass needs the mean"),
     ("b", "not yet right (you answered b): running sums of x and x**2 fit"),
-    ("d", "not yet right (you answered d): Chan's merge carries (n, mean, M2), but n is"),
+    ("d", "not yet right (you answered d): you answered that every method needs"),
     ("None", "TILED_KERNEL_METHOD: give one of a, b, c, d (you answered None)"),
     ("welford", "TILED_KERNEL_METHOD: give one of a, b, c, d (you answered welford)"),
 ])
