@@ -520,6 +520,12 @@ def _chunked_mistakes(x, chunk):
     }
 
 
+# The variance earns chunked_var_correct; this cell's point is for reaching it the
+# way the exercise asks.
+_REUSE = ("the variance is right (that earns its own point), but the exercise asks you to "
+          "reuse your merge_stats")
+
+
 def _not_tiled(d, chunk, output):
     """None when chunked_var combined tiles of at most `chunk` features with
     merge_stats into the statistics of all d features, one after another or as a
@@ -529,23 +535,22 @@ def _not_tiled(d, chunk, output):
     counts = counts.reshape(-1, 2)
     needed = -(-d // chunk) - 1
     if len(counts) < needed:
-        return (f"the variance is right, but chunked_var called your merge_stats "
-                f"{len(counts)} time(s); {d} features in chunks of {chunk} need at least "
-                f"{needed} merge(s). Read the features a chunk at a time and merge each "
-                "chunk's (n, mean, m2) into the running statistics with merge_stats")
+        return (f"{_REUSE}: chunked_var called it {len(counts)} time(s), and {d} features "
+                f"in chunks of {chunk} need at least {needed} merge(s). Merging inline, "
+                "with a copy of its formula, does not count: merge each chunk's (n, mean, "
+                "m2) into the running statistics by calling merge_stats")
     merged = set()
     for n_a, n_b in counts.tolist():
         for side in (n_a, n_b):
             if side > chunk and side not in merged:
-                return (f"the variance is right, but one merge took the statistics of "
-                        f"{side} features that no earlier merge had combined, more than a "
-                        f"chunk of {chunk}: work out each chunk's (n, mean, m2) on its own "
-                        "and merge those")
+                return (f"{_REUSE} on statistics of one chunk at a time: one merge took "
+                        f"those of {side} features that no earlier merge had combined, more "
+                        f"than a chunk of {chunk}: work out each chunk's (n, mean, m2) on its "
+                        "own and merge those")
         merged.add(n_a + n_b)
     if len(counts) and int(counts[-1].sum()) != d:
-        return (f"the variance is right, but the last merge counted "
-                f"{int(counts[-1].sum())} features, not the token's {d}: merge every "
-                "chunk, once")
+        return (f"{_REUSE} to merge every chunk once: the last merge counted "
+                f"{int(counts[-1].sum())} features, not the token's {d}")
     return None
 
 
@@ -559,7 +564,7 @@ def _judge_chunked(case, output):
     expected = recipe.chunked_var(x, chunk).astype(np.float64)
     problem = mismatch(y, expected, dtype=x.dtype)
     if problem is None or _close_enough_in_float32(x, y, expected):
-        return _not_tiled(x.shape[-1], chunk, output)
+        return None
     if x.ndim > 1 and np.shape(y) != expected.shape:
         return problem + ". Take the variance over the last axis (each token's features)"
     with np.errstate(all="ignore"):
@@ -574,6 +579,17 @@ def _judge_chunked(case, output):
                           "next to the spread: carry (count, mean, M2) from chunk to chunk "
                           "and merge them with merge_stats")
     return problem
+
+
+def _judge_chunked_merges(case, output):
+    """The merge structure, once the variance is right: a wrong variance is
+    chunked_var_correct's to explain."""
+    problem = _judge_chunked(case, output)
+    if problem is not None:
+        return ("chunked_var's variance is not right yet (the cell above says why); this "
+                "point is for reaching the right variance by merging chunks with your "
+                "merge_stats")
+    return _not_tiled(case["x"].shape[-1], int(case["chunk"]), output)
 
 
 # Inline question 3: a kernel that streams tiles of 16 features and keeps two
@@ -606,6 +622,7 @@ CHECKS = {
     "token_var": Check(_var_cases, _judge_var),
     "merge_stats": Check(_merge_cases, _judge_merge),
     "chunked_var": Check(_chunk_cases, _judge_chunked),
+    "chunked_var_merges": Check(_chunk_cases, _judge_chunked_merges),
     "recipe_tiled_method": Check(lambda rng: [("your answer to inline question 3", {})],
                                  _judge_tiled_method),
     "layer_norm_token": Check(_token_cases, _judge_layer_norm),

@@ -220,9 +220,17 @@ def check_merge_stats(merge_stats):
 
 
 def check_chunked_var(chunked_var):
-    """Check chunked_var(x, chunk) -> each token's biased variance, merged chunk
-    by chunk, accurate at large offsets and without a library variance."""
+    """Check chunked_var(x, chunk) -> each token's biased variance, accurate at
+    large offsets and without a library variance (how it merges the chunks is
+    check_chunked_var_merges's)."""
     run_check("chunked_var", chunked_var, _call_chunked_var_watched)
+
+
+def check_chunked_var_merges(chunked_var):
+    """Check that chunked_var(x, chunk) reaches the right variance by merging the
+    statistics of chunks of at most `chunk` features with the notebook's
+    merge_stats."""
+    run_check("chunked_var_merges", chunked_var, _call_chunked_var_watched)
 
 
 def check_tiled_method(answer):

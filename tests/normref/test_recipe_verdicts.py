@@ -27,6 +27,7 @@ from normref.checks import (
     _wire,
     check_breaking_offset,
     check_chunked_var,
+    check_chunked_var_merges,
     check_eps_halving_spread,
     check_layer_norm_batches,
     check_layer_norm_token,
@@ -1151,11 +1152,13 @@ def merge_stats(a, b):
 """)
     with contextlib.redirect_stdout(io.StringIO()) as out:
         check_chunked_var(notebook["chunked_var"])
+        check_chunked_var_merges(notebook["chunked_var"])
     assert "chunked_var: all 8 cases passed" in out.getvalue()
+    assert "chunked_var_merges: all 8 cases passed" in out.getvalue()
     assert notebook["merge_stats"]((2, 3.0, 2.0), (2, 7.0, 2.0))[2] == 4.0  # put back
 
 
-def test_a_chunked_var_that_never_merges_tiles_earns_nothing():
+def test_a_chunked_var_that_never_merges_tiles_earns_only_the_variance():
     notebook = _notebook("""
 def merge_stats(a, b):
     raise NotImplementedError
@@ -1164,8 +1167,40 @@ def chunked_var(x, chunk):
     x = np.asarray(x, dtype=float)
     return ((x - x.mean(-1, keepdims=True)) ** 2).mean(-1)
 """)
-    with pytest.raises(CheckFailed, match="called your merge_stats 0 time"):
-        check_chunked_var(notebook["chunked_var"])
+    assert "chunked_var: all 8 cases passed" in passes(check_chunked_var,
+                                                         notebook["chunked_var"])
+    with pytest.raises(CheckFailed, match="reuse your merge_stats: chunked_var called it 0"):
+        check_chunked_var_merges(notebook["chunked_var"])
+
+
+def test_a_chunked_var_that_merges_inline_is_told_to_reuse_merge_stats():
+    """Chan's merge copied into chunked_var's loop: a right variance (its point),
+    but not the merge_stats the exercise asks it to reuse (the other point)."""
+    notebook = _notebook(EXACT_MERGE + """
+def chunked_var(x, chunk):
+    x = np.asarray(x, dtype=float)
+    n, mean, m2 = 0, 0.0, 0.0
+    for start in range(0, x.shape[-1], chunk):
+        part = x[..., start:start + chunk]
+        n_b, mean_b = part.shape[-1], part.mean(-1)
+        delta = mean_b - mean
+        m2 = m2 + ((part - mean_b[..., None]) ** 2).sum(-1) + delta**2 * n * n_b / (n + n_b)
+        mean, n = mean + delta * n_b / (n + n_b), n + n_b
+    return m2 / n
+""")
+    assert "chunked_var: all 8 cases passed" in passes(check_chunked_var,
+                                                         notebook["chunked_var"])
+    with pytest.raises(CheckFailed, match="Merging inline, with a copy of its formula, does "
+                                          "not count"):
+        check_chunked_var_merges(notebook["chunked_var"])
+
+
+def test_a_wrong_variance_is_explained_once_not_again_as_a_merge_problem():
+    case = _chunk_case("a batch of 5 tokens, d = 8, chunk = 3 (the last chunk holds 2)")
+    wrong = {"y": np.zeros(5), **_tiled(case)}
+    assert recipe_judges._judge_chunked(case, wrong) is not None
+    assert recipe_judges._judge_chunked_merges(case, wrong).startswith(
+        "chunked_var's variance is not right yet (the cell above says why)")
 
 
 @pytest.mark.parametrize("reached", [
@@ -1180,8 +1215,8 @@ def test_merges_count_under_any_name_chunked_var_reaches_them_by(reached):
     notebook = _notebook(EXACT_MERGE)
     exec(reached, notebook)  # noqa: S102 - test code written here
     with contextlib.redirect_stdout(io.StringIO()) as out:
-        check_chunked_var(notebook["chunked_var"])
-    assert "chunked_var: all 8 cases passed" in out.getvalue()
+        check_chunked_var_merges(notebook["chunked_var"])
+    assert "chunked_var_merges: all 8 cases passed" in out.getvalue()
     assert notebook["merge_stats"]((2, 3.0, 2.0), (2, 7.0, 2.0)) == (4, 5.0, 20.0)
 
 
@@ -1209,8 +1244,8 @@ def test_a_torch_chunked_var_gets_torch_statistics_back_from_the_graded_merge():
     """The grader's own merge hands back what the student's would: tensor
     methods on the merged statistics keep working."""
     notebook = _notebook(TORCH_CHUNKED)
-    assert "chunked_var: all 8 cases passed" in passes(check_chunked_var,
-                                                         notebook["chunked_var"])
+    assert "chunked_var_merges: all 8 cases passed" in passes(check_chunked_var_merges,
+                                                                notebook["chunked_var"])
 
 
 def test_a_tree_of_merges_as_threads_combine_them_passes():
@@ -1228,8 +1263,8 @@ def chunked_var(x, chunk):
     return level[0][2] / level[0][0]
 """)
     with contextlib.redirect_stdout(io.StringIO()) as out:
-        check_chunked_var(notebook["chunked_var"])
-    assert "chunked_var: all 8 cases passed" in out.getvalue()
+        check_chunked_var_merges(notebook["chunked_var"])
+    assert "chunked_var_merges: all 8 cases passed" in out.getvalue()
 
 
 def test_merging_more_than_a_chunk_at_once_is_refused():
@@ -1244,14 +1279,16 @@ def merge_stats(a, b):
     assert out["merge_counts"].tolist() == [[6, 2]]
     halves = _chunk_case("a 3-D batch (2, 3, 16), chunk = 4")
     out = recipe_probes._call_chunked_var_watched(notebook["chunked_var"], halves)
-    verdict = recipe_judges._judge_chunked(halves, {k: np.asarray(v) for k, v in out.items()})
-    assert ("called your merge_stats 1 time(s); 16 features in chunks of 4 need at least 3 "
+    outputs = {k: np.asarray(v) for k, v in out.items()}
+    assert recipe_judges._judge_chunked(halves, outputs) is None  # the variance is right
+    verdict = recipe_judges._judge_chunked_merges(halves, outputs)
+    assert ("called it 1 time(s), and 16 features in chunks of 4 need at least 3 "
             "merge(s)") in verdict
     slabs = {"y": torch_var(halves["x"]), "merge_counts": np.array([[4, 4], [4, 4], [4, 12]])}
-    assert "statistics of 12 features that no earlier merge had combined" in \
-        recipe_judges._judge_chunked(halves, slabs)
+    assert "those of 12 features that no earlier merge had combined" in \
+        recipe_judges._judge_chunked_merges(halves, slabs)
     short = {"y": slabs["y"], "merge_counts": np.array([[4, 4], [8, 4], [4, 0]])}
-    assert "counted 4 features, not the token's 16" in recipe_judges._judge_chunked(
+    assert "counted 4 features, not the token's 16" in recipe_judges._judge_chunked_merges(
         halves, short)
 
 
