@@ -708,6 +708,23 @@ def test_the_gap_between_estimate_and_measurement_is_the_worst_of_256_tokens():
                                                None)
 
 
+def test_the_shortcuts_error_comes_from_both_terms_not_mean_x_squared_alone():
+    """Inline question 1 says both terms are rounded near 1e8 and mean(x)**2
+    also carries mean(x)'s rounding: measured against float64 values of the
+    same float32 numbers, mean(x)**2's error is the larger, mean(x**2)'s is
+    not negligible, and neither depends on the spread."""
+    z = np.random.default_rng(0).standard_normal((256, 64))
+    gap = 8.0
+    for spread in (1, 4, 16):
+        x = (1e4 + spread * z).astype(np.float32)
+        x64 = torch.from_numpy(x.astype(np.float64))
+        square_mean = np.abs((x * x).mean(-1) - (x64 * x64).mean(-1).numpy()) / gap
+        mean_square = np.abs(x.mean(-1).astype(np.float64) ** 2
+                             - (x64.mean(-1) ** 2).numpy()) / gap
+        assert 0.2 < np.median(square_mean) < np.median(mean_square) < 1.5
+        assert np.max(mean_square) > 2 and np.max(square_mean) > 1
+
+
 def test_the_eps_halving_spread_is_checked_against_torch_layer_norm():
     """At s = sqrt(eps / 3) torch's layer norm maps s * [-1, 1, -1, 1] to +-1/2;
     the usual slips (eps, s**2 for s) are named, and any other answer is told
