@@ -294,7 +294,7 @@ def _judge_spacing_estimate(case, output):
             "near 1e8: an error of one gap would be more than 25%")
 
 
-# Inline question 1 (c): why every token of 256 needs a wider spread than one gap
+# Inline question 1.3: why every token of 256 needs a wider spread than one gap
 # of error allows.
 GAP_REASONS = {
     "a": "the float64 reference is exact to far below a unit at 10 000 (float64 keeps "
@@ -307,9 +307,14 @@ GAP_REASONS = {
 }
 
 
+def _letter(given):
+    """A multiple-choice answer as its bare letter: "c", 'C', "(c)" and "c." alike."""
+    return given.strip(" '\"().").lower()
+
+
 def _judge_spread_gap_reason(case, output):
     given = str(output.get("spread_gap_reason"))
-    choice = given.strip().strip("'\"").strip().lower()
+    choice = _letter(given)
     if choice not in GAP_REASONS:
         return f"SPREAD_GAP_REASON: give one of a, b, c, d (you answered {given})"
     hint = GAP_REASONS[choice]
@@ -610,7 +615,7 @@ def _judge_tiled_method(case, output):
     if "tiled_method" not in output:
         return "no answer given for TILED_KERNEL_METHOD"
     given = str(output["tiled_method"])
-    choice = given.strip().strip("'\"").strip().lower()
+    choice = _letter(given)
     if choice not in TILED_CHOICES:
         return f"TILED_KERNEL_METHOD: give one of a, b, c, d (you answered {given})"
     hint = TILED_CHOICES[choice]
@@ -627,12 +632,12 @@ CHECKS = {
                                  _judge_tiled_method),
     "layer_norm_token": Check(_token_cases, _judge_layer_norm),
     "layer_norm_batches": Check(_batch_cases, _judge_layer_norm),
-    "recipe_safe_spread": Check(lambda rng: [("your answer to inline question 1", {})],
+    "recipe_safe_spread": Check(lambda rng: [("your answer to inline question 1.2", {})],
                                 _judge_safe_spread),
     "recipe_spacing_estimate": Check(
-        lambda rng: [("your answer to inline question 1 (a)", {})], _judge_spacing_estimate),
+        lambda rng: [("your answer to inline question 1.1", {})], _judge_spacing_estimate),
     "recipe_spread_gap_reason": Check(
-        lambda rng: [("your answer to inline question 1 (c)", {})], _judge_spread_gap_reason),
+        lambda rng: [("your answer to inline question 1.3", {})], _judge_spread_gap_reason),
     "recipe_breaking_offset": Check(lambda rng: [("your answer to inline question 2", {})],
                                     _judge_breaking_offset),
     "recipe_eps_halving_spread": Check(

@@ -700,7 +700,8 @@ def test_the_gap_between_estimate_and_measurement_is_the_worst_of_256_tokens():
         assert errors.max() > 3 * 8
         if spread == 8:
             assert np.median(errors / truth) < 0.25 < np.max(errors / truth)
-    assert _answer(_judge_spread_gap_reason, "spread_gap_reason", " 'C' ") is None
+    for letter_c in (" 'C' ", "(c)", "c.", "C"):  # as the choice list writes it, or bare
+        assert _answer(_judge_spread_gap_reason, "spread_gap_reason", letter_c) is None
     for wrong, hint in (("a", "exact to far below"), ("b", "hardly depends on the spread"),
                         ("d", "lands on the same neighbour")):
         assert hint in _answer(_judge_spread_gap_reason, "spread_gap_reason", wrong)
@@ -1359,7 +1360,7 @@ def test_exact_python_numbers_are_read_as_numbers():
 
 
 @pytest.mark.parametrize(("answer", "verdict"), [
-    ("c", None), ("C", None), (" 'c' ", None), ('"C"', None),
+    ("c", None), ("C", None), (" 'c' ", None), ('"C"', None), ("(c)", None), ("c.", None),
     ("a", "not yet right (you answered a): two-pass needs the mean"),
     ("b", "not yet right (you answered b): running sums of x and x**2 fit"),
     ("d", "not yet right (you answered d): you answered that every method needs"),
