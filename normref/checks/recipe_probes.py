@@ -220,9 +220,17 @@ def check_merge_stats(merge_stats):
 
 
 def check_chunked_var(chunked_var):
-    """Check chunked_var(x, chunk) -> each token's biased variance, merged chunk
-    by chunk, accurate at large offsets and without a library variance."""
+    """Check chunked_var(x, chunk) -> each token's biased variance, accurate at
+    large offsets and without a library variance (how it merges the chunks is
+    check_chunked_var_merges's)."""
     run_check("chunked_var", chunked_var, _call_chunked_var_watched)
+
+
+def check_chunked_var_merges(chunked_var):
+    """Check that chunked_var(x, chunk) reaches the right variance by merging the
+    statistics of chunks of at most `chunk` features with the notebook's
+    merge_stats."""
+    run_check("chunked_var_merges", chunked_var, _call_chunked_var_watched)
 
 
 def check_tiled_method(answer):
@@ -231,19 +239,19 @@ def check_tiled_method(answer):
 
 
 def check_safe_spread(answer):
-    """Check inline question 1: the smallest spread the float32 shortcut survives
+    """Check inline question 1.2: the smallest spread the float32 shortcut survives
     at an offset of 10 000."""
     run_check("recipe_safe_spread", {"safe_spread": answer}, _answers_as_text)
 
 
 def check_spacing_estimate(answer):
-    """Check inline question 1 (a): the spread an error of one float32 gap near
+    """Check inline question 1.1: the spread an error of one float32 gap near
     1e8 allows."""
     run_check("recipe_spacing_estimate", {"spacing_estimate": answer}, _answers_as_text)
 
 
 def check_spread_gap_reason(answer):
-    """Check inline question 1 (c): why the measured spread exceeds the estimate."""
+    """Check inline question 1.3: why the measured spread exceeds the estimate."""
     run_check("recipe_spread_gap_reason", {"spread_gap_reason": answer}, _answers_as_text)
 
 

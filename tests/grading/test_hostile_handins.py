@@ -34,10 +34,10 @@ from conftest import GRADING_ENGINE, REPO
 ASSIGNMENT = "01_the_recipe"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
 GRADE_CELLS = {"token_mean_correct": 0.5, "spacing_estimate_correct": 0.5,
-               "safe_spread_correct": 0.5, "spread_gap_correct": 0.5, "offset_correct": 0.5,
-               "token_var_correct": 0.5, "merge_stats_correct": 0.5, "chunked_var_correct": 2,
-               "tiled_correct": 0.5, "ln_single_token": 1, "ln_handles_batches": 1,
-               "eps_correct": 1}
+               "safe_spread_correct": 0.5, "spread_gap_correct": 1, "offset_correct": 0.5,
+               "token_var_correct": 1, "merge_stats_correct": 0.5, "chunked_var_correct": 1,
+               "chunked_var_merges": 1, "tiled_correct": 1, "ln_single_token": 0.5,
+               "ln_handles_batches": 0.5, "eps_correct": 0.5}
 # Short, but not so short that a busy machine (2 cores, shared) times out honest cells.
 SETTINGS = RunSettings(cell_timeout=15, handin_timeout=60)
 

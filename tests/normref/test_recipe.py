@@ -17,6 +17,7 @@ from normref.checks import (
     _runner,
     check_breaking_offset,
     check_chunked_var,
+    check_chunked_var_merges,
     check_eps_halving_spread,
     check_layer_norm_batches,
     check_layer_norm_token,
@@ -406,6 +407,7 @@ def test_chunked_var_keeps_the_variance_where_running_sums_lose_it(offset, dtype
 def test_chunked_checks_pass_right_answers_and_name_the_mistakes(capsys):
     check_merge_stats(recipe.merge_stats)
     check_chunked_var(recipe.chunked_var)
+    check_chunked_var_merges(recipe.chunked_var)
     check_tiled_method("c")
     assert "merge_stats: all 6 cases passed" in capsys.readouterr().out
 
@@ -415,8 +417,12 @@ def test_chunked_checks_pass_right_answers_and_name_the_mistakes(capsys):
 
     with pytest.raises(CheckFailed, match="M2_a \\+ M2_b alone"):
         check_merge_stats(no_delta)
-    with pytest.raises(CheckFailed, match="called your merge_stats 0 time"):
+    with pytest.raises(CheckFailed, match="naive one-pass formula"):
         check_chunked_var(recipe.naive_chunked_var)
+    with pytest.raises(CheckFailed, match="reuse your merge_stats: chunked_var called it 0"):
+        check_chunked_var_merges(lambda x, chunk: recipe.naive_chunked_var(
+            np.asarray(x, np.float64) - np.asarray(x, np.float64).mean(-1, keepdims=True),
+            chunk))
     with pytest.raises(CheckFailed, match="two-pass needs the mean"):
         check_tiled_method("a")
 
@@ -452,5 +458,5 @@ def test_inline_question_3_two_float32_numbers_per_token_suffice_for_chans_merge
     s1, s2 = _streamed_in_float32(x, 16, running_sums)
     naive = s2 / np.float32(64) - (s1 / np.float32(64)) ** 2
     assert np.all(np.abs(naive - truth) > 0.25 * truth)
-    with pytest.raises(CheckFailed, match="n is the same for every token"):
+    with pytest.raises(CheckFailed, match="check that claim for each of a, b and c"):
         check_tiled_method("d")

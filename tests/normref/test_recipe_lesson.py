@@ -110,6 +110,23 @@ def test_batch_mates_and_training_as_the_text_says(lesson):
     assert "at the largest rate both blow up" in text
 
 
+def test_the_training_baseline_is_the_targets_variance_and_drawn(lesson):
+    """The dotted line: a constant prediction's best loss is the targets' variance,
+    by torch's own var; plain training ends near it, layer norm far below."""
+    ns, text = lesson
+    _, targets = ns["make_task"]()
+    assert np.isclose(ns["mean_baseline"], torch.var(targets, unbiased=False).item())
+    assert f"The dotted line, {ns['mean_baseline']:.3f}," in text
+    plain, normed = ns["plain"], ns["normed"]
+    trained = np.isfinite(plain) & np.isfinite(normed)
+    assert 0.65 < plain[trained].min() / ns["mean_baseline"] < 0.8
+    assert "ends at about three quarters of the dotted line" in text
+    assert ns["mean_baseline"] / normed[trained].min() > 100
+    assert "more than a hundred times below it" in text
+    drawn = {line.get_label(): line.get_ydata() for line in ns["ax"].lines}
+    assert np.allclose(drawn["predicting the mean"], ns["mean_baseline"])
+
+
 def test_check_yourself_answers_quote_what_the_cell_computes(lesson):
     ns, text = lesson
     assert ns["mu_q1"] == 2.0 and np.isclose(ns["spread_q1"] ** 2, 2 / 3)

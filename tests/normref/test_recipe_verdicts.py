@@ -27,6 +27,7 @@ from normref.checks import (
     _wire,
     check_breaking_offset,
     check_chunked_var,
+    check_chunked_var_merges,
     check_eps_halving_spread,
     check_layer_norm_batches,
     check_layer_norm_token,
@@ -666,8 +667,8 @@ def test_the_breaking_offset_is_where_offset_squared_times_eps_reaches_one():
         assert _answer(_judge_breaking_offset, "breaking_offset", right) is None
     assert "far less than the variance" in _answer(_judge_breaking_offset, "breaking_offset",
                                                    1e4)
-    assert "not offset * eps" in _answer(_judge_breaking_offset, "breaking_offset", 4.5e15)
-    assert "well before" in _answer(_judge_breaking_offset, "breaking_offset", 1e9)
+    assert "offset * eps is 1" in _answer(_judge_breaking_offset, "breaking_offset", 4.5e15)
+    assert "already far larger" in _answer(_judge_breaking_offset, "breaking_offset", 1e9)
     for bad in (None, -1e8, "soon"):
         assert "give a positive number" in _answer(_judge_breaking_offset, "breaking_offset",
                                                    bad)
@@ -680,9 +681,9 @@ def test_the_spacing_estimate_is_the_spread_that_one_float32_gap_allows():
     assert gap == 8.0 and 4**2 * 0.25 < gap <= 8**2 * 0.25
     for right in (8, "8", 8.0, torch.tensor(8)):
         assert _answer(_judge_spacing_estimate, "spacing_estimate", right) is None
-    assert "less than one gap of 8" in _answer(_judge_spacing_estimate, "spacing_estimate", 4)
-    assert "the smallest such spread" in _answer(_judge_spacing_estimate, "spacing_estimate",
-                                                 16)
+    assert "less than one float32 gap" in _answer(_judge_spacing_estimate, "spacing_estimate",
+                                                  4)
+    assert "asks for the smallest" in _answer(_judge_spacing_estimate, "spacing_estimate", 16)
     assert "give one of 1, 2, 4" in _answer(_judge_spacing_estimate, "spacing_estimate", 5.7)
 
 
@@ -699,26 +700,77 @@ def test_the_gap_between_estimate_and_measurement_is_the_worst_of_256_tokens():
         assert errors.max() > 3 * 8
         if spread == 8:
             assert np.median(errors / truth) < 0.25 < np.max(errors / truth)
-    assert _answer(_judge_spread_gap_reason, "spread_gap_reason", " 'C' ") is None
+    for letter_c in (" 'C' ", "(c)", "c.", "C"):  # as the choice list writes it, or bare
+        assert _answer(_judge_spread_gap_reason, "spread_gap_reason", letter_c) is None
     for wrong, hint in (("a", "exact to far below"), ("b", "hardly depends on the spread"),
-                        ("d", "how many gaps")):
+                        ("d", "lands on the same neighbour")):
         assert hint in _answer(_judge_spread_gap_reason, "spread_gap_reason", wrong)
     assert "give one of a, b, c, d" in _answer(_judge_spread_gap_reason, "spread_gap_reason",
                                                None)
 
 
+def test_the_shortcuts_error_comes_from_both_terms_not_mean_x_squared_alone():
+    """Inline question 1 says both terms are rounded near 1e8 and mean(x)**2
+    also carries mean(x)'s rounding: measured against float64 values of the
+    same float32 numbers, mean(x)**2's error is the larger, mean(x**2)'s is
+    not negligible, and neither depends on the spread."""
+    z = np.random.default_rng(0).standard_normal((256, 64))
+    gap = 8.0
+    for spread in (1, 4, 16):
+        x = (1e4 + spread * z).astype(np.float32)
+        x64 = torch.from_numpy(x.astype(np.float64))
+        square_mean = np.abs((x * x).mean(-1) - (x64 * x64).mean(-1).numpy()) / gap
+        mean_square = np.abs(x.mean(-1).astype(np.float64) ** 2
+                             - (x64.mean(-1) ** 2).numpy()) / gap
+        assert 0.2 < np.median(square_mean) < np.median(mean_square) < 1.5
+        assert np.max(mean_square) > 2 and np.max(square_mean) > 1
+
+
 def test_the_eps_halving_spread_is_checked_against_torch_layer_norm():
     """At s = sqrt(eps / 3) torch's layer norm maps s * [-1, 1, -1, 1] to +-1/2;
-    the usual slips (s**2 for s, sqrt(eps)) are named."""
+    the usual slips (eps, s**2 for s) are named, and any other answer is told
+    what layer norm returns at its s."""
     s = np.sqrt(1e-5 / 3)
     token = torch.tensor([-1.0, 1.0, -1.0, 1.0], dtype=torch.float64) * s
     assert torch.allclose(F.layer_norm(token, (4,), eps=1e-5), token / s / 2)
     for right in (s, "1.826e-3", np.float32(s), torch.tensor(s), 0.00183):
         assert _answer(_judge_eps_halving_spread, "eps_halving_spread", right) is None
-    assert "you gave s**2" in _answer(_judge_eps_halving_spread, "eps_halving_spread", s * s)
-    assert "not eps" in _answer(_judge_eps_halving_spread, "eps_halving_spread", np.sqrt(1e-5))
+    assert "variance s**2" in _answer(_judge_eps_halving_spread, "eps_halving_spread", s * s)
+    assert "eps itself" in _answer(_judge_eps_halving_spread, "eps_halving_spread", 1e-5)
+    at_sqrt_eps = float(F.layer_norm(token / s * np.sqrt(1e-5), (4,), eps=1e-5)[1])
+    assert f"+-{at_sqrt_eps:.3g}, not +-0.5" in _answer(
+        _judge_eps_halving_spread, "eps_halving_spread", np.sqrt(1e-5))
     assert "give a number" in _answer(_judge_eps_halving_spread, "eps_halving_spread", None)
-    assert "find s where" in _answer(_judge_eps_halving_spread, "eps_halving_spread", 0.0018)
+    assert "not +-0.5" in _answer(_judge_eps_halving_spread, "eps_halving_spread", 0.0018)
+
+
+# Students may resubmit: a hint names what the wrong answer implies, never the right
+# answer, its value or the formula that gives it.
+HINT_LEAKS = {
+    (_judge_spacing_estimate, "spacing_estimate"): (
+        [1, 2, 4, 16, 32, 64, 128], [r"\b8\b", r"np\.spacing\("]),
+    (_judge_safe_spread, "safe_spread"): ([1, 2, 4, 8, 32, 64, 128], [r"\b16\b", r"several"]),
+    (_judge_spread_gap_reason, "spread_gap_reason"): (
+        ["a", "b", "d"], [r"worst", r"typical", r"every token"]),
+    (_judge_breaking_offset, "breaking_offset"): (
+        [1e4, 1 / np.finfo(float).eps, 1e16], [r"offset\*\*2", r"1e\+?0?8", r"sqrt"]),
+    (recipe_judges._judge_tiled_method, "tiled_method"): (
+        ["a", "b", "d"], [r"Chan", r"two numbers:", r"same for every"]),
+    (_judge_eps_halving_spread, "eps_halving_spread"): (
+        [1e-5, 1e-5 / 3, np.sqrt(1e-5), 0.01, 1.0],
+        [r"eps ?/ ?3", r"0\.0018", r"1\.8\d*e-0?3", r"4 s\*\*2"]),
+}
+
+
+@pytest.mark.parametrize("question", list(HINT_LEAKS), ids=lambda question: question[1])
+def test_inline_hints_name_the_slip_not_the_answer(question):
+    (judge, key), (wrong_answers, leaks) = question, HINT_LEAKS[question]
+    for answer in wrong_answers:
+        verdict = _answer(judge, key, answer)
+        hint = verdict.split("(you answered", 1)[-1].split(")", 1)[-1]
+        assert hint.strip(), (answer, verdict)
+        for leak in leaks:
+            assert not re.search(leak, hint), (answer, leak, hint)
 
 
 # ---------------------------------------------------------------- more diagnoses
@@ -1118,11 +1170,13 @@ def merge_stats(a, b):
 """)
     with contextlib.redirect_stdout(io.StringIO()) as out:
         check_chunked_var(notebook["chunked_var"])
+        check_chunked_var_merges(notebook["chunked_var"])
     assert "chunked_var: all 8 cases passed" in out.getvalue()
+    assert "chunked_var_merges: all 8 cases passed" in out.getvalue()
     assert notebook["merge_stats"]((2, 3.0, 2.0), (2, 7.0, 2.0))[2] == 4.0  # put back
 
 
-def test_a_chunked_var_that_never_merges_tiles_earns_nothing():
+def test_a_chunked_var_that_never_merges_tiles_earns_only_the_variance():
     notebook = _notebook("""
 def merge_stats(a, b):
     raise NotImplementedError
@@ -1131,8 +1185,40 @@ def chunked_var(x, chunk):
     x = np.asarray(x, dtype=float)
     return ((x - x.mean(-1, keepdims=True)) ** 2).mean(-1)
 """)
-    with pytest.raises(CheckFailed, match="called your merge_stats 0 time"):
-        check_chunked_var(notebook["chunked_var"])
+    assert "chunked_var: all 8 cases passed" in passes(check_chunked_var,
+                                                         notebook["chunked_var"])
+    with pytest.raises(CheckFailed, match="reuse your merge_stats: chunked_var called it 0"):
+        check_chunked_var_merges(notebook["chunked_var"])
+
+
+def test_a_chunked_var_that_merges_inline_is_told_to_reuse_merge_stats():
+    """Chan's merge copied into chunked_var's loop: a right variance (its point),
+    but not the merge_stats the exercise asks it to reuse (the other point)."""
+    notebook = _notebook(EXACT_MERGE + """
+def chunked_var(x, chunk):
+    x = np.asarray(x, dtype=float)
+    n, mean, m2 = 0, 0.0, 0.0
+    for start in range(0, x.shape[-1], chunk):
+        part = x[..., start:start + chunk]
+        n_b, mean_b = part.shape[-1], part.mean(-1)
+        delta = mean_b - mean
+        m2 = m2 + ((part - mean_b[..., None]) ** 2).sum(-1) + delta**2 * n * n_b / (n + n_b)
+        mean, n = mean + delta * n_b / (n + n_b), n + n_b
+    return m2 / n
+""")
+    assert "chunked_var: all 8 cases passed" in passes(check_chunked_var,
+                                                         notebook["chunked_var"])
+    with pytest.raises(CheckFailed, match="Merging inline, with a copy of its formula, does "
+                                          "not count"):
+        check_chunked_var_merges(notebook["chunked_var"])
+
+
+def test_a_wrong_variance_is_explained_once_not_again_as_a_merge_problem():
+    case = _chunk_case("a batch of 5 tokens, d = 8, chunk = 3 (the last chunk holds 2)")
+    wrong = {"y": np.zeros(5), **_tiled(case)}
+    assert recipe_judges._judge_chunked(case, wrong) is not None
+    assert recipe_judges._judge_chunked_merges(case, wrong).startswith(
+        "chunked_var's variance is not right yet (the cell above says why)")
 
 
 @pytest.mark.parametrize("reached", [
@@ -1147,8 +1233,8 @@ def test_merges_count_under_any_name_chunked_var_reaches_them_by(reached):
     notebook = _notebook(EXACT_MERGE)
     exec(reached, notebook)  # noqa: S102 - test code written here
     with contextlib.redirect_stdout(io.StringIO()) as out:
-        check_chunked_var(notebook["chunked_var"])
-    assert "chunked_var: all 8 cases passed" in out.getvalue()
+        check_chunked_var_merges(notebook["chunked_var"])
+    assert "chunked_var_merges: all 8 cases passed" in out.getvalue()
     assert notebook["merge_stats"]((2, 3.0, 2.0), (2, 7.0, 2.0)) == (4, 5.0, 20.0)
 
 
@@ -1176,8 +1262,8 @@ def test_a_torch_chunked_var_gets_torch_statistics_back_from_the_graded_merge():
     """The grader's own merge hands back what the student's would: tensor
     methods on the merged statistics keep working."""
     notebook = _notebook(TORCH_CHUNKED)
-    assert "chunked_var: all 8 cases passed" in passes(check_chunked_var,
-                                                         notebook["chunked_var"])
+    assert "chunked_var_merges: all 8 cases passed" in passes(check_chunked_var_merges,
+                                                                notebook["chunked_var"])
 
 
 def test_a_tree_of_merges_as_threads_combine_them_passes():
@@ -1195,8 +1281,8 @@ def chunked_var(x, chunk):
     return level[0][2] / level[0][0]
 """)
     with contextlib.redirect_stdout(io.StringIO()) as out:
-        check_chunked_var(notebook["chunked_var"])
-    assert "chunked_var: all 8 cases passed" in out.getvalue()
+        check_chunked_var_merges(notebook["chunked_var"])
+    assert "chunked_var_merges: all 8 cases passed" in out.getvalue()
 
 
 def test_merging_more_than_a_chunk_at_once_is_refused():
@@ -1211,14 +1297,16 @@ def merge_stats(a, b):
     assert out["merge_counts"].tolist() == [[6, 2]]
     halves = _chunk_case("a 3-D batch (2, 3, 16), chunk = 4")
     out = recipe_probes._call_chunked_var_watched(notebook["chunked_var"], halves)
-    verdict = recipe_judges._judge_chunked(halves, {k: np.asarray(v) for k, v in out.items()})
-    assert ("called your merge_stats 1 time(s); 16 features in chunks of 4 need at least 3 "
+    outputs = {k: np.asarray(v) for k, v in out.items()}
+    assert recipe_judges._judge_chunked(halves, outputs) is None  # the variance is right
+    verdict = recipe_judges._judge_chunked_merges(halves, outputs)
+    assert ("called it 1 time(s), and 16 features in chunks of 4 need at least 3 "
             "merge(s)") in verdict
     slabs = {"y": torch_var(halves["x"]), "merge_counts": np.array([[4, 4], [4, 4], [4, 12]])}
-    assert "statistics of 12 features that no earlier merge had combined" in \
-        recipe_judges._judge_chunked(halves, slabs)
+    assert "those of 12 features that no earlier merge had combined" in \
+        recipe_judges._judge_chunked_merges(halves, slabs)
     short = {"y": slabs["y"], "merge_counts": np.array([[4, 4], [8, 4], [4, 0]])}
-    assert "counted 4 features, not the token's 16" in recipe_judges._judge_chunked(
+    assert "counted 4 features, not the token's 16" in recipe_judges._judge_chunked_merges(
         halves, short)
 
 
@@ -1272,10 +1360,10 @@ def test_exact_python_numbers_are_read_as_numbers():
 
 
 @pytest.mark.parametrize(("answer", "verdict"), [
-    ("c", None), ("C", None), (" 'c' ", None), ('"C"', None),
+    ("c", None), ("C", None), (" 'c' ", None), ('"C"', None), ("(c)", None), ("c.", None),
     ("a", "not yet right (you answered a): two-pass needs the mean"),
     ("b", "not yet right (you answered b): running sums of x and x**2 fit"),
-    ("d", "not yet right (you answered d): Chan's merge carries (n, mean, M2), but n is"),
+    ("d", "not yet right (you answered d): you answered that every method needs"),
     ("None", "TILED_KERNEL_METHOD: give one of a, b, c, d (you answered None)"),
     ("welford", "TILED_KERNEL_METHOD: give one of a, b, c, d (you answered welford)"),
 ])
