@@ -778,8 +778,8 @@ def _judge_batch_dependence_answer(case, output):
 
 # ---------------------------------------------------------------- a batch of two
 
-# the first question's channel holds two values this far apart (3.000 and 3.004)
-_CLOSE_GAP, _PAIR_EPS = 0.004, 1e-5
+# the first question's channel holds two values this far apart (3.000 and 3.005)
+_CLOSE_GAP, _PAIR_EPS = 0.005, 1e-5
 # the second asks for the gap at which an output is within 0.01 of +1 or -1
 _SIGN_LEVEL = 0.99
 
@@ -815,18 +815,18 @@ def _judge_pair_output_answer(case, output):
         pair_output(_CLOSE_GAP, eps_outside_root=True): "that adds eps to the standard "
              "deviation; batch norm adds it to the variance, inside the square root",
         1.0: "that is the output when the two values are far apart; here their gap is "
-             "about sqrt(eps), and eps, added to the variance, counts",
+             "comparable to sqrt(eps), and eps, added to the variance, counts",
         pair_output(_CLOSE_GAP, unbiased=True): "that normalizes with the unbiased variance "
              "(dividing by n - 1 = 1); training-mode batch norm divides by the biased one",
         pair_output(_CLOSE_GAP, eps=0.0, unbiased=True): "that normalizes with the unbiased "
              "variance and leaves out eps; batch norm uses the biased variance, plus eps",
-        -truth: "the example holding 3.004 is the larger one: its output is positive",
+        -truth: "the example holding 3.005 is the larger one: its output is positive",
     }
     hint = _named_slip(given, slips, within=0.003)
     return _with_hint(f"PAIR_OUTPUT_CLOSE: {output.get('pair_output_close')} is not right "
                       "(judged within 0.005)",
                       hint or "the mean of the two values lies halfway between them; how "
-                              "many standard deviations, with eps, is 3.004 above it?")
+                              "many standard deviations, with eps, is 3.005 above it?")
 
 
 def _judge_pair_information_answers(case, output):

@@ -177,7 +177,7 @@ def _torch_pair_output(low, high, eps=1e-5):
 
 
 def test_the_close_pair_answer_is_torchs_output():
-    assert pair_output(0.004) == pytest.approx(_torch_pair_output(3.0, 3.004), rel=1e-9)
+    assert pair_output(0.005) == pytest.approx(_torch_pair_output(3.0, 3.005), rel=1e-9)
     assert pair_output(5.0) == pytest.approx(_torch_pair_output(-2.0, 3.0), rel=1e-9)
 
 
@@ -205,8 +205,8 @@ def test_one_bit_per_feature_survives_a_batch_of_two():
                                    bits_per_feature=np.log2(len(patterns)))
 
 
-@pytest.mark.parametrize("answer", [pair_output(0.004), 0.534, np.float32(0.5345),
-                                    torch.tensor(0.5345), "0.5345"])
+@pytest.mark.parametrize("answer", [pair_output(0.005), 0.62, np.float32(0.6202),
+                                    torch.tensor(0.6202), "0.6202"])
 def test_the_close_pair_answer_passes_in_any_numeric_type(answer):
     assert "passed" in passes(lambda a: check_pair_output_answer(pair_output_close=a), answer)
 
@@ -220,10 +220,10 @@ def test_the_information_answers_pass_in_any_numeric_type(gap, bits):
 
 
 @pytest.mark.parametrize("answer, hint", [(1.0, "eps, added to the variance, counts"),
-                                          (0.4714, "unbiased variance (dividing by n - 1"),
+                                          (0.5270, "unbiased variance (dividing by n - 1"),
                                           (1 / np.sqrt(2), "leaves out eps"),
-                                          (0.995, "adds eps to the standard deviation"),
-                                          (-0.5345, "its output is positive"),
+                                          (0.996, "adds eps to the standard deviation"),
+                                          (-0.6202, "its output is positive"),
                                           (0.3, "how many standard deviations")])
 def test_each_close_pair_slip_is_named(answer, hint):
     assert hint in fails(lambda a: check_pair_output_answer(pair_output_close=a), answer)
