@@ -776,6 +776,88 @@ def _judge_batch_dependence_answer(case, output):
     return "BATCH_DEPENDENT is not yet right: " + "; ".join(wrong) if wrong else None
 
 
+# ---------------------------------------------------------------- a batch of two
+
+# the first question's channel holds two values this far apart (3.000 and 3.005)
+_CLOSE_GAP, _PAIR_EPS = 0.005, 1e-5
+# the second asks for the gap at which an output is within 0.01 of +1 or -1
+_SIGN_LEVEL = 0.99
+
+
+def pair_output(gap, eps=_PAIR_EPS, *, unbiased=False, eps_outside_root=False):
+    """Training-mode batch norm's output for the larger of a channel's two values
+    `gap` apart: their mean lies halfway, so the value sits gap / 2 above it, and
+    the biased variance of the two is (gap / 2) ** 2 (the unbiased one twice that)."""
+    half = gap / 2
+    variance = 2 * half**2 if unbiased else half**2
+    if eps_outside_root:
+        return half / (np.sqrt(variance) + eps)
+    return half / np.sqrt(variance + eps)
+
+
+def sign_only_gap(level=_SIGN_LEVEL, eps=_PAIR_EPS):
+    """The gap at which pair_output reaches `level`: solve
+    half / sqrt(half ** 2 + eps) = level for half, and double it."""
+    return 2 * level * np.sqrt(eps / (1 - level**2))
+
+
+def _named_slip(given, slips, within):
+    return next((text for value, text in slips.items()
+                 if given is not None and abs(given - value) <= within * abs(value)), None)
+
+
+def _judge_pair_output_answer(case, output):
+    given = number_from_answer(output.get("pair_output_close"))
+    truth = pair_output(_CLOSE_GAP)
+    if given is not None and abs(given - truth) <= 0.005:
+        return None
+    slips = {
+        pair_output(_CLOSE_GAP, eps_outside_root=True): "that adds eps to the standard "
+             "deviation; batch norm adds it to the variance, inside the square root",
+        1.0: "that is the output when the two values are far apart; here their gap is "
+             "comparable to sqrt(eps), and eps, added to the variance, counts",
+        pair_output(_CLOSE_GAP, unbiased=True): "that normalizes with the unbiased variance "
+             "(dividing by n - 1 = 1); training-mode batch norm divides by the biased one",
+        pair_output(_CLOSE_GAP, eps=0.0, unbiased=True): "that normalizes with the unbiased "
+             "variance and leaves out eps; batch norm uses the biased variance, plus eps",
+        -truth: "the example holding 3.005 is the larger one: its output is positive",
+    }
+    hint = _named_slip(given, slips, within=0.003)
+    return _with_hint(f"PAIR_OUTPUT_CLOSE: {output.get('pair_output_close')} is not right "
+                      "(judged within 0.005)",
+                      hint or "the mean of the two values lies halfway between them; how "
+                              "many standard deviations, with eps, is 3.005 above it?")
+
+
+def _judge_pair_information_answers(case, output):
+    wrong = []
+    gap = number_from_answer(output.get("sign_only_gap"))
+    truth = sign_only_gap()
+    if gap is None or abs(gap - truth) > 0.02 * truth:
+        slips = {
+            truth / 2: "that is each value's distance from the mean; SIGN_ONLY_GAP is the "
+                       "distance between the two values, twice as far",
+            2 * _SIGN_LEVEL * _PAIR_EPS / (1 - _SIGN_LEVEL): "that adds eps to the standard "
+                       "deviation; batch norm adds it to the variance, inside the root",
+        }
+        wrong.append(f"SIGN_ONLY_GAP (you answered {output.get('sign_only_gap')}, judged "
+                     "within 2%): " + (_named_slip(gap, slips, within=0.02)
+                                       or "at what gap does the larger value's output "
+                                          "reach 0.99, with eps inside the square root?"))
+    bits = number_from_answer(output.get("bits_per_feature"))
+    if bits is None or abs(bits - 1) > 1e-9:
+        slips = {
+            2.0: "the two outputs are not independent: one is minus the other, so the "
+                 "pair of them takes only two patterns",
+            0.0: "the outputs still say something: which of the two examples is larger",
+        }
+        wrong.append(f"BITS_PER_FEATURE (you answered {output.get('bits_per_feature')}): "
+                     + (_named_slip(bits, slips, within=1e-9)
+                        or "count how many different output patterns one feature of the "
+                           "pair can show, and take the base-2 logarithm"))
+    return "not yet right: " + "; ".join(wrong) if wrong else None
+
+
 CHECKS = {
     "rows_group_norm": Check(_group_cases, _judge_group_norm),
     "rows_channel_layer_norm": Check(_channel_cases, _judge_channel_layer_norm),
@@ -790,4 +872,8 @@ CHECKS = {
     "rows_rms_offset_answer": Check(lambda rng: [("your answer", {})], _judge_rms_offset_answer),
     "rows_batch_dependence_answer": Check(lambda rng: [("your answer", {})],
                                           _judge_batch_dependence_answer),
+    "rows_pair_output_answer": Check(lambda rng: [("your answer", {})],
+                                     _judge_pair_output_answer),
+    "rows_pair_information_answers": Check(lambda rng: [("your two answers", {})],
+                                           _judge_pair_information_answers),
 }

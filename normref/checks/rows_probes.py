@@ -214,3 +214,14 @@ def check_rms_offset_answer(**answers):
 def check_batch_dependence_answer(names):
     """Check the answer naming the functions whose output depends on the batch."""
     run_check("rows_batch_dependence_answer", {"names": names}, _names_as_text)
+
+
+def check_pair_output_answer(**answers):
+    """Check the answer on batch norm's output for a batch of two close values."""
+    run_check("rows_pair_output_answer", answers, _answers_as_text)
+
+
+def check_pair_information_answers(**answers):
+    """Check the answers on the gap beyond which a batch of two keeps only the sign,
+    and how many bits per feature survive."""
+    run_check("rows_pair_information_answers", answers, _answers_as_text)

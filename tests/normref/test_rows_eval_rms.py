@@ -1,5 +1,6 @@
-"""Unit 02, eval mode, RMSNorm and the batch question: the references against
-torch, and their checks against right code written other ways and the slips."""
+"""Unit 02, eval mode, RMSNorm, the batch question and a batch of two: the
+references against torch, and their checks against right code written other
+ways and the slips."""
 
 import numpy as np
 import pytest
@@ -11,10 +12,12 @@ from normref.batchnorm import batch_norm_eval
 from normref.checks import (
     check_batch_dependence_answer,
     check_batch_norm_eval,
+    check_pair_information_answers,
+    check_pair_output_answer,
     check_rms_norm,
     check_rms_offset_answer,
 )
-from normref.checks.rows_judges import rms_offset_std
+from normref.checks.rows_judges import pair_output, rms_offset_std, sign_only_gap
 from normref.rmsnorm import rms_norm
 
 
@@ -161,3 +164,81 @@ def test_each_offset_slip_is_named(answer, hint):
 ])
 def test_each_batch_answer_slip_is_named(names, said):
     assert said in fails(check_batch_dependence_answer, names)
+
+
+# ---------------------------------------------------------------- a batch of two
+
+
+def _torch_pair_output(low, high, eps=1e-5):
+    """torch's training-mode batch norm of one channel holding low and high: the
+    output for high."""
+    pair = torch.tensor([[low], [high]], dtype=torch.float64)
+    return F.batch_norm(pair, None, None, training=True, eps=eps)[1, 0].item()
+
+
+def test_the_close_pair_answer_is_torchs_output():
+    assert pair_output(0.005) == pytest.approx(_torch_pair_output(3.0, 3.005), rel=1e-9)
+    assert pair_output(5.0) == pytest.approx(_torch_pair_output(-2.0, 3.0), rel=1e-9)
+
+
+def test_the_sign_only_gap_is_where_torchs_output_reaches_099():
+    """Bisect on torch's own output: the gap at which the larger value's output
+    crosses 0.99."""
+    low, high = 1e-4, 1.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if _torch_pair_output(0.0, middle) < 0.99 else (low, middle)
+    assert sign_only_gap() == pytest.approx(high, rel=1e-6)
+
+
+def test_one_bit_per_feature_survives_a_batch_of_two():
+    """Count the patterns one feature's two outputs take over many random pairs
+    whose gap exceeds the sign-only gap: two, so log2(2) = 1 bit."""
+    rng = np.random.default_rng(0)
+    pairs = rng.normal(size=(2000, 2, 1)) * 5.0
+    pairs = pairs[np.abs(pairs[:, 0, 0] - pairs[:, 1, 0]) > sign_only_gap()]
+    outputs = F.batch_norm(torch.from_numpy(pairs.reshape(-1, 1)).reshape(-1, 2).T,
+                           None, None, training=True).T
+    patterns = {tuple(np.round(pair, 1)) for pair in outputs.numpy()}
+    assert patterns == {(1.0, -1.0), (-1.0, 1.0)}
+    check_pair_information_answers(sign_only_gap=sign_only_gap(),
+                                   bits_per_feature=np.log2(len(patterns)))
+
+
+@pytest.mark.parametrize("answer", [pair_output(0.005), 0.62, np.float32(0.6202),
+                                    torch.tensor(0.6202), "0.6202"])
+def test_the_close_pair_answer_passes_in_any_numeric_type(answer):
+    assert "passed" in passes(lambda a: check_pair_output_answer(pair_output_close=a), answer)
+
+
+@pytest.mark.parametrize("gap, bits", [(sign_only_gap(), 1), (0.0444, 1.0),
+                                       (torch.tensor(0.04439), np.int64(1)),
+                                       (np.float32(0.045), torch.tensor(1))])
+def test_the_information_answers_pass_in_any_numeric_type(gap, bits):
+    assert "passed" in passes(lambda a: check_pair_information_answers(
+        sign_only_gap=a[0], bits_per_feature=a[1]), (gap, bits))
+
+
+@pytest.mark.parametrize("answer, hint", [(1.0, "eps, added to the variance, counts"),
+                                          (0.5270, "unbiased variance (dividing by n - 1"),
+                                          (1 / np.sqrt(2), "leaves out eps"),
+                                          (0.996, "adds eps to the standard deviation"),
+                                          (-0.6202, "its output is positive"),
+                                          (0.3, "how many standard deviations")])
+def test_each_close_pair_slip_is_named(answer, hint):
+    assert hint in fails(lambda a: check_pair_output_answer(pair_output_close=a), answer)
+
+
+@pytest.mark.parametrize("gap, bits, hint", [
+    (sign_only_gap() / 2, 1, "each value's distance from the mean"),
+    (0.00198, 1, "adds eps to the standard deviation"),
+    (0.1, 1, "reach 0.99"),
+    (sign_only_gap(), 2, "one is minus the other"),
+    (sign_only_gap(), 0, "which of the two examples is larger"),
+    (sign_only_gap(), 64, "base-2 logarithm"),
+])
+def test_each_information_slip_is_named(gap, bits, hint):
+    message = fails(lambda a: check_pair_information_answers(
+        sign_only_gap=a[0], bits_per_feature=a[1]), (gap, bits))
+    assert hint in message, message
+    assert str(round(sign_only_gap(), 4)) not in message  # the answer stays unsaid
