@@ -443,9 +443,10 @@ def check_layer_norm_2d_backward(LayerNorm2d):
     run_check("layer_norm_2d_backward", LayerNorm2d, _probe_layer_norm_2d)
 
 
-def check_image_layer_norm_counts(**answers):
-    """Check the counts predicted for three layer norms on an image batch."""
-    run_check("image_layer_norm_counts", answers, _answers_as_text)
+def check_image_layer_norm_shapes(**answers):
+    """Check the normalized_shapes predicted for two normalizations of an image
+    batch, one on (N, C, H, W) and one on its channels-last view."""
+    run_check("image_layer_norm_shapes", answers, _sequences_as_text)
 
 
 def check_channel_norm_invariances(**answers):
