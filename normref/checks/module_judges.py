@@ -1514,6 +1514,75 @@ def _judge_memory_bytes(case, output):
     return "not yet right: " + "; ".join(wrong) if wrong else None
 
 
+# Question 4: nn.LayerNorm under CPU autocast to bfloat16, on tokens around 300
+# where neighbouring bfloat16 numbers are 2 apart, so that statistics taken in
+# bfloat16 and in float32 give visibly different outputs.
+_DTYPE_NAMES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16",
+                "half": "float16", "fp16": "float16", "float32": "float32",
+                "float": "float32", "fp32": "float32", "single": "float32",
+                "float64": "float64", "double": "float64", "fp64": "float64"}
+_AUTOCAST_QUESTIONS = {
+    "AUTOCAST_OUTPUT_DTYPE": "the dtype of nn.LayerNorm's output under CPU autocast",
+    "AUTOCAST_STATISTICS_DTYPE": "the precision its mean and variance are computed in",
+}
+
+
+def _dtype_from_answer(answer):
+    """A dtype's name (bfloat16, float16, float32, float64) from a torch or numpy
+    dtype or its name, as sent (its str()); None if it names none."""
+    text = str(answer).strip().strip("'\"").lower()
+    text = re.sub(r"^<class '(.*)'>$", r"\1", text)  # np.float32 itself
+    text = re.sub(r"^(torch|numpy|np)\.|^dtype\('?|'?\)$", "", text)
+    return _DTYPE_NAMES.get(text)
+
+
+def _statistics_in(x, dtype):
+    """Layer norm of bfloat16 x over its last dim with the mean and variance
+    taken in `dtype` (every step rounded to it), the output rounded to bfloat16."""
+    import torch
+
+    wide = x.to(dtype)
+    centred = wide - wide.mean(-1, keepdim=True)
+    var = (centred * centred).mean(-1, keepdim=True)
+    return (centred / torch.sqrt(var + 1e-5)).to(torch.bfloat16)
+
+
+def _autocast_truths():
+    """Measured on this machine's torch, not typed in: the output dtype under
+    torch.autocast("cpu", bfloat16), and which statistics (float32 or bfloat16)
+    reproduce its output more closely."""
+    import torch
+
+    x = (300 + torch.randn(16, 1024, generator=torch.Generator().manual_seed(0),
+                           dtype=torch.float64)).bfloat16()
+    with torch.no_grad(), torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        out = torch.nn.LayerNorm(1024)(x)
+    gaps = {str(dtype).removeprefix("torch."):
+            (_statistics_in(x, dtype).double() - out.double()).abs().max().item()
+            for dtype in (torch.float32, torch.bfloat16)}
+    return {"AUTOCAST_OUTPUT_DTYPE": str(out.dtype).removeprefix("torch."),
+            "AUTOCAST_STATISTICS_DTYPE": min(gaps, key=gaps.get)}
+
+
+def _judge_autocast(case, output):
+    truths = _autocast_truths()
+    missing = [name for name in truths if name not in output]
+    if missing:
+        return f"no answer given for {', '.join(missing)}"
+    wrong = []
+    for name, truth in truths.items():
+        given = _dtype_from_answer(output[name])
+        if given is None:
+            wrong.append(f"{_AUTOCAST_QUESTIONS[name]} (you answered {output[name]}: "
+                         "give a dtype, such as torch.float16)")
+        elif given != truth:
+            wrong.append(f"{_AUTOCAST_QUESTIONS[name]} (you answered {output[name]}; "
+                         "autocast's op lists differ by device, so check what the CPU "
+                         "one does, and the lesson's section 9 for what the kernel "
+                         "does with a low-precision input)")
+    return "not yet right: " + "; ".join(wrong) if wrong else None
+
+
 CHECKS = {
     "add_layer_norm_module": Check(_add_cases, _judge_add_layer_norm),
     "add_layer_norm_fp32_residual": Check(_fp32_residual_cases, _judge_add_fp32_residual),
@@ -1523,6 +1592,8 @@ CHECKS = {
         lambda rng: [("your six counts", {})], _judge_invariances),
     "add_norm_memory_bytes": Check(
         lambda rng: [("your two byte counts", {})], _judge_memory_bytes),
+    "autocast_layer_norm": Check(
+        lambda rng: [("your two dtypes", {})], _judge_autocast),
     "my_layer_norm_parameters": Check(_parameter_cases, _judge_parameters),
     "my_layer_norm_forward": Check(_forward_cases, _judge_forward),
     "my_layer_norm_low_precision": Check(_low_precision_cases, _judge_forward),

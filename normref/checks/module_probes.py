@@ -458,3 +458,9 @@ def check_channel_norm_invariances(**answers):
 def check_add_norm_memory_bytes(**answers):
     """Check the bytes moved by the unfused and the fused add + norm."""
     run_check("add_norm_memory_bytes", answers, _answers_as_text)
+
+
+def check_autocast_layer_norm(**answers):
+    """Check the predicted output dtype and statistics precision of nn.LayerNorm
+    under CPU autocast to bfloat16."""
+    run_check("autocast_layer_norm", answers, _answers_as_text)

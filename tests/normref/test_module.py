@@ -887,6 +887,25 @@ def test_memory_bytes_question(answers, right, capsys):
     assert (message is None) == right, message
 
 
+@pytest.mark.parametrize(
+    "answers, right",
+    [
+        (dict(AUTOCAST_OUTPUT_DTYPE=torch.bfloat16, AUTOCAST_STATISTICS_DTYPE=torch.float32),
+         True),
+        (dict(AUTOCAST_OUTPUT_DTYPE="bf16", AUTOCAST_STATISTICS_DTYPE=np.float32), True),
+        (dict(AUTOCAST_OUTPUT_DTYPE=torch.float32, AUTOCAST_STATISTICS_DTYPE=torch.float32),
+         False),  # the CUDA list's answer
+        (dict(AUTOCAST_OUTPUT_DTYPE=torch.bfloat16, AUTOCAST_STATISTICS_DTYPE="bfloat16"),
+         False),
+        (dict(AUTOCAST_OUTPUT_DTYPE=torch.bfloat16, AUTOCAST_STATISTICS_DTYPE=None), False),
+        (dict(AUTOCAST_OUTPUT_DTYPE=torch.bfloat16), False),
+    ],
+)
+def test_autocast_question(answers, right, capsys):
+    message = _answer_outcome(checks.check_autocast_layer_norm, **answers)
+    assert (message is None) == right, message
+
+
 RIGHT_INVARIANCES = dict(LN2D_CHANGED=(0, 0, 200), GROUPNORM_CHANGED=(0, 200, 200))
 
 
@@ -914,7 +933,7 @@ def test_invariance_question(answers, right, capsys):
 
 def test_new_cases_cross_the_wire_as_plain_arrays():
     for name in ("add_layer_norm_module", "add_layer_norm_fp32_residual",
-                 "image_layer_norm_shapes", "add_norm_memory_bytes",
+                 "image_layer_norm_shapes", "add_norm_memory_bytes", "autocast_layer_norm",
                  "channel_norm_invariances", "my_layer_norm_low_precision",
                  "layer_norm_2d_forward", "layer_norm_2d_backward"):
         for _, case in _registry.make_cases(name):

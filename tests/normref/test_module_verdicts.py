@@ -1451,6 +1451,49 @@ def test_byte_counts_per_element_or_in_mib_are_told_so():
     assert "that is in MiB: give bytes" in message
 
 
+def test_autocast_truths_are_what_torch_does_on_this_machine():
+    """Measured independently of the judge: under CPU autocast nn.LayerNorm keeps
+    a bfloat16 input's dtype, and its output matches float32 statistics to
+    bfloat16 rounding while statistics taken in bfloat16 land far off."""
+    x = (300 + torch.randn(8, 1024, dtype=torch.float64)).bfloat16()
+    with torch.no_grad(), torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        out = nn.LayerNorm(1024)(x)
+    exact = nn.functional.layer_norm(x.double(), (1024,))
+    spacing_near_1 = torch.finfo(torch.bfloat16).eps
+    assert (out.double() - exact).abs().max() <= 4 * spacing_near_1
+    assert (J._statistics_in(x, torch.bfloat16).double() - exact).abs().max() > 0.02
+    assert J._autocast_truths() == {
+        "AUTOCAST_OUTPUT_DTYPE": str(out.dtype).removeprefix("torch."),
+        "AUTOCAST_STATISTICS_DTYPE": "float32"}
+
+
+@pytest.mark.parametrize("answer, name", [
+    ("torch.bfloat16", "bfloat16"), ("bf16", "bfloat16"), ("'BFloat16'", "bfloat16"),
+    ("float32", "float32"), ("float", "float32"), ("torch.float", "float32"),
+    ("fp32", "float32"), ("np.float32", "float32"), ("dtype('float32')", "float32"),
+    ("torch.half", "float16"), ("double", "float64"), ("None", None), ("32", None),
+    ("<class 'numpy.float32'>", "float32"),
+])
+def test_dtype_answers_are_read_from_any_form_the_text_allows(answer, name):
+    assert J._dtype_from_answer(np.array(answer)) == name
+
+
+def test_autocast_answers_name_the_wrong_one_without_the_answer():
+    judge = _registry._get("autocast_layer_norm").judge
+    truths = J._autocast_truths()
+    right = {name: np.array(f"torch.{dtype}") for name, dtype in truths.items()}
+    assert judge({}, right) is None
+    wrong_output = "float32" if truths["AUTOCAST_OUTPUT_DTYPE"] != "float32" else "float16"
+    message = judge({}, {**right, "AUTOCAST_OUTPUT_DTYPE": np.array(wrong_output)})
+    assert message.startswith("not yet right: the dtype of nn.LayerNorm's output under "
+                              f"CPU autocast (you answered {wrong_output}; ")
+    assert "precision its mean" not in message
+    assert truths["AUTOCAST_OUTPUT_DTYPE"] not in message.split("answered", 1)[1]
+    assert "give a dtype" in judge({}, {**right, "AUTOCAST_STATISTICS_DTYPE": np.array("x")})
+    assert judge({}, {"AUTOCAST_OUTPUT_DTYPE": right["AUTOCAST_OUTPUT_DTYPE"]}) == (
+        "no answer given for AUTOCAST_STATISTICS_DTYPE")
+
+
 # ----- the probes: how the student's class is called ---------------------------------------
 
 
@@ -1846,12 +1889,14 @@ def test_each_check_runs_its_own_cases(check, name, capsys):
 
 
 def test_question_checks_pass_the_right_answers(capsys):
-    P.check_image_layer_norm_counts(LAST_DIM_MEANS=10752, CHANNEL_MEANS=1568,
-                                    VALUES_PER_CHANNEL_MEAN=96)
+    P.check_image_layer_norm_shapes(PLANE_SHAPE=(14, 14), IMAGE_SHAPE_CHANNELS_LAST=(14, 14, 96))
     P.check_add_norm_memory_bytes(UNFUSED_BYTES=24 * 2 ** 25, FUSED_BYTES=12 * 2 ** 25)
+    P.check_autocast_layer_norm(AUTOCAST_OUTPUT_DTYPE=torch.bfloat16,
+                                AUTOCAST_STATISTICS_DTYPE=torch.float32)
     assert capsys.readouterr().out.splitlines() == [
-        "image_layer_norm_counts: all 1 cases passed (your three answers)",
-        "add_norm_memory_bytes: all 1 cases passed (your two byte counts)"]
+        "image_layer_norm_shapes: all 1 cases passed (your two normalized_shapes)",
+        "add_norm_memory_bytes: all 1 cases passed (your two byte counts)",
+        "autocast_layer_norm: all 1 cases passed (your two dtypes)"]
 
 
 
