@@ -1012,6 +1012,78 @@ def _judge_add_ln_params(case, output):
     return None
 
 
+# ---------------------------------------------------------------- the running sum behind dgamma
+
+def _bfloat16_values(array):
+    """float32 copies of `array` rounded to bfloat16: exact in both dtypes."""
+    import torch
+
+    return torch.from_numpy(np.asarray(array, np.float32)).to(torch.bfloat16).float().numpy()
+
+
+def _running_sum_case(rng, rows, d, correlation=0.0):
+    dy = rng.normal(size=(rows, d))
+    x_hat = correlation * dy + rng.normal(size=(rows, d))
+    return {"dy": _bfloat16_values(dy), "x_hat": _bfloat16_values(x_hat)}
+
+
+def _running_sum_cases(rng):
+    return [
+        ("M = 4096 rows of d = 64, dy and x_hat independent", _running_sum_case(rng, 4096, 64)),
+        ("M = 1500 rows of d = 48, dy and x_hat correlated (each row adds about 0.5)",
+         _running_sum_case(rng, 1500, 48, 0.5)),
+    ]
+
+
+def _sum_error(total, exact):
+    """The assignment's relative_error: max|a - b| / max(1e-8, max(|a| + |b|))."""
+    return float(np.max(np.abs(total - exact)) / max(1e-8, np.max(np.abs(total) + np.abs(exact))))
+
+
+_RUNNING_SUM_SLACK = 4  # a running sum rounded another way lands within this factor
+
+
+def _judge_running_sum(case, output):
+    import torch
+
+    dy, x_hat = (torch.from_numpy(case[key]).to(torch.bfloat16) for key in ("dy", "x_hat"))
+    exact = (dy.double() * x_hat.double()).sum(dim=0).numpy()
+    for key, dtype, name in (("bf16", torch.bfloat16, "bfloat16"),
+                             ("fp32", torch.float32, "float32")):
+        yours = np.asarray(output[key])
+        call = f"accumulate_rows(dy, x_hat, torch.{name})"
+        if not np.issubdtype(yours.dtype, np.number) or yours.shape != exact.shape:
+            return (f"{call} gave shape {yours.shape}; it should give {exact.shape}, one "
+                    "number per feature: the rows are what is summed (axis 0)")
+        error = _sum_error(yours.astype(np.float64), exact)
+        reference = _sum_error(backward.running_row_sum(dy, x_hat, dtype).double().numpy(),
+                               exact)
+        if not np.isfinite(error) or error > _RUNNING_SUM_SLACK * reference:
+            return (f"{call} lands {error:.1e} from the float64 sum, further than a "
+                    f"running sum kept in {name} lands. Is every row added once, its "
+                    "product dy * x_hat formed feature by feature?")
+        if key == "bf16" and error * _RUNNING_SUM_SLACK < reference:
+            return (f"{call} lands {error:.1e} from the float64 sum, much closer than a "
+                    "running sum kept in bfloat16 lands: the sum is held wider somewhere. "
+                    "torch's .sum() and .cumsum() of bfloat16 tensors add in float32 "
+                    "inside and round only at the end; add the rows one at a time into a "
+                    "bfloat16 tensor, so that it is rounded after every row")
+    return None
+
+
+def _accumulation_truth():
+    """How much further from float64 a bfloat16 running sum of M = 4096 rows lands than
+    a float32 one: (a) less than 10 times, (b) 10 to 1e3, (c) 1e3 to 1e6, (d) more."""
+    import torch
+
+    case = _running_sum_case(np.random.default_rng(0), 4096, 256)
+    dy, x_hat = (torch.from_numpy(case[key]).to(torch.bfloat16) for key in ("dy", "x_hat"))
+    exact = (dy.double() * x_hat.double()).sum(dim=0).numpy()
+    bf16, fp32 = (_sum_error(backward.running_row_sum(dy, x_hat, dtype).double().numpy(), exact)
+                  for dtype in (torch.bfloat16, torch.float32))
+    return "abcd"[int(np.searchsorted([10.0, 1e3, 1e6], bf16 / fp32))]
+
+
 # ---------------------------------------------------------------- inline answers
 
 def _letters(text):
@@ -1096,6 +1168,9 @@ _ANSWERS = {
         "which shift of x leaves BatchNorm's evaluation-mode output unchanged (its "
         "mean and variance are the running ones, fixed numbers)",
         ONE_LETTER, _bn_shift_truth),
+    "backward_accumulation_answer": (
+        "how much further from the float64 sum a running sum kept in bfloat16 lands than "
+        "one kept in float32", ONE_LETTER, _accumulation_truth),
 }
 
 
@@ -1133,6 +1208,7 @@ CHECKS = {
     "backward_rms_function": Check(_rms_function_cases, _judge_rms_function),
     "backward_add_ln_grads": Check(_add_ln_cases, _judge_add_ln_grads),
     "backward_add_ln_params": Check(_add_ln_params_cases, _judge_add_ln_params),
+    "backward_running_sum": Check(_running_sum_cases, _judge_running_sum),
     **{name: Check(lambda rng: [("your answer", {})], _answer_judge(name))
        for name in _ANSWERS},
 }

@@ -19,6 +19,8 @@ from normref.checks import (
     _runner,
     backward_judges,
     backward_probes,
+    check_accumulate_rows,
+    check_accumulation_answer,
     check_add_layer_norm_backward_grads,
     check_add_layer_norm_backward_params,
     check_batch_norm_backward_closed_dx,
@@ -581,6 +583,7 @@ def test_group_norm_check_reports_a_wrong_return():
     (check_gn_zero_sums_answer, ["bc", "cb", "b, c"], ["b", "c", "bcd", "abc", None]),
     (check_blind_check_answer, ["b", " b "], ["a", "c", "d", None]),
     (check_bn_shift_answer, ["d", "(D)", " d "], ["a", "b", "c", "", None]),
+    (check_accumulation_answer, ["c", " (C) "], ["a", "b", "d", "", None]),
 ])
 def test_inline_answers_are_judged(check, right, wrong):
     for answer in right:
@@ -615,6 +618,7 @@ def _visible_answer_test(grade_id):
      [None, "", "b and c"]),
     ("blind_check_correct", "blind_check", ["b", " b ", "B", "(b)"], [None, "", "bc"]),
     ("bn_shift_correct", "bn_shift", ["d", " (d) ", "D"], [None, "", "ab"]),
+    ("acc_prediction_correct", "accumulation", ["c", " (C) "], [None, "", "cd"]),
 ])
 def test_visible_answer_asserts_accept_what_the_hidden_check_accepts(
         grade_id, name, right, wrong):
@@ -623,7 +627,8 @@ def test_visible_answer_asserts_accept_what_the_hidden_check_accepts(
     hidden = {"rms_zero": check_rms_zero_answer,
               "gn_zero_sums": check_gn_zero_sums_answer,
               "blind_check": check_blind_check_answer,
-              "bn_shift": check_bn_shift_answer}[name]
+              "bn_shift": check_bn_shift_answer,
+              "accumulation": check_accumulation_answer}[name]
     for answer in right:
         exec(code, {name: answer})
         hidden(answer)
@@ -1598,6 +1603,7 @@ def test_answers_are_judged_with_the_question_named(name, question, right, wrong
 ANSWER_CELLS = {"backward_rms_zero_answer": ("rms_zero_correct", "rms_zero"),
                 "backward_gn_zero_sums_answer": ("gn_zero_sums_correct", "gn_zero_sums"),
                 "backward_blind_check_answer": ("blind_check_correct", "blind_check"),
+                "backward_accumulation_answer": ("acc_prediction_correct", "accumulation"),
                 "backward_bn_shift_answer": ("bn_shift_correct", "bn_shift")}
 
 
@@ -2396,3 +2402,100 @@ def test_gn_dx_check_names_gamma_taken_outside_the_group_means():
     wrong = J._gn_dx_variant(case, gamma_outside=True)
     assert not np.allclose(wrong, J._gn_dx_variant(case))
     assert "gamma does not factor out" in _judge("backward_gn_dx", case, {"dx": wrong})
+
+
+# ----- the running sum behind dgamma, kept in bfloat16 or float32 -----------------------------
+
+
+def _to_bfloat16_by_bits(values):
+    """float32 -> the nearest bfloat16 (ties to even), by integer arithmetic on the
+    bits: an emulation that does not go through torch's bfloat16."""
+    bits = np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def _emulated_running_sum(dy, x_hat, bfloat16):
+    """Row by row in numpy float32, each product and each sum rounded to bfloat16
+    when `bfloat16` (a bfloat16 add is a float32 add rounded to bfloat16)."""
+    keep = _to_bfloat16_by_bits if bfloat16 else np.float32
+    total = np.zeros(dy.shape[1], np.float32)
+    for dy_row, x_hat_row in zip(dy, x_hat):
+        total = keep(total + keep(dy_row * x_hat_row))
+    return total
+
+
+def _bfloat16_rows(seed, rows, d):
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, d, generator=generator).to(torch.bfloat16),
+            torch.randn(rows, d, generator=generator).to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("acc_dtype", [torch.bfloat16, torch.float32])
+def test_running_row_sum_rounds_after_every_row_in_its_dtype(acc_dtype):
+    dy, x_hat = _bfloat16_rows(0, 512, 16)
+    ours = backward.running_row_sum(dy, x_hat, acc_dtype)
+    assert ours.dtype == acc_dtype and ours.shape == (16,)
+    emulated = _emulated_running_sum(dy.float().numpy(), x_hat.float().numpy(),
+                                     acc_dtype == torch.bfloat16)
+    np.testing.assert_array_equal(ours.float().numpy(), emulated)
+
+
+def test_a_bfloat16_running_sum_lands_thousands_of_times_further_than_a_float32_one():
+    """The numbers Exercise 11 has the student measure, against float64."""
+    dy, x_hat = _bfloat16_rows(11, 4096, 256)
+    exact = (dy.double() * x_hat.double()).sum(dim=0).numpy()
+    bf16, fp32 = (_relative_error(backward.running_row_sum(dy, x_hat, t).double().numpy(),
+                                  exact) for t in (torch.bfloat16, torch.float32))
+    assert 1e-2 < bf16 < 0.5 and fp32 < 1e-5
+    assert 1e3 < bf16 / fp32 < 1e6
+    assert J._accumulation_truth() == "c"
+
+
+def _torch_sum(dy, x_hat, acc_dtype):
+    return (dy.to(acc_dtype) * x_hat.to(acc_dtype)).sum(dim=0)
+
+
+def _once_rounded(dy, x_hat, acc_dtype):
+    """A running sum whose products stay float32: one rounding a row, not two."""
+    total = torch.zeros(dy.shape[1], dtype=acc_dtype)
+    for row in range(dy.shape[0]):
+        total = (total.float() + dy[row].float() * x_hat[row].float()).to(acc_dtype)
+    return total
+
+
+def test_the_running_sum_check_passes_the_reference_and_a_once_rounded_sum():
+    check_accumulate_rows(backward.running_row_sum)
+    check_accumulate_rows(_once_rounded)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (_torch_sum, "add in float32 inside and round only at the end"),
+    (lambda dy, x_hat, t: (dy.double() * x_hat.double()).sum(dim=0).to(t),
+     "the sum is held wider somewhere"),
+    (lambda dy, x_hat, t: _torch_sum(dy, x_hat, t).double() / dy.shape[0],
+     r"further than a running sum kept in bfloat16"),
+    (lambda dy, x_hat, t: (dy.to(t) * x_hat.to(t)).sum(dim=1),
+     r"one number per feature: the rows are what is summed \(axis 0\)"),
+    (lambda dy, x_hat, t: backward.running_row_sum(dy, x_hat, torch.bfloat16),
+     r"accumulate_rows\(dy, x_hat, torch.float32\) lands .* further than a running sum "
+     "kept in float32"),
+])
+def test_the_running_sum_check_names_the_slip(wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_accumulate_rows(wrong)
+
+
+def test_the_running_sum_verdicts_quote_only_the_students_own_error():
+    """A verdict must not hand out the reference's errors (the prediction's answer)."""
+    cases = _registry.make_cases("backward_running_sum")
+    label, case = cases[0]
+    dy, x_hat = (torch.from_numpy(case[key]).to(torch.bfloat16) for key in ("dy", "x_hat"))
+    output = {"bf16": _torch_sum(dy, x_hat, torch.bfloat16).float().numpy(),
+              "fp32": _torch_sum(dy, x_hat, torch.float32).numpy()}
+    message = J._judge_running_sum(case, output)
+    exact = (dy.double() * x_hat.double()).sum(dim=0).numpy()
+    reference = _relative_error(
+        backward.running_row_sum(dy, x_hat, torch.bfloat16).double().numpy(), exact)
+    assert f"{reference:.1e}" not in message
+    assert f"{_relative_error(output['bf16'].astype(np.float64), exact):.1e}" in message
