@@ -957,6 +957,39 @@ def _normed_sum_case(case, of_x_alone=False):
             "dy": case["dy"], "eps": case["eps"]}
 
 
+_UNBIASED_SUM = ("the layer norm's variance is the biased one, dividing by d (np.var's "
+                 "default), not by d - 1: the backward pass rebuilds the forward's rstd "
+                 "and x_hat, and must rebuild the ones y was made with")
+
+
+def _unbiased_s_hat(case):
+    """x_hat and rstd of s = x + residual, from a variance divided by d - 1."""
+    c = _float64(case)
+    s = c["x"] + c["residual"]
+    d = s.shape[-1]
+    centred = s - s.mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt((centred**2).sum(axis=-1, keepdims=True) / max(d - 1, 1)
+                         + float(case["eps"]))
+    return centred * rstd, rstd
+
+
+def _add_ln_unbiased_mistakes(case, name):
+    """dx from a forward with d - 1: the lesson's formula on its x_hat and rstd, and
+    the exact gradient of that forward (its last mean divides by d - 1)."""
+    c = _float64(case)
+    s_hat, rstd = _unbiased_s_hat(case)
+    d = s_hat.shape[-1]
+    g = c["dy"] * c["gamma"]
+    centred_g = g - g.mean(axis=-1, keepdims=True)
+    projection = (g * s_hat).sum(axis=-1, keepdims=True)
+    return {
+        f"{name}: {_UNBIASED_SUM}":
+            rstd * (centred_g - s_hat * projection / d) + c["dsum"],
+        f"{name}, exact for a layer norm with d - 1: {_UNBIASED_SUM}":
+            rstd * (centred_g - s_hat * projection / max(d - 1, 1)) + c["dsum"],
+    }
+
+
 def _add_ln_mistakes(case, name):
     """{hint: a wrong dx (or dresidual)} for the usual slips of the add's backward."""
     c = _float64(case)
@@ -978,6 +1011,7 @@ def _add_ln_mistakes(case, name):
                      for hint, wrong in through_y.items()})
     mistakes[f"{name}: the add passes its gradient on unchanged, to x and to residual "
              "alike; it is not shared out between them"] = (right + dsum) / 2
+    mistakes.update(_add_ln_unbiased_mistakes(case, name))
     return mistakes
 
 
@@ -1008,6 +1042,10 @@ def _judge_add_ln_params(case, output):
                 if matches(output[name], alone, dtype=case["x"].dtype):
                     problem += (". Hint: x_hat is the normalized sum s = x + residual, "
                                 "not the normalized x")
+                elif matches(output[name], _token_sum(_float64(case)["dy"]
+                                                      * _unbiased_s_hat(case)[0]),
+                             dtype=case["x"].dtype):
+                    problem += f". Hint: {_UNBIASED_SUM}"
             return problem
     return None
 

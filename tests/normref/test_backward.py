@@ -2381,8 +2381,37 @@ def _add_ln_variant(slip):
                 "halved": lambda: (dx / 2, dres / 2, dgamma, dbeta),
                 "x alone": lambda: (on_x[0] + dsum, on_x[0] + dsum, dgamma, dbeta),
                 "no residual": lambda: (dx, 0 * dres, dgamma, dbeta),
-                "dgamma of x": lambda: (dx, dres, on_x[1], dbeta)}[slip]()
+                "dgamma of x": lambda: (dx, dres, on_x[1], dbeta),
+                "d - 1": lambda: _unbiased_add_ln_backward(dy, dsum, x, residual, gamma,
+                                                           eps),
+                "d - 1 exact": lambda: _unbiased_add_ln_autograd(dy, dsum, x, residual,
+                                                                 gamma, eps),
+                "dgamma with d - 1": lambda: (dx, dres, _unbiased_add_ln_backward(
+                    dy, dsum, x, residual, gamma, eps)[2], dbeta)}[slip]()
     return variant
+
+
+def _unbiased_add_ln_backward(dy, dsum, x, residual, gamma, eps):
+    """The lesson's formula, its x_hat and rstd rebuilt with a variance over d - 1."""
+    s = np.asarray(x, dtype=np.float64) + residual
+    rstd = 1.0 / np.sqrt(s.var(axis=-1, keepdims=True, ddof=1) + eps)
+    s_hat = (s - s.mean(axis=-1, keepdims=True)) * rstd
+    g = dy * gamma
+    ds = rstd * (g - g.mean(axis=-1, keepdims=True)
+                 - s_hat * (g * s_hat).mean(axis=-1, keepdims=True)) + dsum
+    d = s.shape[-1]
+    return ds, ds, (dy * s_hat).reshape(-1, d).sum(axis=0), dy.reshape(-1, d).sum(axis=0)
+
+
+def _unbiased_add_ln_autograd(dy, dsum, x, residual, gamma, eps):
+    """torch's gradients of the add and a layer norm whose variance divides by d - 1."""
+    x_t, r_t, g_t = _torch_leaves(x, residual, gamma)
+    s = x_t + r_t
+    y = g_t * (s - s.mean(-1, keepdim=True)) / torch.sqrt(s.var(-1, keepdim=True) + eps)
+    ((torch.from_numpy(np.asarray(dy, np.float64)) * y).sum()
+     + (torch.from_numpy(np.asarray(dsum, np.float64)) * s).sum()).backward()
+    return (x_t.grad.numpy(), r_t.grad.numpy(), g_t.grad.numpy(),
+            np.asarray(dy, np.float64).reshape(-1, np.shape(dy)[-1]).sum(axis=0))
 
 
 @pytest.mark.parametrize("slip, check, message", [
@@ -2391,6 +2420,11 @@ def _add_ln_variant(slip):
     ("x alone", check_add_layer_norm_backward_grads, "not of x alone"),
     ("no residual", check_add_layer_norm_backward_grads, "dresidual is"),
     ("dgamma of x", check_add_layer_norm_backward_params, "not the normalized x"),
+    ("d - 1", check_add_layer_norm_backward_grads, r"Hint: dx: .*not by d - 1"),
+    ("d - 1 exact", check_add_layer_norm_backward_grads,
+     r"Hint: dx, exact for a layer norm with d - 1: .*not by d - 1"),
+    ("dgamma with d - 1", check_add_layer_norm_backward_params,
+     r"Hint: the layer norm's variance .*not by d - 1"),
 ])
 def test_add_layer_norm_checks_name_the_slip(slip, check, message):
     with pytest.raises(CheckFailed, match=message):
