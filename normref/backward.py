@@ -100,6 +100,18 @@ def rms_norm_backward(dy, x, gamma, eps=1e-5):
     return dx.astype(dtype), dgamma.astype(dtype)
 
 
+def rms_dx_dot_x(row_loss, mean_square, eps):
+    """sum(dx * x) over one token's features for RMSNorm, from the token's share
+    of the loss, row_loss = sum(dy * y), and its mean square mean(x^2).
+
+    Stretching the token by a factor c gives y(c) = c * y / sqrt(c^2 ms + eps) *
+    sqrt(ms + eps); its slope at c = 1 is y * eps / (ms + eps), and sum(dx * x)
+    is that slope dotted with dy: zero when eps = 0, as the stretch then leaves
+    y alone.
+    """
+    return row_loss * eps / (mean_square + eps)
+
+
 def group_norm_backward(dy, x, num_groups, gamma, eps=1e-5):
     """Gradients of GroupNorm y = gamma * x_hat + beta, statistics per group.
 

@@ -371,6 +371,51 @@ def _judge_rms_dx(case, output):
     return _with_hint(problem + evidence, hint)
 
 
+def _dx_dot_x_case(row_loss, mean_square, eps):
+    return {"row_loss": np.array(row_loss), "mean_square": np.array(mean_square),
+            "eps": np.array(eps)}
+
+
+def _dx_dot_x_cases(rng):
+    return [
+        ("row_loss = 1, mean(x^2) = 4, eps = 1e-5", _dx_dot_x_case(1.0, 4.0, 1e-5)),
+        ("row_loss = -2.5, mean(x^2) = 3e-6, eps = 1e-5 (a tiny token, where eps matters)",
+         _dx_dot_x_case(-2.5, 3e-6, 1e-5)),
+        ("row_loss = 3, mean(x^2) = 0.5, eps = 0.5", _dx_dot_x_case(3.0, 0.5, 0.5)),
+        ("row_loss = 0.7, mean(x^2) = 2, eps = 0", _dx_dot_x_case(0.7, 2.0, 0.0)),
+        ("a random token's numbers",
+         _dx_dot_x_case(rng.normal(), rng.uniform(0.1, 10.0), rng.uniform(1e-3, 1.0))),
+    ]
+
+
+def _judge_dx_dot_x(case, output):
+    row_loss, ms, eps = (float(case[key]) for key in ("row_loss", "mean_square", "eps"))
+    right = backward.rms_dx_dot_x(row_loss, ms, eps)
+    yours = np.asarray(output["dot"])
+    if yours.size != 1 or not np.issubdtype(yours.dtype, np.number):
+        return (f"dx_dot_x gave an array of shape {yours.shape}; it should give one "
+                "number, the sum over the token's features")
+    yours = complex(yours.reshape(())).real
+    if abs(yours - right) <= 1e-6 * abs(right) + 1e-12 * abs(row_loss):
+        return None
+    rstd = 1.0 / np.sqrt(ms + eps)
+    hints = {
+        "that is the value when eps = 0; with eps > 0, stretching the token changes "
+        "y a little, and sum(dx * x) measures how much": 0.0,
+        "that is sum(dx * x_hat); x = x_hat / rstd": right * rstd,
+        "as eps goes to 0 your value goes to sum(dy * y): does stretching the token "
+        "still change y when eps = 0?": row_loss * ms / (ms + eps),
+        "divide by mean(x^2) + eps, not by mean(x^2) alone": row_loss * eps / ms if ms else 0.0,
+        "check the sign: stretching the token a little moves y along y itself, "
+        "not against it": -right,
+    }
+    hint = next((words for words, wrong in hints.items()
+                 if abs(yours - wrong) <= 1e-6 * abs(wrong) + 1e-12 * abs(row_loss)
+                 and abs(wrong - right) > 1e-6 * abs(right) + 1e-12 * abs(row_loss)), None)
+    return _with_hint(f"dx_dot_x gave {yours:.6g}; that is not RMSNorm's sum(dx * x) for "
+                      "this token", hint)
+
+
 def _judge_rms_dgamma(case, output):
     x = case["x"]
     _, dgamma = backward.rms_norm_backward(case["dy"], x, case["gamma"], float(case["eps"]))
@@ -1233,6 +1278,7 @@ CHECKS = {
     "backward_ln_params": Check(_ln_params_cases, _judge_ln_params),
     "backward_rms_dx": Check(_rms_cases, _judge_rms_dx),
     "backward_rms_dgamma": Check(_rms_params_cases, _judge_rms_dgamma),
+    "backward_rms_dx_dot_x": Check(_dx_dot_x_cases, _judge_dx_dot_x),
     "backward_gn_dx": Check(_gn_cases, _judge_gn_dx),
     "backward_gn_params": Check(_gn_params_cases, _judge_gn_params),
     "backward_bn_dx": Check(_bn_cases, _on_its_own(

@@ -206,6 +206,18 @@ def check_rms_norm_backward_dx(rms_norm_backward):
     run_check("backward_rms_dx", rms_norm_backward, _call_rms_backward)
 
 
+def _call_dx_dot_x(dx_dot_x, case):
+    return {"dot": to_array(dx_dot_x(float(case["row_loss"]), float(case["mean_square"]),
+                                     float(case["eps"])),
+                            what="dx_dot_x(row_loss, mean_square, eps)")}
+
+
+def check_rms_dx_dot_x(dx_dot_x):
+    """Check dx_dot_x(row_loss, mean_square, eps): RMSNorm's sum(dx * x) over one
+    token, from sum(dy * y), mean(x^2) and eps, each given as a float."""
+    run_check("backward_rms_dx_dot_x", dx_dot_x, _call_dx_dot_x)
+
+
 def check_rms_norm_backward_dgamma(rms_norm_backward):
     """Check dgamma from rms_norm_backward(dy, x, gamma, eps), for batches with
     one or several leading axes."""

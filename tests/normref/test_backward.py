@@ -35,6 +35,7 @@ from normref.checks import (
     check_layer_norm_backward_dx,
     check_layer_norm_backward_params,
     check_layer_norm_forward,
+    check_rms_dx_dot_x,
     check_rms_norm_backward_dgamma,
     check_rms_norm_backward_dx,
     check_rms_norm_function,
@@ -2533,3 +2534,52 @@ def test_the_running_sum_verdicts_quote_only_the_students_own_error():
         backward.running_row_sum(dy, x_hat, torch.bfloat16).double().numpy(), exact)
     assert f"{reference:.1e}" not in message
     assert f"{_relative_error(output['bf16'].astype(np.float64), exact):.1e}" in message
+
+
+# ----- Exercise 2's derived prediction: RMSNorm's sum(dx * x) for eps > 0 ------------------
+
+
+@pytest.mark.parametrize("eps", [1e-5, 0.3, 0.0])
+def test_rms_dx_dot_x_is_what_torch_autograd_gives(eps):
+    x, gamma, _, dy = _inputs(7, (6, 16), scale=0.5)
+    x[0] *= 1e-3  # a token whose mean square is near eps
+    x_t, gamma_t = _torch_leaves(x, gamma)
+    y = F.rms_norm(x_t, (16,), gamma_t, eps=eps)
+    (y * torch.from_numpy(dy)).sum().backward()
+    row_loss = (dy * y.detach().numpy()).sum(axis=-1)
+    ours = backward.rms_dx_dot_x(row_loss, (x**2).mean(axis=-1), eps)
+    np.testing.assert_allclose(ours, (x_t.grad.numpy() * x).sum(axis=-1),
+                               rtol=1e-8, atol=1e-14)
+
+
+def test_the_dx_dot_x_check_passes_the_reference_and_a_rearranged_formula():
+    check_rms_dx_dot_x(backward.rms_dx_dot_x)
+    check_rms_dx_dot_x(lambda row_loss, mean_square, eps:
+                       0.0 if eps == 0 else row_loss / (1.0 + mean_square / eps))
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda L, ms, eps: 0.0, "the value when eps = 0"),
+    (lambda L, ms, eps: L * eps / (ms + eps) ** 1.5, "that is sum\\(dx \\* x_hat\\)"),
+    (lambda L, ms, eps: L * ms / (ms + eps), "your value goes to sum\\(dy \\* y\\)"),
+    (lambda L, ms, eps: L * eps / ms, "not by mean\\(x\\^2\\) alone"),
+    (lambda L, ms, eps: -L * eps / (ms + eps), "check the sign"),
+])
+def test_the_dx_dot_x_check_names_the_slip_without_the_answer(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint) as failed:
+        check_rms_dx_dot_x(wrong)
+    label, case = _registry.make_cases("backward_rms_dx_dot_x")[0]
+    right = backward.rms_dx_dot_x(*(float(case[k]) for k in ("row_loss", "mean_square",
+                                                               "eps")))
+    assert label in str(failed.value)
+    if hint != "check the sign":  # there the student's own number is the answer negated
+        assert f"{right:.6g}" not in str(failed.value)
+
+
+@pytest.mark.parametrize("answer, problem", [
+    (lambda L, ms, eps: None, "is a NoneType, not an array of numbers"),
+    (lambda L, ms, eps: [L, ms], "an array of shape \\(2,\\); it should give one number"),
+])
+def test_the_dx_dot_x_check_explains_a_result_that_is_not_one_number(answer, problem):
+    with pytest.raises(CheckFailed, match=problem):
+        check_rms_dx_dot_x(answer)
