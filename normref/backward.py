@@ -100,6 +100,18 @@ def rms_norm_backward(dy, x, gamma, eps=1e-5):
     return dx.astype(dtype), dgamma.astype(dtype)
 
 
+def rms_dx_dot_x(row_loss, mean_square, eps):
+    """sum(dx * x) over one token's features for RMSNorm, from the token's share
+    of the loss, row_loss = sum(dy * y), and its mean square mean(x^2).
+
+    Stretching the token by a factor c gives y(c) = c * y / sqrt(c^2 ms + eps) *
+    sqrt(ms + eps); its slope at c = 1 is y * eps / (ms + eps), and sum(dx * x)
+    is that slope dotted with dy: zero when eps = 0, as the stretch then leaves
+    y alone.
+    """
+    return row_loss * eps / (mean_square + eps)
+
+
 def group_norm_backward(dy, x, num_groups, gamma, eps=1e-5):
     """Gradients of GroupNorm y = gamma * x_hat + beta, statistics per group.
 
@@ -163,3 +175,19 @@ def add_layer_norm_backward(dy, dsum, x, residual, gamma, eps=1e-5):
     ds_through_y, dgamma, dbeta = layer_norm_backward(np.asarray(dy, dtype=np.float64), cache)
     ds = ds_through_y + np.asarray(dsum, dtype=np.float64)  # ..., d
     return ds.astype(dtype), ds.astype(dtype), dgamma.astype(dtype), dbeta.astype(dtype)
+
+
+def running_row_sum(dy, x_hat, acc_dtype):
+    """dgamma = sum over the rows of dy * x_hat, added as a kernel adds it: one
+    running sum of acc_dtype, each row's product formed in acc_dtype and added,
+    the sum rounded to acc_dtype after every row (unit 07's kernels keep it in
+    float32 whatever the tensors' dtype).
+
+    dy, x_hat: torch tensors (M, d) -> a (d,) tensor of acc_dtype.
+    """
+    import torch  # only this function needs torch: its dtypes are the point
+
+    total = torch.zeros(dy.shape[-1], dtype=acc_dtype)
+    for dy_row, x_hat_row in zip(dy, x_hat):
+        total = total + dy_row.to(acc_dtype) * x_hat_row.to(acc_dtype)
+    return total

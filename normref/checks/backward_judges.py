@@ -371,6 +371,51 @@ def _judge_rms_dx(case, output):
     return _with_hint(problem + evidence, hint)
 
 
+def _dx_dot_x_case(row_loss, mean_square, eps):
+    return {"row_loss": np.array(row_loss), "mean_square": np.array(mean_square),
+            "eps": np.array(eps)}
+
+
+def _dx_dot_x_cases(rng):
+    return [
+        ("row_loss = 1, mean(x^2) = 4, eps = 1e-5", _dx_dot_x_case(1.0, 4.0, 1e-5)),
+        ("row_loss = -2.5, mean(x^2) = 3e-6, eps = 1e-5 (a tiny token, where eps matters)",
+         _dx_dot_x_case(-2.5, 3e-6, 1e-5)),
+        ("row_loss = 3, mean(x^2) = 0.5, eps = 0.5", _dx_dot_x_case(3.0, 0.5, 0.5)),
+        ("row_loss = 0.7, mean(x^2) = 2, eps = 0", _dx_dot_x_case(0.7, 2.0, 0.0)),
+        ("a random token's numbers",
+         _dx_dot_x_case(rng.normal(), rng.uniform(0.1, 10.0), rng.uniform(1e-3, 1.0))),
+    ]
+
+
+def _judge_dx_dot_x(case, output):
+    row_loss, ms, eps = (float(case[key]) for key in ("row_loss", "mean_square", "eps"))
+    right = backward.rms_dx_dot_x(row_loss, ms, eps)
+    yours = np.asarray(output["dot"])
+    if yours.size != 1 or not np.issubdtype(yours.dtype, np.number):
+        return (f"dx_dot_x gave an array of shape {yours.shape}; it should give one "
+                "number, the sum over the token's features")
+    yours = complex(yours.reshape(())).real
+    if abs(yours - right) <= 1e-6 * abs(right) + 1e-12 * abs(row_loss):
+        return None
+    rstd = 1.0 / np.sqrt(ms + eps)
+    hints = {
+        "that is the value when eps = 0; with eps > 0, stretching the token changes "
+        "y a little, and sum(dx * x) measures how much": 0.0,
+        "that is sum(dx * x_hat); x = x_hat / rstd": right * rstd,
+        "as eps goes to 0 your value goes to sum(dy * y): does stretching the token "
+        "still change y when eps = 0?": row_loss * ms / (ms + eps),
+        "divide by mean(x^2) + eps, not by mean(x^2) alone": row_loss * eps / ms if ms else 0.0,
+        "check the sign: stretching the token a little moves y along y itself, "
+        "not against it": -right,
+    }
+    hint = next((words for words, wrong in hints.items()
+                 if abs(yours - wrong) <= 1e-6 * abs(wrong) + 1e-12 * abs(row_loss)
+                 and abs(wrong - right) > 1e-6 * abs(right) + 1e-12 * abs(row_loss)), None)
+    return _with_hint(f"dx_dot_x gave {yours:.6g}; that is not RMSNorm's sum(dx * x) for "
+                      "this token", hint)
+
+
 def _judge_rms_dgamma(case, output):
     x = case["x"]
     _, dgamma = backward.rms_norm_backward(case["dy"], x, case["gamma"], float(case["eps"]))
@@ -957,6 +1002,39 @@ def _normed_sum_case(case, of_x_alone=False):
             "dy": case["dy"], "eps": case["eps"]}
 
 
+_UNBIASED_SUM = ("the layer norm's variance is the biased one, dividing by d (np.var's "
+                 "default), not by d - 1: the backward pass rebuilds the forward's rstd "
+                 "and x_hat, and must rebuild the ones y was made with")
+
+
+def _unbiased_s_hat(case):
+    """x_hat and rstd of s = x + residual, from a variance divided by d - 1."""
+    c = _float64(case)
+    s = c["x"] + c["residual"]
+    d = s.shape[-1]
+    centred = s - s.mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt((centred**2).sum(axis=-1, keepdims=True) / max(d - 1, 1)
+                         + float(case["eps"]))
+    return centred * rstd, rstd
+
+
+def _add_ln_unbiased_mistakes(case, name):
+    """dx from a forward with d - 1: the lesson's formula on its x_hat and rstd, and
+    the exact gradient of that forward (its last mean divides by d - 1)."""
+    c = _float64(case)
+    s_hat, rstd = _unbiased_s_hat(case)
+    d = s_hat.shape[-1]
+    g = c["dy"] * c["gamma"]
+    centred_g = g - g.mean(axis=-1, keepdims=True)
+    projection = (g * s_hat).sum(axis=-1, keepdims=True)
+    return {
+        f"{name}: {_UNBIASED_SUM}":
+            rstd * (centred_g - s_hat * projection / d) + c["dsum"],
+        f"{name}, exact for a layer norm with d - 1: {_UNBIASED_SUM}":
+            rstd * (centred_g - s_hat * projection / max(d - 1, 1)) + c["dsum"],
+    }
+
+
 def _add_ln_mistakes(case, name):
     """{hint: a wrong dx (or dresidual)} for the usual slips of the add's backward."""
     c = _float64(case)
@@ -978,6 +1056,7 @@ def _add_ln_mistakes(case, name):
                      for hint, wrong in through_y.items()})
     mistakes[f"{name}: the add passes its gradient on unchanged, to x and to residual "
              "alike; it is not shared out between them"] = (right + dsum) / 2
+    mistakes.update(_add_ln_unbiased_mistakes(case, name))
     return mistakes
 
 
@@ -1008,8 +1087,84 @@ def _judge_add_ln_params(case, output):
                 if matches(output[name], alone, dtype=case["x"].dtype):
                     problem += (". Hint: x_hat is the normalized sum s = x + residual, "
                                 "not the normalized x")
+                elif matches(output[name], _token_sum(_float64(case)["dy"]
+                                                      * _unbiased_s_hat(case)[0]),
+                             dtype=case["x"].dtype):
+                    problem += f". Hint: {_UNBIASED_SUM}"
             return problem
     return None
+
+
+# ---------------------------------------------------------------- the running sum behind dgamma
+
+def _bfloat16_values(array):
+    """float32 copies of `array` rounded to bfloat16: exact in both dtypes."""
+    import torch
+
+    return torch.from_numpy(np.asarray(array, np.float32)).to(torch.bfloat16).float().numpy()
+
+
+def _running_sum_case(rng, rows, d, correlation=0.0):
+    dy = rng.normal(size=(rows, d))
+    x_hat = correlation * dy + rng.normal(size=(rows, d))
+    return {"dy": _bfloat16_values(dy), "x_hat": _bfloat16_values(x_hat)}
+
+
+def _running_sum_cases(rng):
+    return [
+        ("M = 4096 rows of d = 64, dy and x_hat independent", _running_sum_case(rng, 4096, 64)),
+        ("M = 1500 rows of d = 48, dy and x_hat correlated (each row adds about 0.5)",
+         _running_sum_case(rng, 1500, 48, 0.5)),
+    ]
+
+
+def _sum_error(total, exact):
+    """The assignment's relative_error: max|a - b| / max(1e-8, max(|a| + |b|))."""
+    return float(np.max(np.abs(total - exact)) / max(1e-8, np.max(np.abs(total) + np.abs(exact))))
+
+
+_RUNNING_SUM_SLACK = 4  # a running sum rounded another way lands within this factor
+
+
+def _judge_running_sum(case, output):
+    import torch
+
+    dy, x_hat = (torch.from_numpy(case[key]).to(torch.bfloat16) for key in ("dy", "x_hat"))
+    exact = (dy.double() * x_hat.double()).sum(dim=0).numpy()
+    for key, dtype, name in (("bf16", torch.bfloat16, "bfloat16"),
+                             ("fp32", torch.float32, "float32")):
+        yours = np.asarray(output[key])
+        call = f"accumulate_rows(dy, x_hat, torch.{name})"
+        if not np.issubdtype(yours.dtype, np.number) or yours.shape != exact.shape:
+            return (f"{call} gave shape {yours.shape}; it should give {exact.shape}, one "
+                    "number per feature: the rows are what is summed (axis 0)")
+        error = _sum_error(yours.astype(np.float64), exact)
+        reference = _sum_error(backward.running_row_sum(dy, x_hat, dtype).double().numpy(),
+                               exact)
+        if not np.isfinite(error) or error > _RUNNING_SUM_SLACK * reference:
+            return (f"{call} lands {error:.1e} from the float64 sum, further than a "
+                    f"running sum kept in {name} lands. Is every row added once, its "
+                    "product dy * x_hat formed feature by feature?")
+        if key == "bf16" and error * _RUNNING_SUM_SLACK < reference:
+            return (f"{call} lands {error:.1e} from the float64 sum, much closer than a "
+                    "running sum kept in bfloat16 lands: the sum is held wider somewhere. "
+                    "torch's .sum() and .cumsum() of bfloat16 tensors add in float32 "
+                    "inside and round only at the end; add the rows one at a time into a "
+                    "bfloat16 tensor, so that it is rounded after every row")
+    return None
+
+
+def _accumulation_truth():
+    """How much further from float64 a bfloat16 running sum of M = 4096 rows lands than
+    a float32 one: (a) less than 10 times, (b) 10 to 1e3, (c) 1e3 to 1e6, (d) more."""
+    import torch
+
+    case = _running_sum_case(np.random.default_rng(0), 4096, 256)
+    dy, x_hat = (torch.from_numpy(case[key]).to(torch.bfloat16) for key in ("dy", "x_hat"))
+    exact = (dy.double() * x_hat.double()).sum(dim=0).numpy()
+    bf16, fp32 = (_sum_error(backward.running_row_sum(dy, x_hat, dtype).double().numpy(), exact)
+                  for dtype in (torch.bfloat16, torch.float32))
+    return "abcd"[int(np.searchsorted([10.0, 1e3, 1e6], bf16 / fp32))]
 
 
 # ---------------------------------------------------------------- inline answers
@@ -1096,6 +1251,9 @@ _ANSWERS = {
         "which shift of x leaves BatchNorm's evaluation-mode output unchanged (its "
         "mean and variance are the running ones, fixed numbers)",
         ONE_LETTER, _bn_shift_truth),
+    "backward_accumulation_answer": (
+        "how much further from the float64 sum a running sum kept in bfloat16 lands than "
+        "one kept in float32", ONE_LETTER, _accumulation_truth),
 }
 
 
@@ -1120,6 +1278,7 @@ CHECKS = {
     "backward_ln_params": Check(_ln_params_cases, _judge_ln_params),
     "backward_rms_dx": Check(_rms_cases, _judge_rms_dx),
     "backward_rms_dgamma": Check(_rms_params_cases, _judge_rms_dgamma),
+    "backward_rms_dx_dot_x": Check(_dx_dot_x_cases, _judge_dx_dot_x),
     "backward_gn_dx": Check(_gn_cases, _judge_gn_dx),
     "backward_gn_params": Check(_gn_params_cases, _judge_gn_params),
     "backward_bn_dx": Check(_bn_cases, _on_its_own(
@@ -1133,6 +1292,7 @@ CHECKS = {
     "backward_rms_function": Check(_rms_function_cases, _judge_rms_function),
     "backward_add_ln_grads": Check(_add_ln_cases, _judge_add_ln_grads),
     "backward_add_ln_params": Check(_add_ln_params_cases, _judge_add_ln_params),
+    "backward_running_sum": Check(_running_sum_cases, _judge_running_sum),
     **{name: Check(lambda rng: [("your answer", {})], _answer_judge(name))
        for name in _ANSWERS},
 }

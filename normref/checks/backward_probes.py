@@ -2,7 +2,8 @@
 
 The assignment grades RMSNorm's, GroupNorm's and BatchNorm's backward passes
 (BatchNorm's twice: by stages, whose recorded stage gradients are graded
-too, then in closed form) and four inline answers;
+too, then in closed form), the running sum behind dgamma in two dtypes, and five
+inline answers;
 the layer-norm checks grade the lesson's own case (an instructor can run them
 on the lesson's functions) and guard the grader's autograd recorder in the
 test suite.
@@ -205,6 +206,18 @@ def check_rms_norm_backward_dx(rms_norm_backward):
     run_check("backward_rms_dx", rms_norm_backward, _call_rms_backward)
 
 
+def _call_dx_dot_x(dx_dot_x, case):
+    return {"dot": to_array(dx_dot_x(float(case["row_loss"]), float(case["mean_square"]),
+                                     float(case["eps"])),
+                            what="dx_dot_x(row_loss, mean_square, eps)")}
+
+
+def check_rms_dx_dot_x(dx_dot_x):
+    """Check dx_dot_x(row_loss, mean_square, eps): RMSNorm's sum(dx * x) over one
+    token, from sum(dy * y), mean(x^2) and eps, each given as a float."""
+    run_check("backward_rms_dx_dot_x", dx_dot_x, _call_dx_dot_x)
+
+
 def check_rms_norm_backward_dgamma(rms_norm_backward):
     """Check dgamma from rms_norm_backward(dy, x, gamma, eps), for batches with
     one or several leading axes."""
@@ -255,6 +268,28 @@ def check_rms_norm_function(function):
     rms_norm_backward: y, x.grad and gamma.grad from function.apply(x, gamma,
     eps).backward(dy), and torch.autograd.gradcheck on it, in float64."""
     run_check("backward_rms_function", function, _call_rms_function)
+
+
+def _call_running_sum(accumulate_rows, case):
+    """The student's sum with the running total kept in bfloat16, then in float32;
+    the case's float32 arrays hold bfloat16 values exactly."""
+    import torch
+
+    dy, x_hat = (torch.from_numpy(case[key]).to(torch.bfloat16) for key in ("dy", "x_hat"))
+    return {name: to_array(accumulate_rows(dy.clone(), x_hat.clone(), dtype),
+                           what=f"accumulate_rows(dy, x_hat, {dtype})")
+            for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32))}
+
+
+def check_accumulate_rows(accumulate_rows):
+    """Check accumulate_rows(dy, x_hat, acc_dtype) -> (d,): the sum over the rows of
+    dy * x_hat, one running sum kept in acc_dtype, for bfloat16 and float32."""
+    run_check("backward_running_sum", accumulate_rows, _call_running_sum)
+
+
+def check_accumulation_answer(answer):
+    """Check the answer to: how much further from float64 is a bfloat16 running sum?"""
+    run_check("backward_accumulation_answer", answer, _answer_as_text)
 
 
 def check_bn_shift_answer(answer):

@@ -19,6 +19,8 @@ from normref.checks import (
     _runner,
     backward_judges,
     backward_probes,
+    check_accumulate_rows,
+    check_accumulation_answer,
     check_add_layer_norm_backward_grads,
     check_add_layer_norm_backward_params,
     check_batch_norm_backward_closed_dx,
@@ -33,6 +35,7 @@ from normref.checks import (
     check_layer_norm_backward_dx,
     check_layer_norm_backward_params,
     check_layer_norm_forward,
+    check_rms_dx_dot_x,
     check_rms_norm_backward_dgamma,
     check_rms_norm_backward_dx,
     check_rms_norm_function,
@@ -581,6 +584,7 @@ def test_group_norm_check_reports_a_wrong_return():
     (check_gn_zero_sums_answer, ["bc", "cb", "b, c"], ["b", "c", "bcd", "abc", None]),
     (check_blind_check_answer, ["b", " b "], ["a", "c", "d", None]),
     (check_bn_shift_answer, ["d", "(D)", " d "], ["a", "b", "c", "", None]),
+    (check_accumulation_answer, ["c", " (C) "], ["a", "b", "d", "", None]),
 ])
 def test_inline_answers_are_judged(check, right, wrong):
     for answer in right:
@@ -615,6 +619,7 @@ def _visible_answer_test(grade_id):
      [None, "", "b and c"]),
     ("blind_check_correct", "blind_check", ["b", " b ", "B", "(b)"], [None, "", "bc"]),
     ("bn_shift_correct", "bn_shift", ["d", " (d) ", "D"], [None, "", "ab"]),
+    ("acc_prediction_correct", "accumulation", ["c", " (C) "], [None, "", "cd"]),
 ])
 def test_visible_answer_asserts_accept_what_the_hidden_check_accepts(
         grade_id, name, right, wrong):
@@ -623,7 +628,8 @@ def test_visible_answer_asserts_accept_what_the_hidden_check_accepts(
     hidden = {"rms_zero": check_rms_zero_answer,
               "gn_zero_sums": check_gn_zero_sums_answer,
               "blind_check": check_blind_check_answer,
-              "bn_shift": check_bn_shift_answer}[name]
+              "bn_shift": check_bn_shift_answer,
+              "accumulation": check_accumulation_answer}[name]
     for answer in right:
         exec(code, {name: answer})
         hidden(answer)
@@ -1598,6 +1604,7 @@ def test_answers_are_judged_with_the_question_named(name, question, right, wrong
 ANSWER_CELLS = {"backward_rms_zero_answer": ("rms_zero_correct", "rms_zero"),
                 "backward_gn_zero_sums_answer": ("gn_zero_sums_correct", "gn_zero_sums"),
                 "backward_blind_check_answer": ("blind_check_correct", "blind_check"),
+                "backward_accumulation_answer": ("acc_prediction_correct", "accumulation"),
                 "backward_bn_shift_answer": ("bn_shift_correct", "bn_shift")}
 
 
@@ -2375,8 +2382,37 @@ def _add_ln_variant(slip):
                 "halved": lambda: (dx / 2, dres / 2, dgamma, dbeta),
                 "x alone": lambda: (on_x[0] + dsum, on_x[0] + dsum, dgamma, dbeta),
                 "no residual": lambda: (dx, 0 * dres, dgamma, dbeta),
-                "dgamma of x": lambda: (dx, dres, on_x[1], dbeta)}[slip]()
+                "dgamma of x": lambda: (dx, dres, on_x[1], dbeta),
+                "d - 1": lambda: _unbiased_add_ln_backward(dy, dsum, x, residual, gamma,
+                                                           eps),
+                "d - 1 exact": lambda: _unbiased_add_ln_autograd(dy, dsum, x, residual,
+                                                                 gamma, eps),
+                "dgamma with d - 1": lambda: (dx, dres, _unbiased_add_ln_backward(
+                    dy, dsum, x, residual, gamma, eps)[2], dbeta)}[slip]()
     return variant
+
+
+def _unbiased_add_ln_backward(dy, dsum, x, residual, gamma, eps):
+    """The lesson's formula, its x_hat and rstd rebuilt with a variance over d - 1."""
+    s = np.asarray(x, dtype=np.float64) + residual
+    rstd = 1.0 / np.sqrt(s.var(axis=-1, keepdims=True, ddof=1) + eps)
+    s_hat = (s - s.mean(axis=-1, keepdims=True)) * rstd
+    g = dy * gamma
+    ds = rstd * (g - g.mean(axis=-1, keepdims=True)
+                 - s_hat * (g * s_hat).mean(axis=-1, keepdims=True)) + dsum
+    d = s.shape[-1]
+    return ds, ds, (dy * s_hat).reshape(-1, d).sum(axis=0), dy.reshape(-1, d).sum(axis=0)
+
+
+def _unbiased_add_ln_autograd(dy, dsum, x, residual, gamma, eps):
+    """torch's gradients of the add and a layer norm whose variance divides by d - 1."""
+    x_t, r_t, g_t = _torch_leaves(x, residual, gamma)
+    s = x_t + r_t
+    y = g_t * (s - s.mean(-1, keepdim=True)) / torch.sqrt(s.var(-1, keepdim=True) + eps)
+    ((torch.from_numpy(np.asarray(dy, np.float64)) * y).sum()
+     + (torch.from_numpy(np.asarray(dsum, np.float64)) * s).sum()).backward()
+    return (x_t.grad.numpy(), r_t.grad.numpy(), g_t.grad.numpy(),
+            np.asarray(dy, np.float64).reshape(-1, np.shape(dy)[-1]).sum(axis=0))
 
 
 @pytest.mark.parametrize("slip, check, message", [
@@ -2385,6 +2421,11 @@ def _add_ln_variant(slip):
     ("x alone", check_add_layer_norm_backward_grads, "not of x alone"),
     ("no residual", check_add_layer_norm_backward_grads, "dresidual is"),
     ("dgamma of x", check_add_layer_norm_backward_params, "not the normalized x"),
+    ("d - 1", check_add_layer_norm_backward_grads, r"Hint: dx: .*not by d - 1"),
+    ("d - 1 exact", check_add_layer_norm_backward_grads,
+     r"Hint: dx, exact for a layer norm with d - 1: .*not by d - 1"),
+    ("dgamma with d - 1", check_add_layer_norm_backward_params,
+     r"Hint: the layer norm's variance .*not by d - 1"),
 ])
 def test_add_layer_norm_checks_name_the_slip(slip, check, message):
     with pytest.raises(CheckFailed, match=message):
@@ -2396,3 +2437,149 @@ def test_gn_dx_check_names_gamma_taken_outside_the_group_means():
     wrong = J._gn_dx_variant(case, gamma_outside=True)
     assert not np.allclose(wrong, J._gn_dx_variant(case))
     assert "gamma does not factor out" in _judge("backward_gn_dx", case, {"dx": wrong})
+
+
+# ----- the running sum behind dgamma, kept in bfloat16 or float32 -----------------------------
+
+
+def _to_bfloat16_by_bits(values):
+    """float32 -> the nearest bfloat16 (ties to even), by integer arithmetic on the
+    bits: an emulation that does not go through torch's bfloat16."""
+    bits = np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def _emulated_running_sum(dy, x_hat, bfloat16):
+    """Row by row in numpy float32, each product and each sum rounded to bfloat16
+    when `bfloat16` (a bfloat16 add is a float32 add rounded to bfloat16)."""
+    keep = _to_bfloat16_by_bits if bfloat16 else np.float32
+    total = np.zeros(dy.shape[1], np.float32)
+    for dy_row, x_hat_row in zip(dy, x_hat):
+        total = keep(total + keep(dy_row * x_hat_row))
+    return total
+
+
+def _bfloat16_rows(seed, rows, d):
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, d, generator=generator).to(torch.bfloat16),
+            torch.randn(rows, d, generator=generator).to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("acc_dtype", [torch.bfloat16, torch.float32])
+def test_running_row_sum_rounds_after_every_row_in_its_dtype(acc_dtype):
+    dy, x_hat = _bfloat16_rows(0, 512, 16)
+    ours = backward.running_row_sum(dy, x_hat, acc_dtype)
+    assert ours.dtype == acc_dtype and ours.shape == (16,)
+    emulated = _emulated_running_sum(dy.float().numpy(), x_hat.float().numpy(),
+                                     acc_dtype == torch.bfloat16)
+    np.testing.assert_array_equal(ours.float().numpy(), emulated)
+
+
+def test_a_bfloat16_running_sum_lands_thousands_of_times_further_than_a_float32_one():
+    """The numbers Exercise 11 has the student measure, against float64."""
+    dy, x_hat = _bfloat16_rows(11, 4096, 256)
+    exact = (dy.double() * x_hat.double()).sum(dim=0).numpy()
+    bf16, fp32 = (_relative_error(backward.running_row_sum(dy, x_hat, t).double().numpy(),
+                                  exact) for t in (torch.bfloat16, torch.float32))
+    assert 1e-2 < bf16 < 0.5 and fp32 < 1e-5
+    assert 1e3 < bf16 / fp32 < 1e6
+    assert J._accumulation_truth() == "c"
+
+
+def _torch_sum(dy, x_hat, acc_dtype):
+    return (dy.to(acc_dtype) * x_hat.to(acc_dtype)).sum(dim=0)
+
+
+def _once_rounded(dy, x_hat, acc_dtype):
+    """A running sum whose products stay float32: one rounding a row, not two."""
+    total = torch.zeros(dy.shape[1], dtype=acc_dtype)
+    for row in range(dy.shape[0]):
+        total = (total.float() + dy[row].float() * x_hat[row].float()).to(acc_dtype)
+    return total
+
+
+def test_the_running_sum_check_passes_the_reference_and_a_once_rounded_sum():
+    check_accumulate_rows(backward.running_row_sum)
+    check_accumulate_rows(_once_rounded)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (_torch_sum, "add in float32 inside and round only at the end"),
+    (lambda dy, x_hat, t: (dy.double() * x_hat.double()).sum(dim=0).to(t),
+     "the sum is held wider somewhere"),
+    (lambda dy, x_hat, t: _torch_sum(dy, x_hat, t).double() / dy.shape[0],
+     r"further than a running sum kept in bfloat16"),
+    (lambda dy, x_hat, t: (dy.to(t) * x_hat.to(t)).sum(dim=1),
+     r"one number per feature: the rows are what is summed \(axis 0\)"),
+    (lambda dy, x_hat, t: backward.running_row_sum(dy, x_hat, torch.bfloat16),
+     r"accumulate_rows\(dy, x_hat, torch.float32\) lands .* further than a running sum "
+     "kept in float32"),
+])
+def test_the_running_sum_check_names_the_slip(wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_accumulate_rows(wrong)
+
+
+def test_the_running_sum_verdicts_quote_only_the_students_own_error():
+    """A verdict must not hand out the reference's errors (the prediction's answer)."""
+    cases = _registry.make_cases("backward_running_sum")
+    label, case = cases[0]
+    dy, x_hat = (torch.from_numpy(case[key]).to(torch.bfloat16) for key in ("dy", "x_hat"))
+    output = {"bf16": _torch_sum(dy, x_hat, torch.bfloat16).float().numpy(),
+              "fp32": _torch_sum(dy, x_hat, torch.float32).numpy()}
+    message = J._judge_running_sum(case, output)
+    exact = (dy.double() * x_hat.double()).sum(dim=0).numpy()
+    reference = _relative_error(
+        backward.running_row_sum(dy, x_hat, torch.bfloat16).double().numpy(), exact)
+    assert f"{reference:.1e}" not in message
+    assert f"{_relative_error(output['bf16'].astype(np.float64), exact):.1e}" in message
+
+
+# ----- Exercise 2's derived prediction: RMSNorm's sum(dx * x) for eps > 0 ------------------
+
+
+@pytest.mark.parametrize("eps", [1e-5, 0.3, 0.0])
+def test_rms_dx_dot_x_is_what_torch_autograd_gives(eps):
+    x, gamma, _, dy = _inputs(7, (6, 16), scale=0.5)
+    x[0] *= 1e-3  # a token whose mean square is near eps
+    x_t, gamma_t = _torch_leaves(x, gamma)
+    y = F.rms_norm(x_t, (16,), gamma_t, eps=eps)
+    (y * torch.from_numpy(dy)).sum().backward()
+    row_loss = (dy * y.detach().numpy()).sum(axis=-1)
+    ours = backward.rms_dx_dot_x(row_loss, (x**2).mean(axis=-1), eps)
+    np.testing.assert_allclose(ours, (x_t.grad.numpy() * x).sum(axis=-1),
+                               rtol=1e-8, atol=1e-14)
+
+
+def test_the_dx_dot_x_check_passes_the_reference_and_a_rearranged_formula():
+    check_rms_dx_dot_x(backward.rms_dx_dot_x)
+    check_rms_dx_dot_x(lambda row_loss, mean_square, eps:
+                       0.0 if eps == 0 else row_loss / (1.0 + mean_square / eps))
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda L, ms, eps: 0.0, "the value when eps = 0"),
+    (lambda L, ms, eps: L * eps / (ms + eps) ** 1.5, "that is sum\\(dx \\* x_hat\\)"),
+    (lambda L, ms, eps: L * ms / (ms + eps), "your value goes to sum\\(dy \\* y\\)"),
+    (lambda L, ms, eps: L * eps / ms, "not by mean\\(x\\^2\\) alone"),
+    (lambda L, ms, eps: -L * eps / (ms + eps), "check the sign"),
+])
+def test_the_dx_dot_x_check_names_the_slip_without_the_answer(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint) as failed:
+        check_rms_dx_dot_x(wrong)
+    label, case = _registry.make_cases("backward_rms_dx_dot_x")[0]
+    right = backward.rms_dx_dot_x(*(float(case[k]) for k in ("row_loss", "mean_square",
+                                                               "eps")))
+    assert label in str(failed.value)
+    if hint != "check the sign":  # there the student's own number is the answer negated
+        assert f"{right:.6g}" not in str(failed.value)
+
+
+@pytest.mark.parametrize("answer, problem", [
+    (lambda L, ms, eps: None, "is a NoneType, not an array of numbers"),
+    (lambda L, ms, eps: [L, ms], "an array of shape \\(2,\\); it should give one number"),
+])
+def test_the_dx_dot_x_check_explains_a_result_that_is_not_one_number(answer, problem):
+    with pytest.raises(CheckFailed, match=problem):
+        check_rms_dx_dot_x(answer)
