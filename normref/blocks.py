@@ -483,7 +483,11 @@ def sweep_final_loss(lr, warmup_steps, seed=0, kind="post"):
     (betas 0.9, 0.98) on fresh copy-task batches, for an experiment_model of
     SWEEP["n_layers"] blocks, the learning rate following warmup_lr. Chance
     is ln 15 = 2.708; above SWEEP["stuck_above"] the model learned nothing."""
-    model = experiment_model(kind, SWEEP["n_layers"], seed)
+    return final_loss(experiment_model(kind, SWEEP["n_layers"], seed), lr, warmup_steps, seed)
+
+
+def final_loss(model, lr, warmup_steps, seed=0):
+    """sweep_final_loss's training, on a model that is given."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), foreach=True)
     losses = []
     for step in range(SWEEP["steps"]):
@@ -495,3 +499,29 @@ def sweep_final_loss(lr, warmup_steps, seed=0, kind="post"):
         optimizer.step()
         losses.append(loss.item())
     return sum(losses[-SWEEP["last"]:]) / SWEEP["last"]
+
+
+# The assignment's ablation: DeepNet's two changes one at a time, on the sweep's
+# toy at a rate where plain Post-LN fails without warm-up. A variant's name says
+# which of the two changes it keeps: (alpha, beta).
+ABLATION = {"n_layers": 4, "lr": 1e-2, "seed": 0,
+            "variants": {"alpha": (True, False), "beta": (False, True),
+                         "both": (True, True), "neither": (False, False)}}
+
+
+def ablation_model(use_alpha, use_beta, n_layers, seed):
+    """A DeepNorm experiment model with only some of DeepNet's changes: the
+    blocks' alpha from deepnorm_constants(n_layers) if use_alpha, else 1 (a
+    Post-LN block); deepnorm_scale_ with its beta after init_like_xiong if
+    use_beta, else no scaling."""
+    c = EXPERIMENT
+    alpha, beta = deepnorm_constants(n_layers)
+    model = TinyLM(c["vocab"], c["d_model"], n_layers, c["n_heads"], "deepnorm",
+                   d_ff=c["d_ff"], max_len=2 * c["n_symbols"])
+    for block in model.blocks:
+        block.alpha = alpha if use_alpha else 1.0
+    init_like_xiong(model, seed)
+    if use_beta:
+        for block in model.blocks:
+            deepnorm_scale_(block, beta)
+    return model

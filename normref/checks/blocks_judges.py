@@ -402,7 +402,7 @@ def _judge_prediction(case, output):
     return _given(output, ("predict_flattest", "predict_steepest"))
 
 
-# --- exercise 8: the gradient profile with the later branches cut ---
+# --- exercise 9: the gradient profile with the later branches cut ---
 
 def _model_weights(rng, vocab, d, n_layers, d_ff, max_len):
     """Weights for every parameter of a Pre-LN TinyLM, keyed "w:<name>"."""
@@ -642,7 +642,7 @@ def _judge_cut_prediction(case, output):
     return None
 
 
-# --- exercise 9: adaLN-Zero ---
+# --- exercise 10: adaLN-Zero ---
 
 def _adaln_cases(rng):
     def case(batch, seq_len, d, heads, d_ff, d_cond, offset=0.0):
@@ -872,6 +872,140 @@ def _judge_lowest_failing_lr(case, output):
     return f"{problem}. Hint: {hint}"
 
 
+# --- exercise 8: DeepNet's two changes, one at a time ---
+
+ABLATION_LAYERS_CHECKED = 3  # the model check; the runs use blocks.ABLATION's depth
+RESCUE_CHOICES = ("alpha", "beta", "either", "neither")
+ABLATION_LETTERS = ("a", "b", "c", "d")
+SWITCHES_SAID = {(True, False): "alpha only", (False, True): "beta only",
+                 (True, True): "alpha and beta", (False, False): "neither"}
+
+
+def _ablation_model_cases(rng):
+    cases = []
+    for use_alpha, use_beta in blocks.ABLATION["variants"].values():
+        seed = int(rng.integers(100_000))
+        cases.append((f"{SWITCHES_SAID[use_alpha, use_beta]}, {ABLATION_LAYERS_CHECKED} "
+                       f"blocks, seed {seed}", {
+                           "use_alpha": np.array(use_alpha), "use_beta": np.array(use_beta),
+                           "n_layers": np.array(ABLATION_LAYERS_CHECKED),
+                           "seed": np.array(seed)}))
+    return cases
+
+
+def _judge_ablation_model(case, output):
+    with _one_thread():
+        return _judge_ablation_norms(case, output)
+
+
+def _judge_ablation_norms(case, output):
+    use_alpha, use_beta = bool(case["use_alpha"]), bool(case["use_beta"])
+    n_layers, seed = int(case["n_layers"]), int(case["seed"])
+    model = blocks.ablation_model(use_alpha, use_beta, n_layers, seed)
+    names = sorted(name for name, _ in model.named_parameters())
+    got_names = str(output["names"]).split("\n")
+    if got_names != names:
+        missing = sorted(set(names) - set(got_names))
+        unexpected = sorted(set(got_names) - set(names))
+        return (f"your model's parameters differ from the expected ones (missing "
+                f"{missing[:4]}, unexpected {unexpected[:4]}). Hint: {n_layers} DeepNorm "
+                "blocks in the notebook's TinyLM, without the final LN, as make_model "
+                "builds a DeepNorm model")
+    # a block without alpha is a Post-LN block: alpha 1
+    alphas = np.where(np.isnan(output["alphas"]), 1.0, output["alphas"])
+
+    def built_like(wrong):
+        own = np.array([block.alpha for block in wrong.blocks])
+        return (matches(output["param_norms"], _param_norms(wrong), dtype="float32")
+                and alphas.shape == own.shape and np.allclose(alphas, own, rtol=1e-6))
+
+    problem = mismatch(output["param_norms"], _param_norms(model), dtype="float32",
+                       what="the norms of your model's parameters after initialization")
+    if problem:
+        candidates = {
+            "use_beta decides whether deepnorm_scale_ runs, and use_alpha decides alpha: "
+            "the two switches are crossed": blocks.ablation_model(use_beta, use_alpha,
+                                                                  n_layers, seed),
+            "with use_beta False no weight is scaled: init_like_xiong alone":
+                blocks.ablation_model(use_alpha, True, n_layers, seed),
+            "with use_beta, apply deepnorm_scale_(block, beta) to every block after "
+            "init_like_xiong (initializing afterwards undoes it)":
+                blocks.ablation_model(use_alpha, False, n_layers, seed),
+            "initialize with init_like_xiong(model, seed), with the seed you are given":
+                blocks.ablation_model(use_alpha, use_beta, n_layers, seed + 1),
+        }
+        for hint, wrong in candidates.items():
+            if built_like(wrong):
+                return f"{problem}. Hint: {hint}"
+        return problem
+    alpha = blocks.deepnorm_constants(n_layers)[0] if use_alpha else 1.0
+    if alphas.shape != (n_layers,) or not np.allclose(alphas, alpha, rtol=1e-6):
+        source = (f"deepnorm_constants({n_layers})" if use_alpha
+                  else "1, a Post-LN block, since use_alpha is False")
+        return f"your blocks have alpha {_show(alphas)}; expected {alpha:.6g} in each, {source}"
+    return None
+
+
+def _judge_ablation_prediction(case, output):
+    answer = _choice(output.get("predict_rescue", "None"))
+    if answer not in ABLATION_LETTERS:
+        return (f"PREDICT_RESCUE is {str(output.get('predict_rescue'))!r}; answer with one "
+                f"of {', '.join(repr(c) for c in ABLATION_LETTERS)}")
+    return None
+
+
+def _ablation_cases(rng):
+    c = blocks.ABLATION
+    return [(f"the four variants, {c['n_layers']} blocks, lr {c['lr']:g}, seed {c['seed']}, "
+             "no warm-up", {
+                 "names": np.array(" ".join(c["variants"])),
+                 "switches": np.array(list(c["variants"].values()), dtype=np.int64),
+                 "n_layers": np.array(c["n_layers"]), "lr": np.array(c["lr"]),
+                 "seed": np.array(c["seed"])})]
+
+
+def _same_run(reported, rerun):
+    """One run's loss, reported and repeated: the same run agrees to rounding
+    (two decimals), a run at another rate or seed does not."""
+    return abs(reported - rerun) <= 0.006 + 1e-3 * abs(rerun)
+
+
+def _judge_ablation(case, output):
+    names = str(case["names"]).split()
+    if "losses_type" in output:
+        return (f"ABLATION_LOSSES is a {output['losses_type']}, not a dict: give it the keys "
+                f"{', '.join(repr(n) for n in names)}, each with its run's final loss")
+    reported = output["reported"]
+    missing = [name for name, value in zip(names, reported) if not np.isfinite(value)]
+    if missing:
+        return (f"ABLATION_LOSSES has no number for {', '.join(repr(n) for n in missing)}: "
+                "each of the four variants needs its run's final loss")
+    rerun = output["rerun"]
+    for name, got, again in zip(names, reported, rerun):
+        if not _same_run(got, again):
+            return (f"ABLATION_LOSSES[{name!r}] is {got:.4g}, but your ablation_model's "
+                    f"{name!r} model, trained again by train_model(model, ABLATION_LR, 0), "
+                    f"ends at {again:.4g}. Hint: report what your own runs return, each on a "
+                    "fresh model at ABLATION_LR without warm-up")
+    stuck = blocks.SWEEP["stuck_above"]
+    losses = dict(zip(names, reported))
+    alpha_learns, beta_learns = losses["alpha"] <= stuck, losses["beta"] <= stuck
+    expected = {(True, True): "either", (True, False): "alpha", (False, True): "beta",
+                (False, False): "neither"}[alpha_learns, beta_learns]
+    answer = _choice(output.get("rescued_by", "None"))
+    if answer not in RESCUE_CHOICES:
+        return (f"RESCUED_BY is {str(output.get('rescued_by'))!r}; answer with one of "
+                f"{', '.join(repr(c) for c in RESCUE_CHOICES)}")
+    if answer != expected:
+        said = {True: "learns", False: "fails"}
+        return (f"RESCUED_BY is {answer!r}, but your own table says otherwise: alpha alone "
+                f"ends at {losses['alpha']:.2f} ({said[alpha_learns]}), beta alone at "
+                f"{losses['beta']:.2f} ({said[beta_learns]}); a run fails when it ends above "
+                f"STUCK = {stuck}. Hint: read the conclusion off your measured losses, not "
+                "off your prediction")
+    return None
+
+
 CHECKS = {
     "blocks_sandwich_ln": Check(_sandwich_cases, _block_judge("sandwich", _diagnose_sandwich)),
     "blocks_deepnorm": Check(_deepnorm_cases, _block_judge("deepnorm", _diagnose_deepnorm)),
@@ -886,4 +1020,8 @@ CHECKS = {
     "blocks_warmup_sweep": Check(_one_case("the rates at which the toy fails"),
                                  _judge_warmup_sweep),
     "blocks_lowest_failing_lr": Check(_lowest_failing_cases, _judge_lowest_failing_lr),
+    "blocks_ablation_model": Check(_ablation_model_cases, _judge_ablation_model),
+    "blocks_ablation_prediction": Check(_one_case("your prediction"),
+                                        _judge_ablation_prediction),
+    "blocks_ablation": Check(_ablation_cases, _judge_ablation),
 }

@@ -263,7 +263,7 @@ def check_prediction(**answers):
     run_check("blocks_prediction", answers, _answers_as_text)
 
 
-# --- exercise 8: the gradient profile with the later branches cut ---
+# --- exercise 9: the gradient profile with the later branches cut ---
 
 def _sandwich_harness(PreLNBlock):
     """Test scaffolding: a sandwich-LN block made from the notebook's
@@ -363,7 +363,7 @@ def check_cut_prediction(**answers):
     run_check("blocks_cut_prediction", answers, _answers_as_text)
 
 
-# --- exercise 9: adaLN-Zero ---
+# --- exercise 10: adaLN-Zero ---
 
 ADALN_CONTRACT = (
     "attn.qkv.weight (3d, d), attn.qkv.bias (3d,), attn.proj.weight (d, d), "
@@ -469,3 +469,77 @@ def check_lowest_failing_lr(lowest_failing_lr):
     whose losses the grader makes up, so that only the search is judged."""
     run_check("blocks_lowest_failing_lr", lowest_failing_lr, _probe_lowest_failing_lr)
 
+
+
+# --- exercise 8: DeepNet's two changes, one at a time ---
+
+def _probe_ablation_model(ablation_model, case):
+    """Build the student's ablation model for one pair of switches, with the
+    scaffolding of make_model's check (DeepNet's scaling, and a DeepNorm block
+    where exercise 2 is not written yet); report its parameter names, the
+    norm of each parameter and each block's alpha (NaN where it has none)."""
+    with _scaffold_for_make_model(ablation_model):
+        model = ablation_model(bool(case["use_alpha"]), bool(case["use_beta"]),
+                               int(case["n_layers"]), int(case["seed"]))
+    params = sorted(model.named_parameters())
+    return {
+        "names": np.array("\n".join(name for name, _ in params)),
+        "param_norms": np.array([float(p.detach().double().norm()) for _, p in params]),
+        "alphas": np.array([float(getattr(block, "alpha", float("nan")))
+                            for block in model.blocks]),
+    }
+
+
+def check_ablation_model(ablation_model):
+    """Check ablation_model(use_alpha, use_beta, n_layers, seed) for the four
+    pairs of switches: parameters, initialization and alpha, against the
+    reference's."""
+    run_check("blocks_ablation_model", ablation_model, _probe_ablation_model)
+
+
+def check_ablation_prediction(**answers):
+    """Check that the prediction about DeepNet's two changes is given."""
+    run_check("blocks_ablation_prediction", answers, _answers_as_text)
+
+
+def _reported_losses(losses, names):
+    """The student's loss for each variant name as a float (NaN where it is
+    missing or not a number); dict keys are read in any case."""
+    by_name = {str(key).strip().lower(): value for key, value in losses.items()}
+    reported = []
+    for name in names:
+        try:
+            reported.append(float(to_array(by_name[name]).reshape(())))
+        except (KeyError, TypeError, ValueError):
+            reported.append(np.nan)
+    return np.array(reported)
+
+
+def _probe_ablation(subject, case):
+    """The student's reported losses and conclusion, and their own runs again:
+    each variant's model from their ablation_model, trained by the notebook's
+    train_model at the case's rate without warm-up. The runs are repeated only
+    when every reported loss is a number."""
+    ablation_model, train_model, losses, rescued_by = subject
+    names = str(case["names"]).split()
+    result = {"rescued_by": np.array(str(rescued_by))}
+    if not isinstance(losses, dict):
+        result["losses_type"] = np.array(type(losses).__name__)
+        return result
+    result["reported"] = _reported_losses(losses, names)
+    if np.all(np.isfinite(result["reported"])):
+        rerun = []
+        for use_alpha, use_beta in case["switches"].tolist():
+            model = ablation_model(bool(use_alpha), bool(use_beta), int(case["n_layers"]),
+                                   int(case["seed"]))
+            loss = train_model(model, float(case["lr"]), 0, seed=int(case["seed"]))
+            rerun.append(float(to_array(loss, what="train_model's result").reshape(())))
+        result["rerun"] = np.array(rerun)
+    return result
+
+
+def check_ablation(ablation_model, train_model, *, losses, rescued_by):
+    """Check the reported losses of the four variants against the student's
+    own runs, repeated, and the conclusion against those losses."""
+    run_check("blocks_ablation", (ablation_model, train_model, losses, rescued_by),
+              _probe_ablation)

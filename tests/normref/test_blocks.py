@@ -832,7 +832,7 @@ def test_model_layer_norm_has_both_parameters():
     assert isinstance(blocks.experiment_model("post", 2, 5).ln_f, nn.Identity)
 
 
-# --- the cut branches (assignment exercise 7) and adaLN-Zero (exercise 8) ---
+# --- the cut branches (assignment exercise 9) and adaLN-Zero (exercise 10) ---
 
 def _profile_step_by_step(model, batch, cut):
     """An independent forward pass: the stream written out, each ln1 and ln2
@@ -961,3 +961,44 @@ def test_new_adaln_zero_block_is_the_identity_with_a_gradient_reaching_ada():
     torch.testing.assert_close(y, x)
     (y * torch.randn_like(y)).sum().backward()
     assert block.ada.weight.grad.abs().sum() > 0 and block.ada.bias.grad.abs().sum() > 0
+
+
+# --- DeepNet's two changes one at a time (assignment exercise 8) ---
+
+def test_ablation_model_with_both_changes_is_the_experiments_deepnorm_model():
+    both = blocks.ablation_model(True, True, 4, seed=3)
+    deepnorm = blocks.experiment_model("deepnorm", 4, seed=3)
+    for (name, got), want in zip(both.named_parameters(), deepnorm.parameters()):
+        assert torch.equal(got, want), name
+    assert [b.alpha for b in both.blocks] == [b.alpha for b in deepnorm.blocks]
+
+
+def test_ablation_model_without_changes_computes_what_post_ln_computes():
+    """Alpha 1 and no beta: the output of a Post-LN model with the same
+    weights, in float64."""
+    plain = blocks.ablation_model(False, False, 3, seed=2).double()
+    post = blocks.experiment_model("post", 3, seed=2).double()
+    post.load_state_dict(plain.state_dict())
+    tokens = blocks.experiment_batch(2)[0]
+    torch.testing.assert_close(plain(tokens), post(tokens), rtol=1e-12, atol=1e-12)
+
+
+def test_ablation_model_beta_scales_only_deepnets_weights_of_the_plain_model():
+    plain = dict(blocks.ablation_model(True, False, 3, seed=4).named_parameters())
+    scaled = dict(blocks.ablation_model(True, True, 3, seed=4).named_parameters())
+    beta, d = blocks.deepnorm_constants(3)[1], blocks.EXPERIMENT["d_model"]
+    for name, got in scaled.items():
+        factor = torch.ones_like(got)
+        if name.endswith(("mlp.fc.weight", "mlp.proj.weight", "attn.proj.weight")):
+            factor *= beta
+        elif name.endswith("attn.qkv.weight"):
+            factor[2 * d:] = beta
+        torch.testing.assert_close(got, factor * plain[name], rtol=1e-6, atol=0)
+
+
+def test_final_loss_of_the_plain_ablation_model_is_the_sweeps_post_ln_run():
+    """The ablation's 'neither' run is exercise 7's Post-LN run without warm-up."""
+    c = blocks.ABLATION
+    plain = blocks.ablation_model(False, False, c["n_layers"], c["seed"])
+    assert blocks.final_loss(plain, c["lr"], 0, c["seed"]) == pytest.approx(
+        blocks.sweep_final_loss(c["lr"], 0, seed=c["seed"]), rel=1e-6)

@@ -996,7 +996,7 @@ def test_every_check_function_runs_its_check():
         blocks_probes.check_warmup_sweep(fails_without=3e-2, fails_with=3e-2)
 
 
-# --- exercise 8: gradient_profile and the prediction ---
+# --- exercise 9: gradient_profile and the prediction ---
 
 class _TestLM(nn.Module):
     """The notebook's TinyLM(vocab, d, blocks, final_ln, max_len)."""
@@ -1203,7 +1203,7 @@ def test_cut_prediction_needs_one_of_the_letters():
     assert "answer with one of" in judge({}, {"predict_cut": np.array("None")})
 
 
-# --- exercise 9: adaLN-Zero ---
+# --- exercise 10: adaLN-Zero ---
 
 def _adaln_verdict(block_class):
     case = blocks_judges._adaln_cases(np.random.default_rng(1))[0][1]
@@ -1390,3 +1390,142 @@ def test_lowest_failing_lr_slips_and_the_lessons_numbers_are_named(search, hint)
     with pytest.raises(CheckFailed) as failure:
         blocks_probes.check_lowest_failing_lr(search)
     assert hint in str(failure.value), str(failure.value)
+
+
+# --- exercise 8: DeepNet's two changes, one at a time ---
+
+def _crossed_switches(use_alpha, use_beta, n_layers, seed):
+    return blocks.ablation_model(use_beta, use_alpha, n_layers, seed)
+
+
+def _scaled_before_init(use_alpha, use_beta, n_layers, seed):
+    model = blocks.ablation_model(use_alpha, False, n_layers, seed)
+    if use_beta:
+        for block in model.blocks:
+            blocks.deepnorm_scale_(block, blocks.deepnorm_constants(n_layers)[1])
+        blocks.init_like_xiong(model, seed)
+    return model
+
+
+def _alpha_always(use_alpha, use_beta, n_layers, seed):
+    return blocks.ablation_model(True, use_beta, n_layers, seed)
+
+
+def _post_ln_blocks_without_alpha(use_alpha, use_beta, n_layers, seed):
+    """Unusual but right: Post-LN blocks, which have no alpha, when use_alpha
+    is off, and beta undone by dividing, not by skipping it."""
+    model = blocks.ablation_model(use_alpha, True, n_layers, seed)
+    if not use_alpha:
+        post = blocks.experiment_model("post", n_layers, seed)
+        post.load_state_dict(model.state_dict())
+        model = post
+    if not use_beta:
+        for block in model.blocks:
+            blocks.deepnorm_scale_(block, 1 / blocks.deepnorm_constants(n_layers)[1])
+    return model
+
+
+def test_ablation_model_right_and_unusual_answers_pass():
+    blocks_probes.check_ablation_model(blocks.ablation_model)
+    blocks_probes.check_ablation_model(_post_ln_blocks_without_alpha)
+
+
+@pytest.mark.parametrize("ablation_model, hint", [
+    (_crossed_switches, "the two switches are crossed"),
+    (_scaled_before_init, "after init_like_xiong (initializing afterwards undoes it)"),
+    (_alpha_always, "expected 1 in each, 1, a Post-LN block, since use_alpha is False"),
+])
+def test_ablation_model_slips_are_named(ablation_model, hint):
+    with pytest.raises(CheckFailed) as failure:
+        blocks_probes.check_ablation_model(ablation_model)
+    assert hint in str(failure.value), str(failure.value)
+
+
+def test_ablation_model_keeps_its_points_while_exercises_2_and_3_are_unfinished():
+    namespace = _assignment_namespace(UNFINISHED_BLOCKS, "def deepnorm_scale_(block, beta):\n"
+                                      "    raise NotImplementedError()\n",
+                                      "ablation_model_answer")
+    blocks_probes.check_ablation_model(namespace["ablation_model"])
+
+
+def test_ablation_prediction_takes_a_letter_in_any_case():
+    blocks_probes.check_ablation_prediction(predict_rescue=" B ")
+    with pytest.raises(CheckFailed) as failure:
+        blocks_probes.check_ablation_prediction(predict_rescue=None)
+    assert "PREDICT_RESCUE is 'None'; answer with one of 'a', 'b', 'c', 'd'" in str(
+        failure.value)
+
+
+class _Run:
+    """A stand-in model that only says which changes it keeps."""
+
+    def __init__(self, use_alpha, use_beta):
+        self.switches = (use_alpha, use_beta)
+
+
+MADE_UP_LOSSES = {(True, False): 2.7, (False, True): 0.1, (True, True): 0.05,
+                  (False, False): 2.74}
+
+
+def _made_up_train(model, lr, warmup_steps, seed=0):
+    """Training runs whose losses are made up, so that only the reading is
+    judged; they insist on the experiment's rate, warm-up and seed."""
+    assert (lr, warmup_steps, seed) == (blocks.ABLATION["lr"], 0, blocks.ABLATION["seed"])
+    return MADE_UP_LOSSES[model.switches]
+
+
+def _made_up_check(losses, rescued_by):
+    blocks_probes.check_ablation(lambda a, b, n_layers, seed: _Run(a, b), _made_up_train,
+                                 losses=losses, rescued_by=rescued_by)
+
+
+REPORTED = {name: MADE_UP_LOSSES[switches]
+            for name, switches in blocks.ABLATION["variants"].items()}
+
+
+def test_ablation_own_losses_and_their_conclusion_pass_in_any_form():
+    _made_up_check(dict(REPORTED), "beta")
+    as_typed = {name.upper(): torch.tensor(round(loss, 2))
+                for name, loss in REPORTED.items()}
+    _made_up_check(as_typed, " Beta")
+
+
+@pytest.mark.parametrize("losses, rescued_by, hint", [
+    (None, "beta", "ABLATION_LOSSES is a NoneType, not a dict"),
+    ({k: v for k, v in REPORTED.items() if k != "both"}, "beta",
+     "ABLATION_LOSSES has no number for 'both'"),
+    ({**REPORTED, "beta": 0.3}, "beta",
+     "ABLATION_LOSSES['beta'] is 0.3, but your ablation_model's 'beta' model, trained again "
+     "by train_model(model, ABLATION_LR, 0), ends at 0.1. Hint: report what your own runs"),
+    (REPORTED, "alpha", "RESCUED_BY is 'alpha', but your own table says otherwise: alpha "
+                        "alone ends at 2.70 (fails), beta alone at 0.10 (learns)"),
+    (REPORTED, "both", "RESCUED_BY is 'both'; answer with one of 'alpha', 'beta', 'either', "
+                       "'neither'"),
+])
+def test_ablation_slips_are_named(losses, rescued_by, hint):
+    with pytest.raises(CheckFailed) as failure:
+        _made_up_check(losses, rescued_by)
+    assert hint in str(failure.value), str(failure.value)
+
+
+def test_ablation_conclusion_follows_the_students_numbers_not_the_reference():
+    """A student whose runs came out otherwise is graded on their own table."""
+    other = {**MADE_UP_LOSSES, (True, False): 0.2}
+    reported = {name: other[s] for name, s in blocks.ABLATION["variants"].items()}
+
+    def train(model, lr, warmup_steps, seed=0):
+        return other[model.switches]
+
+    blocks_probes.check_ablation(lambda a, b, n_layers, seed: _Run(a, b), train,
+                                 losses=reported, rescued_by="either")
+
+
+def test_ablation_of_the_assignments_solution_passes_on_real_runs():
+    """The source's own cells: four real runs, repeated by the grader."""
+    namespace = _assignment_namespace(
+        "deepnorm_answer", "scale_answer", "warmup_lr_answer", "warmup_toy",
+        "ablation_model_answer", "ablation_setup", "ablation_run_answer",
+        "ablation_conclusion_answer")
+    blocks_probes.check_ablation(namespace["ablation_model"], namespace["train_model"],
+                                 losses=namespace["ABLATION_LOSSES"],
+                                 rescued_by=namespace["RESCUED_BY"])
