@@ -401,3 +401,25 @@ def loud_token_errors(dtype=torch.float8_e4m3fn):
     A, W, quiet = loud_token_layer()
     return scheme_errors(A, W, dtype, rows=quiet)
 
+
+
+# -- the conclusions: which scheme stores which case best --------------------
+
+ABOUT_THE_SAME = 1.25  # two errors within 25% of each other are about the same
+RMS_CASE_CHOICES = ("per-tensor", "per-token", "about-the-same")
+
+
+def fair_best_schemes(errors):
+    """The names in {name: error} whose error is within 25% of the smallest:
+    each is a fair answer to "which scheme stores this best"."""
+    best = min(errors.values())
+    return {name for name, error in errors.items() if error <= ABOUT_THE_SAME * best}
+
+
+def token_scaling_verdict(per_tensor_error, per_token_error):
+    """"per-tensor", "per-token", or "about-the-same" when neither error is
+    more than 25% above the other."""
+    low, high = sorted((per_tensor_error, per_token_error))
+    if high <= ABOUT_THE_SAME * low:
+        return "about-the-same"
+    return "per-tensor" if per_tensor_error < per_token_error else "per-token"

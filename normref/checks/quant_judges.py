@@ -8,7 +8,9 @@ import torch
 from normref import quant
 from normref.checks._registry import Check
 from normref.checks.quant_probes import (
+    BEST_SCHEME_CASES,
     MATMUL_SCHEMES,
+    as_choice,
     experiment_token_sets,
     loud_token_layer,
 )
@@ -828,6 +830,81 @@ def _judge_loud_token_answers(case, output):
     return f"ANSWER_SMOOTH_SPREAD is not yet right (you answered {value:.4g}): {hint}"
 
 
+# -- the conclusions ---------------------------------------------------------
+
+@functools.cache
+def _reference_rms_row():
+    """(per-tensor, per-token) errors of the RMSNorm batch, e4m3."""
+    return np.array(quant.scaling_errors(*experiment_token_sets()["RMSNorm, mu = 20"]))
+
+
+def _own_or_reference(measured, reference):
+    """The student's own figures; the reference where their code raised."""
+    measured = np.asarray(measured, np.float64)
+    return np.where(np.isfinite(measured), measured, reference)
+
+
+_CASE_SLIPS = {
+    ("loud channel", "per-token"):
+        "a loud channel sits in every token, so it still sets every token's own scale",
+    ("loud token", "per-channel"):
+        "a loud token sits in every channel, so it still sets every channel's own scale",
+    ("loud token", "smoothquant"):
+        "SmoothQuant's fold divides whole channels, the loud tokens' entries and the "
+        "quiet ones' alike (question 3's ratio)",
+}
+
+
+def _judge_scheme_case(name, answer, errors, table):
+    """None, or what is wrong with naming `answer` the best of {scheme: error}."""
+    if answer not in errors:
+        return (f"ANSWER_BEST_SCHEME[{name!r}] is {answer!r}, not one of the schemes "
+                f"{list(errors)}")
+    if answer in quant.fair_best_schemes(errors):
+        return None
+    if errors[answer] == max(errors.values()):
+        hint = f"that is the largest error in your {table}, not the smallest"
+    else:
+        hint = _CASE_SLIPS.get((name, answer),
+                               f"it is neither the smallest error in your {table} nor "
+                               "within 25% of it")
+    return f"ANSWER_BEST_SCHEME[{name!r}] is not yet right: {hint}"
+
+
+def _judge_rms_case(answer, per_tensor, per_token):
+    choices = quant.RMS_CASE_CHOICES
+    if answer not in choices:
+        return (f"ANSWER_BEST_SCHEME['RMSNorm, mu = 20'] is {answer!r}, not one of "
+                f"{list(choices)}")
+    verdict = quant.token_scaling_verdict(per_tensor, per_token)
+    if answer == verdict:
+        return None
+    if verdict == "about-the-same":
+        hint = ("compare your two errors for this batch in SCALING_TABLE again, with "
+                "the question's 25% rule")
+    elif answer == "about-the-same":
+        hint = ("your two errors for this batch in SCALING_TABLE differ by more than 25%")
+    else:
+        hint = "that is the larger of your two errors for this batch in SCALING_TABLE"
+    return f"ANSWER_BEST_SCHEME['RMSNorm, mu = 20'] is not yet right: {hint}"
+
+
+def _judge_best_schemes(case, output):
+    answers = dict(zip(BEST_SCHEME_CASES,
+                       (as_choice(a) for a in np.ravel(output["answers"]))))
+    outlier = _own_or_reference(output["outlier"], _reference_matmul())
+    loud = _own_or_reference(output["loud_tokens"], _reference_loud_tokens())
+    rms_row = _own_or_reference(output["rms_row"], _reference_rms_row())
+    problems = [
+        _judge_scheme_case("loud channel", answers["loud channel"],
+                           dict(zip(MATMUL_SCHEMES, outlier)), "MATMUL_ERRORS"),
+        _judge_scheme_case("loud token", answers["loud token"],
+                           dict(zip(MATMUL_SCHEMES, loud)), "LOUD_TOKEN_ERRORS"),
+        _judge_rms_case(answers["RMSNorm, mu = 20"], *rms_row),
+    ]
+    return "; ".join(p for p in problems if p) or None
+
+
 CHECKS = {
     "quant_per_token": Check(_per_token_cases, _judge_per_token),
     "quant_delayed_scaler": Check(_delayed_cases, _judge_delayed),
@@ -854,4 +931,7 @@ CHECKS = {
         lambda rng: [("your ratio of loud to quiet tokens after the fold, and the same "
                       "ratio measured with your smoothquant_fold", {})],
         _judge_loud_token_answers),
+    "quant_best_schemes": Check(
+        lambda rng: [("the scheme you name for each case, and your own measurements "
+                      "of the three cases", {})], _judge_best_schemes),
 }

@@ -401,3 +401,53 @@ def check_loud_token_answers(smooth_spread, smoothquant_fold):
     """Check how much louder the loud tokens still are after SmoothQuant's fold."""
     run_check("quant_loud_token_answers", (smooth_spread, smoothquant_fold),
               _smooth_spread_probe)
+
+
+# -- the conclusions ----------------------------------------------------------
+
+BEST_SCHEME_CASES = ("loud channel", "loud token", "RMSNorm, mu = 20")
+
+
+def _measured_or_nan(measure, size):
+    """What `measure` returns, or NaNs where the student's code raises: a
+    broken function is its own exercise's to report, not the conclusions'."""
+    try:
+        return np.asarray(measure(), np.float64)
+    except Exception:
+        return np.full(size, np.nan)
+
+
+def _best_scheme_probe(subject, case):
+    """The answers as text, and the figures they are read from, measured again
+    with the student's functions: the RMSNorm batch's (per-tensor, per-token)
+    errors, then the five schemes on the outlier layer and on the loud tokens."""
+    import torch
+
+    answers, per_token_round_trip, *quantizers = subject
+    by_case = _by_choice(answers, BEST_SCHEME_CASES, "ANSWER_BEST_SCHEME",
+                         "{case: scheme}")
+    rms_out, everywhere = experiment_token_sets()["RMSNorm, mu = 20"]
+    e4m3 = torch.float8_e4m3fn
+
+    def rms_row():
+        per_token = torch.as_tensor(per_token_round_trip(rms_out.clone(), e4m3)).float()
+        return [masked_error(rms_out, per_tensor_round_trip(rms_out, e4m3), everywhere),
+                masked_error(rms_out, per_token, everywhere)]
+
+    schemes = (per_token_round_trip, *quantizers)
+    A, W = outlier_layer()
+    A_loud, W_plain, quiet = loud_token_layer()
+    size = len(MATMUL_SCHEMES)
+    return {"answers": np.array([str(by_case[name]) for name in BEST_SCHEME_CASES]),
+            "rms_row": _measured_or_nan(rms_row, 2),
+            "outlier": _measured_or_nan(lambda: _measure_schemes(schemes, A, W), size),
+            "loud_tokens": _measured_or_nan(
+                lambda: _measure_schemes(schemes, A_loud, W_plain, quiet), size)}
+
+
+def check_best_schemes(answers, per_token_round_trip, per_channel_pair, mx_pair,
+                       smoothquant_fold):
+    """Check the scheme you name for each case against your own measurements."""
+    run_check("quant_best_schemes",
+              (answers, per_token_round_trip, per_channel_pair, mx_pair, smoothquant_fold),
+              _best_scheme_probe)

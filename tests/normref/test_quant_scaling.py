@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from normref import quant
 from normref.checks import (
     CheckFailed,
+    check_best_schemes,
     check_loud_token_answers,
     check_loud_token_errors,
     check_matmul_errors,
@@ -734,3 +735,92 @@ def test_mx_matmul_judge_names_partials_that_carry_the_scales():
     assert "already carry the scales" in quant_judges._judge_mx_matmul(case, output)
     output["partials"] = quant.mx_block_partials(qa, qw_t).double().numpy()
     assert quant_judges._judge_mx_matmul(case, output) is None
+
+
+# ------------------------------------------- question 5: the conclusions
+
+def _best_by_hand(errors):
+    """The schemes within 25% of the smallest error, in numpy."""
+    names = list(errors)
+    values = np.array([errors[name] for name in names], np.float64)
+    return {name for name, v in zip(names, values) if v / values.min() <= 1.25}
+
+
+def test_fair_best_schemes_are_those_within_a_quarter_of_the_smallest():
+    assert quant.fair_best_schemes({"a": 1.0, "b": 1.25, "c": 1.26}) == {"a", "b"}
+    for errors in (quant.matmul_errors(), quant.loud_token_errors()):
+        assert quant.fair_best_schemes(errors) == _best_by_hand(errors)
+
+
+def test_the_cases_have_the_winners_the_unit_teaches():
+    """Per channel and SmoothQuant tie on loud channels, per token and MX
+    blocks on loud tokens, and no finer scale helps RMSNorm's offset."""
+    assert quant.fair_best_schemes(quant.matmul_errors()) == {"per-channel",
+                                                              "smoothquant"}
+    assert quant.fair_best_schemes(quant.loud_token_errors()) == {"per-token",
+                                                                  "per-block"}
+    rms_out, keep = quant_probes.experiment_token_sets()["RMSNorm, mu = 20"]
+    assert quant.token_scaling_verdict(*quant.scaling_errors(rms_out, keep)) == \
+        "about-the-same"
+    assert quant.token_scaling_verdict(1.0, 0.5) == "per-token"
+    assert quant.token_scaling_verdict(0.5, 1.0) == "per-tensor"
+
+
+RIGHT_BEST = {"loud channel": "per-channel", "loud token": "per-token",
+              "RMSNorm, mu = 20": "about the same"}
+
+
+@pytest.mark.parametrize("answers", [
+    RIGHT_BEST,
+    {"Loud_Channel ": "SmoothQuant", "LOUD TOKEN": "Per_Block",
+     "rmsnorm, mu = 20": " About-The-Same"},
+])
+def test_best_schemes_accept_any_fair_winner_in_any_spelling(answers):
+    check_best_schemes(answers, *PAIRS)
+
+
+def test_best_schemes_are_read_against_the_students_own_functions():
+    """A per-channel pair that takes the amax down the rows measures per-token
+    figures: on the student's own numbers per-channel no longer wins the loud
+    channels, and naming what their table shows passes."""
+    wrong = (PAIRS[0], (per_row_quantize, per_row_dequantize), *PAIRS[2:])
+    A, W = quant.outlier_layer()
+    own = dict(zip(quant_probes.MATMUL_SCHEMES, quant_probes._measure_schemes(wrong, A, W)))
+    assert "per-channel" not in quant.fair_best_schemes(own)
+    with pytest.raises(CheckFailed, match="loud channel"):
+        check_best_schemes(RIGHT_BEST, *wrong)
+    check_best_schemes({**RIGHT_BEST, "loud channel": "smoothquant"}, *wrong)
+
+
+def test_best_schemes_of_functions_that_raise_are_read_against_the_reference():
+    def broken(x, dtype):
+        raise NotImplementedError()
+
+    check_best_schemes(RIGHT_BEST, broken, *PAIRS[1:])
+
+
+@pytest.mark.parametrize("case, answer, words", [
+    ("loud channel", "per-token", "still sets every token's own scale"),
+    ("loud channel", "per-tensor", "largest error in your MATMUL_ERRORS"),
+    ("loud channel", "per-block", "nor within 25% of it"),
+    ("loud token", "per-channel", "still sets every channel's own scale"),
+    ("loud token", "smoothquant", "divides whole channels"),
+    ("loud token", "per-tensor", "largest error in your LOUD_TOKEN_ERRORS"),
+    ("loud token", "zero-point", "not one of the schemes"),
+    ("RMSNorm, mu = 20", "per-token", "the question's 25% rule"),
+    ("RMSNorm, mu = 20", "per-channel", "not one of"),
+])
+def test_best_schemes_name_the_slip_and_not_the_answer(case, answer, words):
+    with pytest.raises(CheckFailed, match=words) as failure:
+        check_best_schemes({**RIGHT_BEST, case: answer}, *PAIRS)
+    message = str(failure.value)
+    assert case in message and message.count("not yet right") + \
+        message.count("not one of") == 1
+    if "not yet right" in message:
+        right = {"per-channel", "smoothquant", "per-block", "about"} - {answer}
+        assert not any(name in message for name in right)
+
+
+def test_best_schemes_need_every_case():
+    with pytest.raises(CheckFailed, match="no entry for"):
+        check_best_schemes({"loud token": "per-token"}, *PAIRS)
