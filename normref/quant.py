@@ -423,3 +423,44 @@ def token_scaling_verdict(per_tensor_error, per_token_error):
     if high <= ABOUT_THE_SAME * low:
         return "about-the-same"
     return "per-tensor" if per_tensor_error < per_token_error else "per-token"
+
+
+# -- the offset, and a zero-point per token ----------------------------------
+
+OFFSET_ERROR_LIMIT = 0.1  # the error at which exercise 9 asks where RMSNorm's offset starts to cost
+
+
+def experiment_tokens(n_tokens=64, d=256, seed=0):
+    """The assignment's N(0, 1) batch (n_tokens, d): exercise 3's "plain"."""
+    return torch.randn(n_tokens, d, generator=torch.Generator().manual_seed(seed))
+
+
+def rms_offset_error(mu, dtype=torch.float8_e4m3fn):
+    """rmse_over_std of RMSNorm's output for the tokens mu + experiment_tokens(),
+    after a per-tensor round trip."""
+    out = rms_norm_output(mu + experiment_tokens())
+    return rmse_over_std(out, fp8_round_trip(out, dtype))
+
+
+def offset_crossing(dtype=torch.float8_e4m3fn, limit=OFFSET_ERROR_LIMIT, hi=20.0,
+                    tolerance=1e-4):
+    """The mu in [0, hi] at which rms_offset_error passes `limit`, by bisection
+    (the error grows with mu there)."""
+    lo = 0.0
+    if not rms_offset_error(lo, dtype) < limit <= rms_offset_error(hi, dtype):
+        raise ValueError(f"the error does not pass {limit} between 0 and {hi}")
+    while hi - lo > tolerance:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if rms_offset_error(mid, dtype) < limit else (lo, mid)
+    return (lo + hi) / 2
+
+
+def zero_point_round_trip(x, dtype, per_token_scale=False):
+    """Each token's mean subtracted, the centred tensor round-tripped (one
+    amax scale, or one per token), the mean added back: the mean is the
+    token's zero-point, kept in float32. x: (..., d) -> float32 (..., d)."""
+    mean = x.mean(dim=-1, keepdim=True)  # ..., 1
+    centred = x - mean
+    stored = (per_token_round_trip(centred, dtype) if per_token_scale
+              else fp8_round_trip(centred, dtype))
+    return stored + mean

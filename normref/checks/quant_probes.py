@@ -451,3 +451,25 @@ def check_best_schemes(answers, per_token_round_trip, per_channel_pair, mx_pair,
     run_check("quant_best_schemes",
               (answers, per_token_round_trip, per_channel_pair, mx_pair, smoothquant_fold),
               _best_scheme_probe)
+
+
+# -- exercise 9: the offset, and a zero-point per token ----------------------
+
+def _call_zero_point(zero_point_round_trip, case):
+    import torch
+
+    x, dtype = _tensor(case["x"]), _torch_dtype(case["dtype"])
+    y = _with_float8_hint(lambda: zero_point_round_trip(x.clone(), dtype))
+    if "float8" in str(getattr(y, "dtype", "")):
+        return {"dtype": _dtype_name(y)}
+    return {"y": torch.as_tensor(y).detach().double().numpy(), "dtype": _dtype_name(y)}
+
+
+def check_offset_answer(mu):
+    """Check the offset at which RMSNorm's per-tensor e4m3 error passes 0.1."""
+    run_check("quant_offset_answer", {"mu": mu}, _answers_as_text)
+
+
+def check_zero_point_round_trip(zero_point_round_trip):
+    """Check zero_point_round_trip(x, dtype): each token's mean as its zero-point."""
+    run_check("quant_zero_point", zero_point_round_trip, _call_zero_point)

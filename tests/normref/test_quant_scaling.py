@@ -21,8 +21,10 @@ from normref.checks import (
     check_matmul_errors,
     check_mx_blocks,
     check_mx_matmul,
+    check_offset_answer,
     check_per_channel,
     check_smoothquant_fold,
+    check_zero_point_round_trip,
     quant_judges,
     quant_probes,
 )
@@ -824,3 +826,96 @@ def test_best_schemes_name_the_slip_and_not_the_answer(case, answer, words):
 def test_best_schemes_need_every_case():
     with pytest.raises(CheckFailed, match="no entry for"):
         check_best_schemes({"loud token": "per-token"}, *PAIRS)
+
+
+# ------------------------------ exercise 9: the offset and the zero-point
+
+def _rms_offset_error_by_hand(mu):
+    """RMSNorm in float64 numpy, the round trip by search over e4m3's values."""
+    x = mu + quant.experiment_tokens().numpy().astype(np.float64)
+    out = (x / np.sqrt((x**2).mean(axis=-1, keepdims=True) + 1e-5)).astype(np.float32)
+    out = out.astype(np.float64)
+    scale = 448.0 / np.abs(out).max()
+    back = _nearest_fp8(out * scale, E4M3) / scale
+    return np.sqrt(((back - out) ** 2).mean()) / out.std()
+
+
+def test_offset_crossing_is_where_a_fine_sweep_passes_the_limit():
+    mus = np.arange(3.0, 4.5, 0.01)
+    errors = np.array([_rms_offset_error_by_hand(mu) for mu in mus])
+    assert np.all(np.diff(errors) > 0)
+    swept = mus[np.argmax(errors >= quant.OFFSET_ERROR_LIMIT)]
+    assert quant.offset_crossing() == pytest.approx(swept, abs=0.015)
+    assert quant.offset_crossing(E5M2) < quant.offset_crossing() - 1
+
+
+def test_exercise_3s_batch_is_the_assignments_plain_tokens():
+    assert torch.equal(quant.experiment_tokens(),
+                       quant_probes.experiment_token_sets()["plain"][0])
+
+
+def test_zero_point_round_trip_is_the_centred_round_trip_done_by_hand():
+    x = quant.rms_norm_output(20 + quant.experiment_tokens()).numpy().astype(np.float64)
+    mean = x.astype(np.float32).mean(axis=-1, keepdims=True).astype(np.float64)
+    centred = x - mean
+    scale = 448.0 / np.abs(centred).max()
+    by_hand = _nearest_fp8(centred * scale, E4M3) / scale + mean
+    ours = quant.zero_point_round_trip(torch.from_numpy(x).float(), E4M3).double().numpy()
+    assert np.allclose(ours, by_hand, rtol=1e-5, atol=1e-6)
+    error = np.sqrt(((by_hand - x) ** 2).mean()) / x.std()
+    assert error < quant_judges.ZERO_POINT_ERROR_BOUND[E4M3] < 0.1 * _rms_offset_error_by_hand(20)
+
+
+@pytest.mark.parametrize("as_given", [float, np.float32, torch.tensor, str,
+                                      lambda v: Fraction(v).limit_denominator(100)])
+def test_offset_answer_accepts_any_numeric_type_within_the_tolerance(as_given):
+    crossing = quant.offset_crossing()
+    for answer in (crossing - 0.04, crossing + 0.04):
+        check_offset_answer(as_given(answer))
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda c: quant.offset_crossing(E5M2), "in e5m2"),
+    (lambda c: c + 0.1, "refine your sweep or bisect"),
+    (lambda c: c + 3, "is not near 0.1 there"),
+    (lambda c: 25.0, "between mu = 0 and mu = 20"),
+    (lambda c: "about four", "as a number"),
+    (lambda c: None, "as a number"),
+])
+def test_offset_answer_names_the_slip_and_not_the_answer(wrong, words):
+    crossing = quant.offset_crossing()
+    with pytest.raises(CheckFailed, match=words) as failure:
+        check_offset_answer(wrong(crossing))
+    assert f"{crossing:.2f}" not in str(failure.value)
+
+
+def _zero_point_with(mean_of, add_back=True, store=quant.fp8_round_trip):
+    def zero_point(x, dtype):
+        mean = mean_of(x)
+        stored = store(x - mean, dtype)
+        return stored + mean if add_back else stored
+    return zero_point
+
+
+@pytest.mark.parametrize("zero_point", [
+    quant.zero_point_round_trip,
+    lambda x, dtype: quant.zero_point_round_trip(x, dtype, per_token_scale=True),
+    lambda x, dtype: quant.zero_point_round_trip(x.double(), dtype).numpy(),
+    _zero_point_with(lambda x: x.double().mean(-1, keepdim=True).float()),
+])
+def test_zero_point_check_passes_right_code(zero_point):
+    check_zero_point_round_trip(zero_point)
+
+
+@pytest.mark.parametrize("zero_point, words", [
+    (_zero_point_with(lambda x: x.mean(-1, keepdim=True), add_back=False),
+     "add each token's mean back"),
+    (lambda x, dtype: x.clone(), "nothing was stored in fp8"),
+    (_zero_point_with(lambda x: x.mean()), "one mean for the whole tensor"),
+    (_zero_point_with(lambda x: x.mean(0, keepdim=True)), "taken over the tokens"),
+    (quant.fp8_round_trip, "without the zero-point"),
+    (lambda x, dtype: quant.zero_point_round_trip(x, dtype).to(dtype), "float8 tensor"),
+])
+def test_zero_point_check_names_the_slip(zero_point, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_zero_point_round_trip(zero_point)
