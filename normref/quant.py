@@ -464,3 +464,27 @@ def zero_point_round_trip(x, dtype, per_token_scale=False):
     stored = (per_token_round_trip(centred, dtype) if per_token_scale
               else fp8_round_trip(centred, dtype))
     return stored + mean
+
+
+# -- what one loud entry costs its MX block ----------------------------------
+
+MX_QUIET_VALUE = 1.875  # binary 1.111: it needs all three of e4m3's mantissa bits
+
+
+def mx_block_with_outlier(k, quiet=MX_QUIET_VALUE):
+    """One block (1, MX_BLOCK): MX_BLOCK - 1 entries `quiet`, one 2**k times larger."""
+    block = torch.full((1, MX_BLOCK), quiet)
+    block[0, 0] = quiet * 2.0**k
+    return block
+
+
+def mx_outlier_thresholds(dtype=torch.float8_e4m3fn, quiet=MX_QUIET_VALUE, k_max=40):
+    """(the largest k at which the quiet entries of mx_block_with_outlier(k) come
+    back exactly, the smallest k at which they come back as 0)."""
+    if float(torch.tensor(quiet).to(dtype).float()) != quiet:
+        raise ValueError(f"{quiet} is not exact in {dtype}")
+    back = [mx_dequantize(*mx_quantize(mx_block_with_outlier(k, quiet), dtype))[0, 1:]
+            for k in range(k_max + 1)]
+    exact = [k for k, b in enumerate(back) if bool((b == quiet).all())]
+    zero = [k for k, b in enumerate(back) if bool((b == 0).all())]
+    return max(exact), min(zero)

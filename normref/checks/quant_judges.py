@@ -1010,6 +1010,45 @@ def _judge_zero_point(case, output):
                     "with fp8_round_trip, then add the mean back")
 
 
+# -- what one loud entry costs its MX block ----------------------------------
+
+def _whole_number(output, key, name):
+    """(the answer as an int or None, a complaint or None)."""
+    value, problem = _read_number(output, key, name)
+    if problem is None and value != int(value):
+        return None, f"{name} is a whole number of binades, k (you gave {value:g})"
+    return (None if value is None else int(value)), problem
+
+
+def _judge_mx_outlier(case, output):
+    last_exact, first_zero = quant.mx_outlier_thresholds()
+    exact, bad_exact = _whole_number(output, "last_exact_k", "ANSWER_MX_LAST_EXACT_K")
+    zero, bad_zero = _whole_number(output, "first_zero_k", "ANSWER_MX_FIRST_ZERO_K")
+    problems = [p for p in (bad_exact, bad_zero) if p]
+    if exact is not None and exact != last_exact:
+        if exact > last_exact:
+            hint = ("below e4m3's smallest normal value, 2 ** -6, the grid's step stays "
+                    "2 ** -9, and 1.875 needs all three mantissa bits: at your k the "
+                    "others are already rounded")
+        else:
+            hint = ("at your k + 1 the others, 1.875 / X, are still normal in e4m3 "
+                    "(at least 2 ** -6) and so still exact: find X from the outlier's "
+                    "floor(log2), then where 1.875 / X lands")
+        problems.append(f"ANSWER_MX_LAST_EXACT_K is not yet right (you answered {exact}): "
+                        f"{hint}")
+    if zero is not None and zero != first_zero:
+        if zero < first_zero:
+            hint = ("at your k the others are still at least half of e4m3's smallest "
+                    "subnormal, 2 ** -9, so they round up to it, not down to 0 (round "
+                    "to nearest, ties to even)")
+        else:
+            hint = ("at your k - 1 the others already land below half of e4m3's smallest "
+                    "subnormal, 2 ** -9, and round to 0")
+        problems.append(f"ANSWER_MX_FIRST_ZERO_K is not yet right (you answered {zero}): "
+                        f"{hint}")
+    return "; ".join(problems) or None
+
+
 CHECKS = {
     "quant_per_token": Check(_per_token_cases, _judge_per_token),
     "quant_delayed_scaler": Check(_delayed_cases, _judge_delayed),
@@ -1043,4 +1082,7 @@ CHECKS = {
         lambda rng: [("your offset at which RMSNorm's e4m3 error passes 0.1", {})],
         _judge_offset),
     "quant_zero_point": Check(_zero_point_cases, _judge_zero_point),
+    "quant_mx_outlier_answers": Check(
+        lambda rng: [("your two values of k for a block with one loud entry", {})],
+        _judge_mx_outlier),
 }

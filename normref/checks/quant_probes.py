@@ -473,3 +473,10 @@ def check_offset_answer(mu):
 def check_zero_point_round_trip(zero_point_round_trip):
     """Check zero_point_round_trip(x, dtype): each token's mean as its zero-point."""
     run_check("quant_zero_point", zero_point_round_trip, _call_zero_point)
+
+
+def check_mx_outlier_answers(last_exact_k, first_zero_k):
+    """Check where one loud entry starts to cost its MX block's other entries."""
+    run_check("quant_mx_outlier_answers", {"last_exact_k": last_exact_k,
+                                           "first_zero_k": first_zero_k},
+              _answers_as_text)

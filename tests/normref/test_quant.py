@@ -634,7 +634,8 @@ def test_every_quant_check_is_covered_here():
                                      "quant_smoothquant_fold", "quant_matmul_errors",
                                      "quant_loud_token_errors",
                                      "quant_loud_token_answers", "quant_best_schemes",
-                                     "quant_offset_answer", "quant_zero_point"}
+                                     "quant_offset_answer", "quant_zero_point",
+                                     "quant_mx_outlier_answers"}
 
 
 # Unit 06's checks (fp8 scaling), pinned down to the verdict and the sentence a

@@ -21,6 +21,7 @@ from normref.checks import (
     check_matmul_errors,
     check_mx_blocks,
     check_mx_matmul,
+    check_mx_outlier_answers,
     check_offset_answer,
     check_per_channel,
     check_smoothquant_fold,
@@ -919,3 +920,50 @@ def test_zero_point_check_passes_right_code(zero_point):
 def test_zero_point_check_names_the_slip(zero_point, words):
     with pytest.raises(CheckFailed, match=words):
         check_zero_point_round_trip(zero_point)
+
+
+# ------------------------------- exercise 5: one loud entry in an MX block
+
+def _others_by_hand(k):
+    """The 31 quiet entries of the block after MX blocks done by hand."""
+    block = np.full((1, 32), 1.875)
+    block[0, 0] = 1.875 * 2.0**k
+    q, X = _mx_by_hand(block, E4M3)
+    return (q * X)[0, 1:]
+
+
+def test_mx_outlier_thresholds_match_blocks_done_by_hand():
+    backs = {k: _others_by_hand(k) for k in range(1, 30)}
+    last_exact = max(k for k, b in backs.items() if np.all(b == 1.875))
+    first_zero = min(k for k, b in backs.items() if np.all(b == 0))
+    assert quant.mx_outlier_thresholds() == (last_exact, first_zero)
+    # between the two the others are rounded on the subnormal grid, not lost
+    assert all(np.all((b != 0) & (b != 1.875)) for k, b in backs.items()
+               if last_exact < k < first_zero)
+
+
+def test_mx_outlier_thresholds_refuse_a_quiet_value_the_format_cannot_hold():
+    with pytest.raises(ValueError, match="not exact"):
+        quant.mx_outlier_thresholds(E5M2)
+
+
+@pytest.mark.parametrize("as_given", [int, float, str, np.int64, torch.tensor, Fraction])
+def test_mx_outlier_answers_accept_any_numeric_type(as_given):
+    check_mx_outlier_answers(*(as_given(k) for k in quant.mx_outlier_thresholds()))
+
+
+@pytest.mark.parametrize("shift, words", [
+    ((1, 0), "already rounded"),
+    ((-1, 0), "still normal in e4m3"),
+    ((0, -1), "round up to it, not down to 0"),
+    ((0, 1), "already land below half"),
+    ((0.5, 0), "a whole number"),
+])
+def test_mx_outlier_answers_name_the_slip_and_not_the_answer(shift, words):
+    right = quant.mx_outlier_thresholds()
+    answers = [k + d for k, d in zip(right, shift)]
+    with pytest.raises(CheckFailed, match=words) as failure:
+        check_mx_outlier_answers(*answers)
+    message = str(failure.value)
+    assert not any(f" {k} " in message or f" {k})" in message or f"{k}:" in message
+                   for k in right if k not in answers)
