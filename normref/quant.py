@@ -401,3 +401,90 @@ def loud_token_errors(dtype=torch.float8_e4m3fn):
     A, W, quiet = loud_token_layer()
     return scheme_errors(A, W, dtype, rows=quiet)
 
+
+
+# -- the conclusions: which scheme stores which case best --------------------
+
+ABOUT_THE_SAME = 1.25  # two errors within 25% of each other are about the same
+RMS_CASE_CHOICES = ("per-tensor", "per-token", "about-the-same")
+
+
+def fair_best_schemes(errors):
+    """The names in {name: error} whose error is within 25% of the smallest:
+    each is a fair answer to "which scheme stores this best"."""
+    best = min(errors.values())
+    return {name for name, error in errors.items() if error <= ABOUT_THE_SAME * best}
+
+
+def token_scaling_verdict(per_tensor_error, per_token_error):
+    """"per-tensor", "per-token", or "about-the-same" when neither error is
+    more than 25% above the other."""
+    low, high = sorted((per_tensor_error, per_token_error))
+    if high <= ABOUT_THE_SAME * low:
+        return "about-the-same"
+    return "per-tensor" if per_tensor_error < per_token_error else "per-token"
+
+
+# -- the offset, and a zero-point per token ----------------------------------
+
+OFFSET_ERROR_LIMIT = 0.1  # the error at which exercise 9 asks where RMSNorm's offset starts to cost
+
+
+def experiment_tokens(n_tokens=64, d=256, seed=0):
+    """The assignment's N(0, 1) batch (n_tokens, d): exercise 3's "plain"."""
+    return torch.randn(n_tokens, d, generator=torch.Generator().manual_seed(seed))
+
+
+def rms_offset_error(mu, dtype=torch.float8_e4m3fn):
+    """rmse_over_std of RMSNorm's output for the tokens mu + experiment_tokens(),
+    after a per-tensor round trip."""
+    out = rms_norm_output(mu + experiment_tokens())
+    return rmse_over_std(out, fp8_round_trip(out, dtype))
+
+
+def offset_crossing(dtype=torch.float8_e4m3fn, limit=OFFSET_ERROR_LIMIT, hi=20.0,
+                    tolerance=1e-4):
+    """The mu in [0, hi] at which rms_offset_error passes `limit`, by bisection
+    (the error grows with mu there)."""
+    lo = 0.0
+    if not rms_offset_error(lo, dtype) < limit <= rms_offset_error(hi, dtype):
+        raise ValueError(f"the error does not pass {limit} between 0 and {hi}")
+    while hi - lo > tolerance:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if rms_offset_error(mid, dtype) < limit else (lo, mid)
+    return (lo + hi) / 2
+
+
+def zero_point_round_trip(x, dtype, per_token_scale=False):
+    """Each token's mean subtracted, the centred tensor round-tripped (one
+    amax scale, or one per token), the mean added back: the mean is the
+    token's zero-point, kept in float32. x: (..., d) -> float32 (..., d)."""
+    mean = x.mean(dim=-1, keepdim=True)  # ..., 1
+    centred = x - mean
+    stored = (per_token_round_trip(centred, dtype) if per_token_scale
+              else fp8_round_trip(centred, dtype))
+    return stored + mean
+
+
+# -- what one loud entry costs its MX block ----------------------------------
+
+MX_QUIET_VALUE = 1.875  # binary 1.111: it needs all three of e4m3's mantissa bits
+
+
+def mx_block_with_outlier(k, quiet=MX_QUIET_VALUE):
+    """One block (1, MX_BLOCK): MX_BLOCK - 1 entries `quiet`, one 2**k times larger."""
+    block = torch.full((1, MX_BLOCK), quiet)
+    block[0, 0] = quiet * 2.0**k
+    return block
+
+
+def mx_outlier_thresholds(dtype=torch.float8_e4m3fn, quiet=MX_QUIET_VALUE, k_max=40):
+    """(the largest k at which the quiet entries of mx_block_with_outlier(k) come
+    back exactly, the smallest k at which they come back as 0)."""
+    if float(torch.tensor(quiet).to(dtype).float()) != quiet:
+        raise ValueError(f"{quiet} is not exact in {dtype}")
+    back = [mx_dequantize(*mx_quantize(mx_block_with_outlier(k, quiet), dtype))[0, 1:]
+            for k in range(k_max + 1)]
+    exact = [k for k, b in enumerate(back) if bool((b == quiet).all())]
+    zero = [k for k, b in enumerate(back) if bool((b == 0).all())]
+    return max(exact), min(zero)

@@ -8,7 +8,9 @@ import torch
 from normref import quant
 from normref.checks._registry import Check
 from normref.checks.quant_probes import (
+    BEST_SCHEME_CASES,
     MATMUL_SCHEMES,
+    as_choice,
     experiment_token_sets,
     loud_token_layer,
 )
@@ -828,6 +830,225 @@ def _judge_loud_token_answers(case, output):
     return f"ANSWER_SMOOTH_SPREAD is not yet right (you answered {value:.4g}): {hint}"
 
 
+# -- the conclusions ---------------------------------------------------------
+
+@functools.cache
+def _reference_rms_row():
+    """(per-tensor, per-token) errors of the RMSNorm batch, e4m3."""
+    return np.array(quant.scaling_errors(*experiment_token_sets()["RMSNorm, mu = 20"]))
+
+
+def _own_or_reference(measured, reference):
+    """The student's own figures; the reference where their code raised."""
+    measured = np.asarray(measured, np.float64)
+    return np.where(np.isfinite(measured), measured, reference)
+
+
+_CASE_SLIPS = {
+    ("loud channel", "per-token"):
+        "a loud channel sits in every token, so it still sets every token's own scale",
+    ("loud token", "per-channel"):
+        "a loud token sits in every channel, so it still sets every channel's own scale",
+    ("loud token", "smoothquant"):
+        "SmoothQuant's fold divides whole channels, the loud tokens' entries and the "
+        "quiet ones' alike (question 3's ratio)",
+}
+
+
+def _judge_scheme_case(name, answer, errors, table):
+    """None, or what is wrong with naming `answer` the best of {scheme: error}."""
+    if answer not in errors:
+        return (f"ANSWER_BEST_SCHEME[{name!r}] is {answer!r}, not one of the schemes "
+                f"{list(errors)}")
+    if answer in quant.fair_best_schemes(errors):
+        return None
+    if errors[answer] == max(errors.values()):
+        hint = f"that is the largest error in your {table}, not the smallest"
+    else:
+        hint = _CASE_SLIPS.get((name, answer),
+                               f"it is neither the smallest error in your {table} nor "
+                               "within 25% of it")
+    return f"ANSWER_BEST_SCHEME[{name!r}] is not yet right: {hint}"
+
+
+def _judge_rms_case(answer, per_tensor, per_token):
+    choices = quant.RMS_CASE_CHOICES
+    if answer not in choices:
+        return (f"ANSWER_BEST_SCHEME['RMSNorm, mu = 20'] is {answer!r}, not one of "
+                f"{list(choices)}")
+    verdict = quant.token_scaling_verdict(per_tensor, per_token)
+    if answer == verdict:
+        return None
+    if verdict == "about-the-same":
+        hint = ("compare your two errors for this batch in SCALING_TABLE again, with "
+                "the question's 25% rule")
+    elif answer == "about-the-same":
+        hint = ("your two errors for this batch in SCALING_TABLE differ by more than 25%")
+    else:
+        hint = "that is the larger of your two errors for this batch in SCALING_TABLE"
+    return f"ANSWER_BEST_SCHEME['RMSNorm, mu = 20'] is not yet right: {hint}"
+
+
+def _judge_best_schemes(case, output):
+    answers = dict(zip(BEST_SCHEME_CASES,
+                       (as_choice(a) for a in np.ravel(output["answers"]))))
+    outlier = _own_or_reference(output["outlier"], _reference_matmul())
+    loud = _own_or_reference(output["loud_tokens"], _reference_loud_tokens())
+    rms_row = _own_or_reference(output["rms_row"], _reference_rms_row())
+    problems = [
+        _judge_scheme_case("loud channel", answers["loud channel"],
+                           dict(zip(MATMUL_SCHEMES, outlier)), "MATMUL_ERRORS"),
+        _judge_scheme_case("loud token", answers["loud token"],
+                           dict(zip(MATMUL_SCHEMES, loud)), "LOUD_TOKEN_ERRORS"),
+        _judge_rms_case(answers["RMSNorm, mu = 20"], *rms_row),
+    ]
+    return "; ".join(p for p in problems if p) or None
+
+
+# -- exercise 9: the offset, and a zero-point per token ----------------------
+
+OFFSET_TOLERANCE = 0.05  # the offset answer against the bisection's, in units of mu
+# The error a zero-point round trip must stay below: about 0.026 in e4m3 (RMSNorm
+# at mu = 20, as N(0, 1) data), twice that in e5m2, which has a mantissa bit fewer.
+ZERO_POINT_ERROR_BOUND = {torch.float8_e4m3fn: 0.04, torch.float8_e5m2: 0.08}
+
+
+@functools.cache
+def _offset_crossings():
+    """{format: the mu at which RMSNorm's per-tensor error passes 0.1}."""
+    return {dtype: quant.offset_crossing(dtype) for dtype in quant.FP8_FORMATS}
+
+
+def _judge_offset(case, output):
+    mu, problem = _read_number(output, "mu", "ANSWER_OFFSET_MU")
+    if problem:
+        return problem
+    crossings = _offset_crossings()
+    if abs(mu - crossings[torch.float8_e4m3fn]) <= OFFSET_TOLERANCE:
+        return None
+    if abs(mu - crossings[torch.float8_e5m2]) <= OFFSET_TOLERANCE:
+        hint = "that is where the error passes 0.1 in e5m2; the question is about e4m3"
+    elif not 0 < mu < 20:
+        hint = "the error passes 0.1 between mu = 0 and mu = 20"
+    elif abs(quant.rms_offset_error(mu) - quant.OFFSET_ERROR_LIMIT) < 0.01:
+        hint = (f"the error at your mu is within 0.01 of 0.1, but the answer must be "
+                f"within {OFFSET_TOLERANCE} of the crossing in mu: refine your sweep "
+                "or bisect further")
+    else:
+        hint = ("the error of F.rms_norm(mu + plain, (256,), eps=1e-5) after "
+                "fp8_round_trip(., E4M3), measured with masked_error over every entry, "
+                f"is not near 0.1 there (it is {quant.rms_offset_error(mu):.3g})")
+    return f"ANSWER_OFFSET_MU is not yet right (you answered {mu:.4g}): {hint}"
+
+
+def _zero_point_cases(rng):
+    e4m3, e5m2 = np.array("float8_e4m3fn"), np.array("float8_e5m2")
+    rms20 = quant.rms_norm_output(20 + quant.experiment_tokens())
+    offsets = rng.uniform(-30, 30, size=(16, 1))
+    return [
+        ("exercise 3's RMSNorm batch at mu = 20, e4m3", {"x": _f32(rms20), "dtype": e4m3}),
+        ("tokens with offsets from -30 to 30, one per token, shape (16, 64), e4m3",
+         {"x": _f32(offsets + rng.normal(size=(16, 64))), "dtype": e4m3}),
+        ("a 3-D batch (2, 3, 32) offset by 5, e5m2",
+         {"x": _f32(5 + rng.normal(size=(2, 3, 32))), "dtype": e5m2}),
+        ("one token, shape (64,), offset by 10, e4m3",
+         {"x": _f32(10 + rng.normal(size=64)), "dtype": e4m3}),
+    ]
+
+
+def _zero_point_slip(x, dtype, y):
+    """A sentence naming the slip y matches, or None."""
+    xt = torch.from_numpy(x.copy())
+    mean = xt.mean(dim=-1, keepdim=True)
+    slips = {
+        "you returned the centred values: add each token's mean back after the round "
+        "trip": quant.fp8_round_trip(xt - mean, dtype),
+        "nothing was stored in fp8: round-trip the centred values with fp8_round_trip":
+            xt,
+        "that is one mean for the whole tensor; each token (row) needs its own mean, "
+        "over its last axis": quant.fp8_round_trip(xt - xt.mean(), dtype) + xt.mean(),
+        "that is the round trip without the zero-point: subtract each token's mean "
+        "before scaling": quant.fp8_round_trip(xt, dtype),
+    }
+    if x.ndim > 1:
+        column_mean = xt.mean(dim=-2, keepdim=True)
+        slips["the mean was taken over the tokens (one per feature); take it over each "
+              "token's own features, the last axis"] = (
+            quant.fp8_round_trip(xt - column_mean, dtype) + column_mean)
+    for hint, wrong in slips.items():
+        if np.allclose(y, wrong.double().numpy(), rtol=1e-5, atol=1e-6):
+            return hint
+    return None
+
+
+def _judge_zero_point(case, output):
+    if "float8" in str(output.get("dtype", "")):
+        return ("your result is a float8 tensor; cast back with .float() and add the "
+                "mean in float32")
+    x, dtype = case["x"], getattr(torch, str(case["dtype"]))
+    y = np.asarray(output["y"], np.float64)
+    if y.shape != x.shape:
+        return f"your result has shape {y.shape}; x has shape {x.shape}"
+    if not np.all(np.isfinite(y)):
+        return "your result holds inf or NaN"
+    xt = torch.from_numpy(x.copy())
+    error = quant.rmse_over_std(xt, torch.from_numpy(y).float())
+    if error > ZERO_POINT_ERROR_BOUND[dtype]:
+        slip = _zero_point_slip(x, dtype, y)
+        return (f"the error of your round trip is {error:.3g}, not below "
+                f"{ZERO_POINT_ERROR_BOUND[dtype]}" + (f": {slip}" if slip else ""))
+    centred = x.astype(np.float64) - x.astype(np.float64).mean(axis=-1, keepdims=True)
+    for per_token in (False, True):
+        ref = quant.zero_point_round_trip(xt, dtype, per_token_scale=per_token).numpy()
+        scale = (_row_scales(centred, dtype) if per_token else
+                 quant.fp8_max(dtype) / np.abs(centred).max())
+        if _same_rounding(y, ref, scale, dtype):
+            return None
+    slip = _zero_point_slip(x, dtype, y)
+    return slip or ("your error is small, but your values are not the centred tensor's "
+                    "round trip plus each token's mean: store x minus its token's mean "
+                    "with fp8_round_trip, then add the mean back")
+
+
+# -- what one loud entry costs its MX block ----------------------------------
+
+def _whole_number(output, key, name):
+    """(the answer as an int or None, a complaint or None)."""
+    value, problem = _read_number(output, key, name)
+    if problem is None and value != int(value):
+        return None, f"{name} is a whole number of binades, k (you gave {value:g})"
+    return (None if value is None else int(value)), problem
+
+
+def _judge_mx_outlier(case, output):
+    last_exact, first_zero = quant.mx_outlier_thresholds()
+    exact, bad_exact = _whole_number(output, "last_exact_k", "ANSWER_MX_LAST_EXACT_K")
+    zero, bad_zero = _whole_number(output, "first_zero_k", "ANSWER_MX_FIRST_ZERO_K")
+    problems = [p for p in (bad_exact, bad_zero) if p]
+    if exact is not None and exact != last_exact:
+        if exact > last_exact:
+            hint = ("below e4m3's smallest normal value, 2 ** -6, the grid's step stays "
+                    "2 ** -9, and 1.875 needs all three mantissa bits: at your k the "
+                    "others are already rounded")
+        else:
+            hint = ("at your k + 1 the others, 1.875 / X, are still normal in e4m3 "
+                    "(at least 2 ** -6) and so still exact: find X from the outlier's "
+                    "floor(log2), then where 1.875 / X lands")
+        problems.append(f"ANSWER_MX_LAST_EXACT_K is not yet right (you answered {exact}): "
+                        f"{hint}")
+    if zero is not None and zero != first_zero:
+        if zero < first_zero:
+            hint = ("at your k the others are still at least half of e4m3's smallest "
+                    "subnormal, 2 ** -9, so they round up to it, not down to 0 (round "
+                    "to nearest, ties to even)")
+        else:
+            hint = ("at your k - 1 the others already land below half of e4m3's smallest "
+                    "subnormal, 2 ** -9, and round to 0")
+        problems.append(f"ANSWER_MX_FIRST_ZERO_K is not yet right (you answered {zero}): "
+                        f"{hint}")
+    return "; ".join(problems) or None
+
+
 CHECKS = {
     "quant_per_token": Check(_per_token_cases, _judge_per_token),
     "quant_delayed_scaler": Check(_delayed_cases, _judge_delayed),
@@ -854,4 +1075,14 @@ CHECKS = {
         lambda rng: [("your ratio of loud to quiet tokens after the fold, and the same "
                       "ratio measured with your smoothquant_fold", {})],
         _judge_loud_token_answers),
+    "quant_best_schemes": Check(
+        lambda rng: [("the scheme you name for each case, and your own measurements "
+                      "of the three cases", {})], _judge_best_schemes),
+    "quant_offset_answer": Check(
+        lambda rng: [("your offset at which RMSNorm's e4m3 error passes 0.1", {})],
+        _judge_offset),
+    "quant_zero_point": Check(_zero_point_cases, _judge_zero_point),
+    "quant_mx_outlier_answers": Check(
+        lambda rng: [("your two values of k for a block with one loud entry", {})],
+        _judge_mx_outlier),
 }

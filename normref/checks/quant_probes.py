@@ -401,3 +401,82 @@ def check_loud_token_answers(smooth_spread, smoothquant_fold):
     """Check how much louder the loud tokens still are after SmoothQuant's fold."""
     run_check("quant_loud_token_answers", (smooth_spread, smoothquant_fold),
               _smooth_spread_probe)
+
+
+# -- the conclusions ----------------------------------------------------------
+
+BEST_SCHEME_CASES = ("loud channel", "loud token", "RMSNorm, mu = 20")
+
+
+def _measured_or_nan(measure, size):
+    """What `measure` returns, or NaNs where the student's code raises: a
+    broken function is its own exercise's to report, not the conclusions'."""
+    try:
+        return np.asarray(measure(), np.float64)
+    except Exception:
+        return np.full(size, np.nan)
+
+
+def _best_scheme_probe(subject, case):
+    """The answers as text, and the figures they are read from, measured again
+    with the student's functions: the RMSNorm batch's (per-tensor, per-token)
+    errors, then the five schemes on the outlier layer and on the loud tokens."""
+    import torch
+
+    answers, per_token_round_trip, *quantizers = subject
+    by_case = _by_choice(answers, BEST_SCHEME_CASES, "ANSWER_BEST_SCHEME",
+                         "{case: scheme}")
+    rms_out, everywhere = experiment_token_sets()["RMSNorm, mu = 20"]
+    e4m3 = torch.float8_e4m3fn
+
+    def rms_row():
+        per_token = torch.as_tensor(per_token_round_trip(rms_out.clone(), e4m3)).float()
+        return [masked_error(rms_out, per_tensor_round_trip(rms_out, e4m3), everywhere),
+                masked_error(rms_out, per_token, everywhere)]
+
+    schemes = (per_token_round_trip, *quantizers)
+    A, W = outlier_layer()
+    A_loud, W_plain, quiet = loud_token_layer()
+    size = len(MATMUL_SCHEMES)
+    return {"answers": np.array([str(by_case[name]) for name in BEST_SCHEME_CASES]),
+            "rms_row": _measured_or_nan(rms_row, 2),
+            "outlier": _measured_or_nan(lambda: _measure_schemes(schemes, A, W), size),
+            "loud_tokens": _measured_or_nan(
+                lambda: _measure_schemes(schemes, A_loud, W_plain, quiet), size)}
+
+
+def check_best_schemes(answers, per_token_round_trip, per_channel_pair, mx_pair,
+                       smoothquant_fold):
+    """Check the scheme you name for each case against your own measurements."""
+    run_check("quant_best_schemes",
+              (answers, per_token_round_trip, per_channel_pair, mx_pair, smoothquant_fold),
+              _best_scheme_probe)
+
+
+# -- exercise 9: the offset, and a zero-point per token ----------------------
+
+def _call_zero_point(zero_point_round_trip, case):
+    import torch
+
+    x, dtype = _tensor(case["x"]), _torch_dtype(case["dtype"])
+    y = _with_float8_hint(lambda: zero_point_round_trip(x.clone(), dtype))
+    if "float8" in str(getattr(y, "dtype", "")):
+        return {"dtype": _dtype_name(y)}
+    return {"y": torch.as_tensor(y).detach().double().numpy(), "dtype": _dtype_name(y)}
+
+
+def check_offset_answer(mu):
+    """Check the offset at which RMSNorm's per-tensor e4m3 error passes 0.1."""
+    run_check("quant_offset_answer", {"mu": mu}, _answers_as_text)
+
+
+def check_zero_point_round_trip(zero_point_round_trip):
+    """Check zero_point_round_trip(x, dtype): each token's mean as its zero-point."""
+    run_check("quant_zero_point", zero_point_round_trip, _call_zero_point)
+
+
+def check_mx_outlier_answers(last_exact_k, first_zero_k):
+    """Check where one loud entry starts to cost its MX block's other entries."""
+    run_check("quant_mx_outlier_answers", {"last_exact_k": last_exact_k,
+                                           "first_zero_k": first_zero_k},
+              _answers_as_text)

@@ -628,12 +628,14 @@ def test_every_quant_check_is_covered_here():
     names = {n for n in _registry.check_names() if n.startswith("quant_")}
     assert names == set(SUBJECTS) | {"quant_scaling_table",
                                      "quant_spike_answer", "quant_scaling_answers",
-                                     # test_quant_scaling.py covers these seven
+                                     # test_quant_scaling.py covers these
                                      "quant_per_channel", "quant_mx_blocks",
                                      "quant_mx_matmul",
                                      "quant_smoothquant_fold", "quant_matmul_errors",
                                      "quant_loud_token_errors",
-                                     "quant_loud_token_answers"}
+                                     "quant_loud_token_answers", "quant_best_schemes",
+                                     "quant_offset_answer", "quant_zero_point",
+                                     "quant_mx_outlier_answers"}
 
 
 # Unit 06's checks (fp8 scaling), pinned down to the verdict and the sentence a

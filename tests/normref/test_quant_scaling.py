@@ -15,13 +15,17 @@ import torch.nn.functional as F
 from normref import quant
 from normref.checks import (
     CheckFailed,
+    check_best_schemes,
     check_loud_token_answers,
     check_loud_token_errors,
     check_matmul_errors,
     check_mx_blocks,
     check_mx_matmul,
+    check_mx_outlier_answers,
+    check_offset_answer,
     check_per_channel,
     check_smoothquant_fold,
+    check_zero_point_round_trip,
     quant_judges,
     quant_probes,
 )
@@ -734,3 +738,232 @@ def test_mx_matmul_judge_names_partials_that_carry_the_scales():
     assert "already carry the scales" in quant_judges._judge_mx_matmul(case, output)
     output["partials"] = quant.mx_block_partials(qa, qw_t).double().numpy()
     assert quant_judges._judge_mx_matmul(case, output) is None
+
+
+# ------------------------------------------- question 5: the conclusions
+
+def _best_by_hand(errors):
+    """The schemes within 25% of the smallest error, in numpy."""
+    names = list(errors)
+    values = np.array([errors[name] for name in names], np.float64)
+    return {name for name, v in zip(names, values) if v / values.min() <= 1.25}
+
+
+def test_fair_best_schemes_are_those_within_a_quarter_of_the_smallest():
+    assert quant.fair_best_schemes({"a": 1.0, "b": 1.25, "c": 1.26}) == {"a", "b"}
+    for errors in (quant.matmul_errors(), quant.loud_token_errors()):
+        assert quant.fair_best_schemes(errors) == _best_by_hand(errors)
+
+
+def test_the_cases_have_the_winners_the_unit_teaches():
+    """Per channel and SmoothQuant tie on loud channels, per token and MX
+    blocks on loud tokens, and no finer scale helps RMSNorm's offset."""
+    assert quant.fair_best_schemes(quant.matmul_errors()) == {"per-channel",
+                                                              "smoothquant"}
+    assert quant.fair_best_schemes(quant.loud_token_errors()) == {"per-token",
+                                                                  "per-block"}
+    rms_out, keep = quant_probes.experiment_token_sets()["RMSNorm, mu = 20"]
+    assert quant.token_scaling_verdict(*quant.scaling_errors(rms_out, keep)) == \
+        "about-the-same"
+    assert quant.token_scaling_verdict(1.0, 0.5) == "per-token"
+    assert quant.token_scaling_verdict(0.5, 1.0) == "per-tensor"
+
+
+RIGHT_BEST = {"loud channel": "per-channel", "loud token": "per-token",
+              "RMSNorm, mu = 20": "about the same"}
+
+
+@pytest.mark.parametrize("answers", [
+    RIGHT_BEST,
+    {"Loud_Channel ": "SmoothQuant", "LOUD TOKEN": "Per_Block",
+     "rmsnorm, mu = 20": " About-The-Same"},
+])
+def test_best_schemes_accept_any_fair_winner_in_any_spelling(answers):
+    check_best_schemes(answers, *PAIRS)
+
+
+def test_best_schemes_are_read_against_the_students_own_functions():
+    """A per-channel pair that takes the amax down the rows measures per-token
+    figures: on the student's own numbers per-channel no longer wins the loud
+    channels, and naming what their table shows passes."""
+    wrong = (PAIRS[0], (per_row_quantize, per_row_dequantize), *PAIRS[2:])
+    A, W = quant.outlier_layer()
+    own = dict(zip(quant_probes.MATMUL_SCHEMES, quant_probes._measure_schemes(wrong, A, W)))
+    assert "per-channel" not in quant.fair_best_schemes(own)
+    with pytest.raises(CheckFailed, match="loud channel"):
+        check_best_schemes(RIGHT_BEST, *wrong)
+    check_best_schemes({**RIGHT_BEST, "loud channel": "smoothquant"}, *wrong)
+
+
+def test_best_schemes_of_functions_that_raise_are_read_against_the_reference():
+    def broken(x, dtype):
+        raise NotImplementedError()
+
+    check_best_schemes(RIGHT_BEST, broken, *PAIRS[1:])
+
+
+@pytest.mark.parametrize("case, answer, words", [
+    ("loud channel", "per-token", "still sets every token's own scale"),
+    ("loud channel", "per-tensor", "largest error in your MATMUL_ERRORS"),
+    ("loud channel", "per-block", "nor within 25% of it"),
+    ("loud token", "per-channel", "still sets every channel's own scale"),
+    ("loud token", "smoothquant", "divides whole channels"),
+    ("loud token", "per-tensor", "largest error in your LOUD_TOKEN_ERRORS"),
+    ("loud token", "zero-point", "not one of the schemes"),
+    ("RMSNorm, mu = 20", "per-token", "the question's 25% rule"),
+    ("RMSNorm, mu = 20", "per-channel", "not one of"),
+])
+def test_best_schemes_name_the_slip_and_not_the_answer(case, answer, words):
+    with pytest.raises(CheckFailed, match=words) as failure:
+        check_best_schemes({**RIGHT_BEST, case: answer}, *PAIRS)
+    message = str(failure.value)
+    assert case in message and message.count("not yet right") + \
+        message.count("not one of") == 1
+    if "not yet right" in message:
+        right = {"per-channel", "smoothquant", "per-block", "about"} - {answer}
+        assert not any(name in message for name in right)
+
+
+def test_best_schemes_need_every_case():
+    with pytest.raises(CheckFailed, match="no entry for"):
+        check_best_schemes({"loud token": "per-token"}, *PAIRS)
+
+
+# ------------------------------ exercise 9: the offset and the zero-point
+
+def _rms_offset_error_by_hand(mu):
+    """RMSNorm in float64 numpy, the round trip by search over e4m3's values."""
+    x = mu + quant.experiment_tokens().numpy().astype(np.float64)
+    out = (x / np.sqrt((x**2).mean(axis=-1, keepdims=True) + 1e-5)).astype(np.float32)
+    out = out.astype(np.float64)
+    scale = 448.0 / np.abs(out).max()
+    back = _nearest_fp8(out * scale, E4M3) / scale
+    return np.sqrt(((back - out) ** 2).mean()) / out.std()
+
+
+def test_offset_crossing_is_where_a_fine_sweep_passes_the_limit():
+    mus = np.arange(3.0, 4.5, 0.01)
+    errors = np.array([_rms_offset_error_by_hand(mu) for mu in mus])
+    assert np.all(np.diff(errors) > 0)
+    swept = mus[np.argmax(errors >= quant.OFFSET_ERROR_LIMIT)]
+    assert quant.offset_crossing() == pytest.approx(swept, abs=0.015)
+    assert quant.offset_crossing(E5M2) < quant.offset_crossing() - 1
+
+
+def test_exercise_3s_batch_is_the_assignments_plain_tokens():
+    assert torch.equal(quant.experiment_tokens(),
+                       quant_probes.experiment_token_sets()["plain"][0])
+
+
+def test_zero_point_round_trip_is_the_centred_round_trip_done_by_hand():
+    x = quant.rms_norm_output(20 + quant.experiment_tokens()).numpy().astype(np.float64)
+    mean = x.astype(np.float32).mean(axis=-1, keepdims=True).astype(np.float64)
+    centred = x - mean
+    scale = 448.0 / np.abs(centred).max()
+    by_hand = _nearest_fp8(centred * scale, E4M3) / scale + mean
+    ours = quant.zero_point_round_trip(torch.from_numpy(x).float(), E4M3).double().numpy()
+    assert np.allclose(ours, by_hand, rtol=1e-5, atol=1e-6)
+    error = np.sqrt(((by_hand - x) ** 2).mean()) / x.std()
+    assert error < quant_judges.ZERO_POINT_ERROR_BOUND[E4M3] < 0.1 * _rms_offset_error_by_hand(20)
+
+
+@pytest.mark.parametrize("as_given", [float, np.float32, torch.tensor, str,
+                                      lambda v: Fraction(v).limit_denominator(100)])
+def test_offset_answer_accepts_any_numeric_type_within_the_tolerance(as_given):
+    crossing = quant.offset_crossing()
+    for answer in (crossing - 0.04, crossing + 0.04):
+        check_offset_answer(as_given(answer))
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda c: quant.offset_crossing(E5M2), "in e5m2"),
+    (lambda c: c + 0.1, "refine your sweep or bisect"),
+    (lambda c: c + 3, "is not near 0.1 there"),
+    (lambda c: 25.0, "between mu = 0 and mu = 20"),
+    (lambda c: "about four", "as a number"),
+    (lambda c: None, "as a number"),
+])
+def test_offset_answer_names_the_slip_and_not_the_answer(wrong, words):
+    crossing = quant.offset_crossing()
+    with pytest.raises(CheckFailed, match=words) as failure:
+        check_offset_answer(wrong(crossing))
+    assert f"{crossing:.2f}" not in str(failure.value)
+
+
+def _zero_point_with(mean_of, add_back=True, store=quant.fp8_round_trip):
+    def zero_point(x, dtype):
+        mean = mean_of(x)
+        stored = store(x - mean, dtype)
+        return stored + mean if add_back else stored
+    return zero_point
+
+
+@pytest.mark.parametrize("zero_point", [
+    quant.zero_point_round_trip,
+    lambda x, dtype: quant.zero_point_round_trip(x, dtype, per_token_scale=True),
+    lambda x, dtype: quant.zero_point_round_trip(x.double(), dtype).numpy(),
+    _zero_point_with(lambda x: x.double().mean(-1, keepdim=True).float()),
+])
+def test_zero_point_check_passes_right_code(zero_point):
+    check_zero_point_round_trip(zero_point)
+
+
+@pytest.mark.parametrize("zero_point, words", [
+    (_zero_point_with(lambda x: x.mean(-1, keepdim=True), add_back=False),
+     "add each token's mean back"),
+    (lambda x, dtype: x.clone(), "nothing was stored in fp8"),
+    (_zero_point_with(lambda x: x.mean()), "one mean for the whole tensor"),
+    (_zero_point_with(lambda x: x.mean(0, keepdim=True)), "taken over the tokens"),
+    (quant.fp8_round_trip, "without the zero-point"),
+    (lambda x, dtype: quant.zero_point_round_trip(x, dtype).to(dtype), "float8 tensor"),
+])
+def test_zero_point_check_names_the_slip(zero_point, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_zero_point_round_trip(zero_point)
+
+
+# ------------------------------- exercise 5: one loud entry in an MX block
+
+def _others_by_hand(k):
+    """The 31 quiet entries of the block after MX blocks done by hand."""
+    block = np.full((1, 32), 1.875)
+    block[0, 0] = 1.875 * 2.0**k
+    q, X = _mx_by_hand(block, E4M3)
+    return (q * X)[0, 1:]
+
+
+def test_mx_outlier_thresholds_match_blocks_done_by_hand():
+    backs = {k: _others_by_hand(k) for k in range(1, 30)}
+    last_exact = max(k for k, b in backs.items() if np.all(b == 1.875))
+    first_zero = min(k for k, b in backs.items() if np.all(b == 0))
+    assert quant.mx_outlier_thresholds() == (last_exact, first_zero)
+    # between the two the others are rounded on the subnormal grid, not lost
+    assert all(np.all((b != 0) & (b != 1.875)) for k, b in backs.items()
+               if last_exact < k < first_zero)
+
+
+def test_mx_outlier_thresholds_refuse_a_quiet_value_the_format_cannot_hold():
+    with pytest.raises(ValueError, match="not exact"):
+        quant.mx_outlier_thresholds(E5M2)
+
+
+@pytest.mark.parametrize("as_given", [int, float, str, np.int64, torch.tensor, Fraction])
+def test_mx_outlier_answers_accept_any_numeric_type(as_given):
+    check_mx_outlier_answers(*(as_given(k) for k in quant.mx_outlier_thresholds()))
+
+
+@pytest.mark.parametrize("shift, words", [
+    ((1, 0), "already rounded"),
+    ((-1, 0), "still normal in e4m3"),
+    ((0, -1), "round up to it, not down to 0"),
+    ((0, 1), "already land below half"),
+    ((0.5, 0), "a whole number"),
+])
+def test_mx_outlier_answers_name_the_slip_and_not_the_answer(shift, words):
+    right = quant.mx_outlier_thresholds()
+    answers = [k + d for k, d in zip(right, shift)]
+    with pytest.raises(CheckFailed, match=words) as failure:
+        check_mx_outlier_answers(*answers)
+    message = str(failure.value)
+    assert not any(f" {k} " in message or f" {k})" in message or f"{k}:" in message
+                   for k in right if k not in answers)
