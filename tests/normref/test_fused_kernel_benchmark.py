@@ -6,7 +6,6 @@ the fake times."""
 
 import json
 import linecache
-import os
 
 import matplotlib
 import pytest
@@ -32,13 +31,13 @@ class FakeTimer:
         return self.calls * 1e-4
 
 
-def _run_cells(path, last, capsys, wanted=None):
+def _run_cells(path, last, capsys, monkeypatch, wanted=None):
     """Run the notebook's code cells in one namespace, in order, up to and
     including the first whose source starts with `last`; with `wanted`, only
     the cells whose nbgrader grade_id is in it. Returns (namespace, what the
     last cell printed)."""
     matplotlib.use("Agg")
-    os.environ["TRITON_INTERPRET"] = "1"  # as the notebooks set it on a CPU
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # as the notebooks set it on a CPU
     namespace = {"__name__": "notebook"}
     threads = torch.get_num_threads()
     try:
@@ -75,17 +74,17 @@ def _check_table(table, times, rows, peak):
             assert row["of peak"] == pytest.approx(moved / seconds / peak)
 
 
-def test_the_lesson_skips_its_gpu_benchmark_on_a_cpu_and_says_why(capsys):
+def test_the_lesson_skips_its_gpu_benchmark_on_a_cpu_and_says_why(capsys, monkeypatch):
     _, printed = _run_cells(LESSON, "if torch.cuda.is_available():\n    gpu_name",
-                            capsys)
+                            capsys, monkeypatch)
     assert "No CUDA GPU here, so the benchmark is skipped" in printed
     assert "Triton LN" in printed and "F.rms_norm" in printed  # the bytes table
 
 
 @pytest.mark.parametrize("gpu_name, peak", [("NVIDIA H100 80GB HBM3", 3.35e12),
                                             ("NVIDIA GeForce RTX 3060", None)])
-def test_the_lesson_table_is_built_from_the_timer_alone(gpu_name, peak, capsys):
-    ns, _ = _run_cells(LESSON, "if torch.cuda.is_available():\n    gpu_name", capsys)
+def test_the_lesson_table_is_built_from_the_timer_alone(gpu_name, peak, capsys, monkeypatch):
+    ns, _ = _run_cells(LESSON, "if torch.cuda.is_available():\n    gpu_name", capsys, monkeypatch)
     assert ns["peak_bandwidth"](gpu_name) == peak
     ns["your_rms_norm"] = lambda x, w: ns["eager_rms_norm"](x, w)
     timer = FakeTimer()
@@ -106,8 +105,8 @@ def test_the_lesson_table_is_built_from_the_timer_alone(gpu_name, peak, capsys):
                                        f"{table[-1]['of peak']:.2f}")
 
 
-def test_a_method_that_fails_is_reported_and_the_rest_are_timed(capsys):
-    ns, _ = _run_cells(LESSON, "if torch.cuda.is_available():\n    gpu_name", capsys)
+def test_a_method_that_fails_is_reported_and_the_rest_are_timed(capsys, monkeypatch):
+    ns, _ = _run_cells(LESSON, "if torch.cuda.is_available():\n    gpu_name", capsys, monkeypatch)
 
     def broken_launcher(x, w):
         raise RuntimeError("out of resources")
@@ -122,13 +121,13 @@ def test_a_method_that_fails_is_reported_and_the_rest_are_timed(capsys):
 ASSIGNMENT_CELLS = {"imports", "rms_forward_answer", "launcher", "gpu_benchmark"}
 
 
-def test_the_assignment_skips_its_gpu_benchmark_on_a_cpu_and_says_why(capsys):
-    _, printed = _run_cells(SOURCE, "BENCH_ROWS", capsys, ASSIGNMENT_CELLS)
+def test_the_assignment_skips_its_gpu_benchmark_on_a_cpu_and_says_why(capsys, monkeypatch):
+    _, printed = _run_cells(SOURCE, "BENCH_ROWS", capsys, monkeypatch, ASSIGNMENT_CELLS)
     assert "No CUDA GPU here, so the benchmark is skipped" in printed
 
 
-def test_the_assignment_table_times_the_students_kernel_by_the_timer_alone(capsys):
-    ns, _ = _run_cells(SOURCE, "BENCH_ROWS", capsys, ASSIGNMENT_CELLS)
+def test_the_assignment_table_times_the_students_kernel_by_the_timer_alone(capsys, monkeypatch):
+    ns, _ = _run_cells(SOURCE, "BENCH_ROWS", capsys, monkeypatch, ASSIGNMENT_CELLS)
     timer = FakeTimer()
     times = ns["sweep"](timer, device="cpu", rows=3, features=[64, 100],
                         dtypes=["float32", "bfloat16"])
@@ -141,8 +140,8 @@ def test_the_assignment_table_times_the_students_kernel_by_the_timer_alone(capsy
     _check_table(ns["benchmark_rows"](times, peak, rows=3), times, 3, peak)
 
 
-def test_a_students_kernel_that_fails_on_launch_is_reported_not_fatal(capsys):
-    ns, _ = _run_cells(SOURCE, "BENCH_ROWS", capsys, ASSIGNMENT_CELLS)
+def test_a_students_kernel_that_fails_on_launch_is_reported_not_fatal(capsys, monkeypatch):
+    ns, _ = _run_cells(SOURCE, "BENCH_ROWS", capsys, monkeypatch, ASSIGNMENT_CELLS)
 
     class KernelThatFails:
         def __getitem__(self, grid):
@@ -156,3 +155,16 @@ def test_a_students_kernel_that_fails_on_launch_is_reported_not_fatal(capsys):
     assert ("float32 N=64 your RMS: IndexError: the launch failed"
             in capsys.readouterr().out)
     assert "your RMS" not in times["float32", 64] and "F.rms_norm" in times["float32", 64]
+
+
+def test_lesson_and_assignment_quote_the_same_peaks_as_the_lessons_datasheet(
+        capsys, monkeypatch):
+    lesson, _ = _run_cells(LESSON, "if torch.cuda.is_available():\n    gpu_name",
+                           capsys, monkeypatch)
+    assignment, _ = _run_cells(SOURCE, "BENCH_ROWS", capsys, monkeypatch,
+                               ASSIGNMENT_CELLS)
+    assert lesson["PEAK_BANDWIDTH"] == assignment["PEAK_BANDWIDTH"]
+    assert lesson["PEAK_BANDWIDTH"]["H200"] == lesson["H200_SPEC_TBPS"] * 1e12
+    # a longer name that ends differently is not taken for a listed GPU
+    assert lesson["peak_bandwidth"]("NVIDIA L40S") is None
+    assert lesson["peak_bandwidth"]("NVIDIA L4") == 300e9
