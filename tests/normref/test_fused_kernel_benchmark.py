@@ -1,0 +1,170 @@
+"""The benchmark cells of lesson 07 and assignment 07 build their tables from
+whatever timer they are given. On a GPU that timer is triton's do_bench; here a
+fake timer stands in, under TRITON_INTERPRET, so the very code that a GPU runs
+builds the table, and each figure is checked against one worked out here from
+the fake times."""
+
+import json
+import linecache
+
+import matplotlib
+import pytest
+import torch
+
+from conftest import REPO
+
+LESSON = REPO / "notebooks" / "07_fused_kernel_lesson.ipynb"
+SOURCE = REPO / "source" / "07_fused_kernel" / "07_fused_kernel.ipynb"
+ELEMENT_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+class FakeTimer:
+    """Runs each method once, as do_bench would, and says it took a known
+    time: 100 us for the first call, 200 us for the second, and so on."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, fn):
+        fn()
+        self.calls += 1
+        return self.calls * 1e-4
+
+
+def _run_cells(path, last, capsys, monkeypatch, wanted=None):
+    """Run the notebook's code cells in one namespace, in order, up to and
+    including the first whose source starts with `last`; with `wanted`, only
+    the cells whose nbgrader grade_id is in it. Returns (namespace, what the
+    last cell printed)."""
+    matplotlib.use("Agg")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # as the notebooks set it on a CPU
+    namespace = {"__name__": "notebook"}
+    threads = torch.get_num_threads()
+    try:
+        for index, cell in enumerate(json.loads(path.read_text())["cells"]):
+            grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
+            if cell["cell_type"] != "code" or (wanted and grade_id not in wanted):
+                continue
+            source = "".join(cell["source"])
+            # @triton.jit reads a kernel's source through linecache, as in IPython
+            name = f"<{path.name} cell {index}>"
+            linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+            capsys.readouterr()
+            exec(compile(source, name, "exec"), namespace)  # noqa: S102
+            if source.startswith(last):
+                return namespace, capsys.readouterr().out
+    finally:
+        torch.set_num_threads(threads)
+    raise AssertionError(f"no cell of {path.name} starts with {last!r}")
+
+
+def _check_table(table, times, rows, peak):
+    """Every figure of the table from the fake times, worked out here."""
+    assert len(table) == sum(len(t) for t in times.values())
+    for row in table:
+        seconds = times[row["dtype"], row["N"]][row["method"]]
+        moved = 2 * rows * row["N"] * ELEMENT_SIZE[row["dtype"]]
+        copy = times[row["dtype"], row["N"]]["copy"]
+        assert row["us"] == pytest.approx(seconds * 1e6)
+        assert row["GB/s"] == pytest.approx(moved / seconds / 1e9)
+        assert row["of copy"] == pytest.approx(copy / seconds)
+        if peak is None:
+            assert row["of peak"] is None
+        else:
+            assert row["of peak"] == pytest.approx(moved / seconds / peak)
+
+
+def test_the_lesson_skips_its_gpu_benchmark_on_a_cpu_and_says_why(capsys, monkeypatch):
+    _, printed = _run_cells(LESSON, "if torch.cuda.is_available():\n    gpu_name",
+                            capsys, monkeypatch)
+    assert "No CUDA GPU here, so the benchmark is skipped" in printed
+    assert "Triton LN" in printed and "F.rms_norm" in printed  # the bytes table
+
+
+@pytest.mark.parametrize("gpu_name, peak", [("NVIDIA H100 80GB HBM3", 3.35e12),
+                                            ("NVIDIA GeForce RTX 3060", None)])
+def test_the_lesson_table_is_built_from_the_timer_alone(gpu_name, peak, capsys, monkeypatch):
+    ns, _ = _run_cells(LESSON, "if torch.cuda.is_available():\n    gpu_name", capsys, monkeypatch)
+    assert ns["peak_bandwidth"](gpu_name) == peak
+    ns["your_rms_norm"] = lambda x, w: ns["eager_rms_norm"](x, w)
+    timer = FakeTimer()
+    times = ns["sweep"](timer, device="cpu", rows=3, features=[64, 100],
+                        dtypes=["float32", "float16"])
+    methods = ["copy", "naive LN", "compiled LN", "F.layer_norm", "Triton LN",
+               "eager RMS", "compiled RMS", "F.rms_norm", "your RMS"]
+    assert all(list(t) == methods for t in times.values())
+    assert timer.calls == 4 * len(methods)
+    table = ns["benchmark_rows"](times, peak, rows=3)
+    _check_table(table, times, 3, peak)
+    ns["show_benchmark"](table)
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 1 + len(table)
+    assert printed[0].split() == ["dtype", "N", "method", "time", "us", "GB/s", "of",
+                                  "copy", "of", "peak"]
+    assert printed[-1].split()[-1] == ("-" if peak is None else
+                                       f"{table[-1]['of peak']:.2f}")
+
+
+def test_a_method_that_fails_is_reported_and_the_rest_are_timed(capsys, monkeypatch):
+    ns, _ = _run_cells(LESSON, "if torch.cuda.is_available():\n    gpu_name", capsys, monkeypatch)
+
+    def broken_launcher(x, w):
+        raise RuntimeError("out of resources")
+
+    ns["your_rms_norm"] = broken_launcher
+    times = ns["sweep"](FakeTimer(), device="cpu", rows=2, features=[64],
+                        dtypes=["float32"])
+    assert "float32 N=64 your RMS: RuntimeError: out of resources" in capsys.readouterr().out
+    assert "your RMS" not in times["float32", 64] and "F.rms_norm" in times["float32", 64]
+
+
+ASSIGNMENT_CELLS = {"imports", "rms_forward_answer", "launcher", "gpu_benchmark"}
+
+
+def test_the_assignment_skips_its_gpu_benchmark_on_a_cpu_and_says_why(capsys, monkeypatch):
+    _, printed = _run_cells(SOURCE, "BENCH_ROWS", capsys, monkeypatch, ASSIGNMENT_CELLS)
+    assert "No CUDA GPU here, so the benchmark is skipped" in printed
+
+
+def test_the_assignment_table_times_the_students_kernel_by_the_timer_alone(capsys, monkeypatch):
+    ns, _ = _run_cells(SOURCE, "BENCH_ROWS", capsys, monkeypatch, ASSIGNMENT_CELLS)
+    timer = FakeTimer()
+    times = ns["sweep"](timer, device="cpu", rows=3, features=[64, 100],
+                        dtypes=["float32", "bfloat16"])
+    methods = ["copy", "eager RMS", "compiled RMS", "F.rms_norm", "your RMS",
+               "F.layer_norm"]
+    assert all(list(t) == methods for t in times.values())
+    assert timer.calls == 4 * len(methods)
+    peak = ns["peak_bandwidth"]("NVIDIA A100-SXM4-80GB")
+    assert peak == 2.039e12  # the figure the assignment's question 3 gives
+    _check_table(ns["benchmark_rows"](times, peak, rows=3), times, 3, peak)
+
+
+def test_a_students_kernel_that_fails_on_launch_is_reported_not_fatal(capsys, monkeypatch):
+    ns, _ = _run_cells(SOURCE, "BENCH_ROWS", capsys, monkeypatch, ASSIGNMENT_CELLS)
+
+    class KernelThatFails:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise IndexError("the launch failed")
+            return launch
+
+    ns["rms_norm_fwd_kernel"] = KernelThatFails()
+    times = ns["sweep"](FakeTimer(), device="cpu", rows=2, features=[64],
+                        dtypes=["float32"])
+    assert ("float32 N=64 your RMS: IndexError: the launch failed"
+            in capsys.readouterr().out)
+    assert "your RMS" not in times["float32", 64] and "F.rms_norm" in times["float32", 64]
+
+
+def test_lesson_and_assignment_quote_the_same_peaks_as_the_lessons_datasheet(
+        capsys, monkeypatch):
+    lesson, _ = _run_cells(LESSON, "if torch.cuda.is_available():\n    gpu_name",
+                           capsys, monkeypatch)
+    assignment, _ = _run_cells(SOURCE, "BENCH_ROWS", capsys, monkeypatch,
+                               ASSIGNMENT_CELLS)
+    assert lesson["PEAK_BANDWIDTH"] == assignment["PEAK_BANDWIDTH"]
+    assert lesson["PEAK_BANDWIDTH"]["H200"] == lesson["H200_SPEC_TBPS"] * 1e12
+    # a longer name that ends differently is not taken for a listed GPU
+    assert lesson["peak_bandwidth"]("NVIDIA L40S") is None
+    assert lesson["peak_bandwidth"]("NVIDIA L4") == 300e9
