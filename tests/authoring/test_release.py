@@ -495,3 +495,29 @@ def test_the_warning_lists_every_plain_assert_cell_separated_by_commas(tmp_path,
         "var_more). They are scored as nbgrader scores them, inside the student's kernel, "
         "which a hand-in can forge; for a trusted check see docs/adding_an_exercise.md\n")
     assert (course.release / "01_var" / "01_var.ipynb").is_file()
+
+
+# The sample hand-ins that deliberately edit a test cell, to show it is restored and caught.
+EDITS_A_TEST_CELL = {"gus_edited_tests.ipynb"}
+
+
+@pytest.mark.parametrize("assignment", sorted(p.name for p in (REPO / "release").iterdir()))
+def test_sample_hand_ins_carry_the_released_instructor_cells(assignment):
+    """A sample hand-in is what a student downloads and fills in: its locked cells are
+    the release's, checksum included, or nbgrader validate tells the student that a test
+    cell has changed and stops before it runs the tests."""
+    released = {cell.metadata["nbgrader"]["grade_id"]: cell
+                for path in (REPO / "release" / assignment).glob("*.ipynb")
+                for cell in nbformat.read(path, as_version=4).cells
+                if cell.metadata.get("nbgrader", {}).get("locked")}
+    handins = [path for path in (REPO / "autograder" / "examples" / assignment).glob("*.ipynb")
+               if path.name not in EDITS_A_TEST_CELL]
+    stale = sorted(
+        (path.name, grade_id)
+        for path in handins for cell in nbformat.read(path, as_version=4).cells
+        if (grade_id := cell.metadata.get("nbgrader", {}).get("grade_id")) in released
+        and not cell.metadata["nbgrader"].get("solution")
+        and (cell.source != released[grade_id].source
+             or cell.metadata["nbgrader"].get("checksum")
+             != released[grade_id].metadata["nbgrader"].get("checksum")))
+    assert stale == []
