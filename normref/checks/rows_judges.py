@@ -711,34 +711,42 @@ def _judge_rms_norm(case, output):
     return _with_hint(problem, _first_matching_hint(output["y"], _rms_slips(case), dtype))
 
 
-_OFFSET, _SPREAD = 3.0, 1.0  # a token's features: mean 3, standard deviation 1
+_SPREAD, _SPREAD_FRACTION = 2.0, 0.5  # a token's features: std 2; output std 0.5
 
 
-def rms_offset_std(eps=1e-5):
+def rms_offset_std(mean, spread=_SPREAD, eps=1e-5):
     """The std over its features of RMSNorm's output for a token whose features
-    have mean _OFFSET and std _SPREAD: the root mean square is
-    sqrt(_OFFSET ** 2 + _SPREAD ** 2), and it divides the spread as well."""
-    return _SPREAD / np.sqrt(_OFFSET**2 + _SPREAD**2 + eps)
+    have this mean and std: the root mean square is sqrt(mean ** 2 + spread ** 2),
+    and it divides the spread as well."""
+    return spread / np.sqrt(mean**2 + spread**2 + eps)
+
+
+def rms_offset_for_spread(fraction=_SPREAD_FRACTION, spread=_SPREAD, eps=1e-5):
+    """The mean at which rms_offset_std falls to `fraction`: rms_offset_std solved
+    for the mean."""
+    return np.sqrt((spread / fraction) ** 2 - spread**2 - eps)
 
 
 def _judge_rms_offset_answer(case, output):
-    given = number_from_answer(output.get("rms_std_at_offset_3"))
-    truth = rms_offset_std()
+    given = number_from_answer(output.get("rms_offset_for_half_spread"))
+    truth = rms_offset_for_spread()
     if given is not None and abs(given - truth) <= 0.01:
         return None
-    answered = output.get("rms_std_at_offset_3")
+    answered = output.get("rms_offset_for_half_spread")
     slips = {
-        1.0: "that is layer norm's answer; RMSNorm does not subtract the mean, so the offset "
-             "stays in the root mean square it divides by",
-        1 / 3: "the root mean square of values with mean 3 and standard deviation 1 is "
-               "sqrt(3 ** 2 + 1 ** 2), not 3: the spread counts too",
-        0.1: "that is the variance of the output; the question asks for its standard deviation",
+        rms_offset_for_spread(spread=1.0): "that is the mean for features of standard "
+             "deviation 1; these have standard deviation 2, which counts in the root mean "
+             "square too",
+        _SPREAD: "that halves the output's variance, not its standard deviation",
+        _SPREAD / _SPREAD_FRACTION: "the root mean square of the features is "
+             "sqrt(mean ** 2 + std ** 2), not the mean alone: the spread counts too",
     }
     hint = next((text for value, text in slips.items()
                  if given is not None and abs(given - value) <= 0.01), None)
-    return _with_hint(f"RMS_STD_AT_OFFSET_3: {answered} is not right (judged within 0.01)",
-                      hint or "divide the features' spread by their root mean square, which "
-                              "counts their mean as well as their spread")
+    return _with_hint(f"RMS_OFFSET_FOR_HALF_SPREAD: {answered} is not right (judged within "
+                      "0.01)",
+                      hint or "RMSNorm divides the features' spread by their root mean "
+                              "square, which counts their mean as well as their spread")
 
 
 # ---------------------------------------------------------------- which norms see the batch
@@ -829,33 +837,38 @@ def _judge_pair_output_answer(case, output):
                               "many standard deviations, with eps, is 3.005 above it?")
 
 
-def _judge_pair_information_answers(case, output):
-    wrong = []
+def _judge_sign_only_gap_answer(case, output):
     gap = number_from_answer(output.get("sign_only_gap"))
     truth = sign_only_gap()
-    if gap is None or abs(gap - truth) > 0.02 * truth:
-        slips = {
-            truth / 2: "that is each value's distance from the mean; SIGN_ONLY_GAP is the "
-                       "distance between the two values, twice as far",
-            2 * _SIGN_LEVEL * _PAIR_EPS / (1 - _SIGN_LEVEL): "that adds eps to the standard "
-                       "deviation; batch norm adds it to the variance, inside the root",
-        }
-        wrong.append(f"SIGN_ONLY_GAP (you answered {output.get('sign_only_gap')}, judged "
-                     "within 2%): " + (_named_slip(gap, slips, within=0.02)
-                                       or "at what gap does the larger value's output "
-                                          "reach 0.99, with eps inside the square root?"))
+    if gap is not None and abs(gap - truth) <= 0.02 * truth:
+        return None
+    slips = {
+        truth / 2: "that is each value's distance from the mean; SIGN_ONLY_GAP is the "
+                   "distance between the two values, twice as far",
+        2 * _SIGN_LEVEL * _PAIR_EPS / (1 - _SIGN_LEVEL): "that adds eps to the standard "
+                   "deviation; batch norm adds it to the variance, inside the root",
+    }
+    return (f"SIGN_ONLY_GAP (you answered {output.get('sign_only_gap')}, judged within 2%) "
+            "is not yet right: " + (_named_slip(gap, slips, within=0.02)
+                                    or "at what gap does the larger value's output reach "
+                                       "0.99, with eps inside the square root?"))
+
+
+def _judge_pair_information_answers(case, output):
+    """With eps = 0 a channel's two outputs are (+1, -1) or (-1, +1) whenever the
+    two values differ: two patterns, one bit."""
     bits = number_from_answer(output.get("bits_per_feature"))
-    if bits is None or abs(bits - 1) > 1e-9:
-        slips = {
-            2.0: "the two outputs are not independent: one is minus the other, so the "
-                 "pair of them takes only two patterns",
-            0.0: "the outputs still say something: which of the two examples is larger",
-        }
-        wrong.append(f"BITS_PER_FEATURE (you answered {output.get('bits_per_feature')}): "
-                     + (_named_slip(bits, slips, within=1e-9)
-                        or "count how many different output patterns one feature of the "
-                           "pair can show, and take the base-2 logarithm"))
-    return "not yet right: " + "; ".join(wrong) if wrong else None
+    if bits is not None and abs(bits - 1) <= 1e-9:
+        return None
+    slips = {
+        2.0: "the two outputs are not independent: one is minus the other, so the "
+             "pair of them takes only two patterns",
+        0.0: "the outputs still say something: which of the two examples is larger",
+    }
+    return (f"BITS_PER_FEATURE (you answered {output.get('bits_per_feature')}) is not yet "
+            "right: " + (_named_slip(bits, slips, within=1e-9)
+                         or "with eps = 0, count how many different output patterns one "
+                            "feature of the pair can show, and take the base-2 logarithm"))
 
 
 CHECKS = {
@@ -874,6 +887,8 @@ CHECKS = {
                                           _judge_batch_dependence_answer),
     "rows_pair_output_answer": Check(lambda rng: [("your answer", {})],
                                      _judge_pair_output_answer),
-    "rows_pair_information_answers": Check(lambda rng: [("your two answers", {})],
+    "rows_sign_only_gap_answer": Check(lambda rng: [("your answer", {})],
+                                       _judge_sign_only_gap_answer),
+    "rows_pair_information_answers": Check(lambda rng: [("your answer", {})],
                                            _judge_pair_information_answers),
 }

@@ -221,7 +221,13 @@ def check_pair_output_answer(**answers):
     run_check("rows_pair_output_answer", answers, _answers_as_text)
 
 
+def check_sign_only_gap_answer(**answers):
+    """Check the answer on the gap beyond which a batch of two's output is within
+    0.01 of +1 or -1."""
+    run_check("rows_sign_only_gap_answer", answers, _answers_as_text)
+
+
 def check_pair_information_answers(**answers):
-    """Check the answers on the gap beyond which a batch of two keeps only the sign,
-    and how many bits per feature survive."""
+    """Check the answer on how many bits per feature survive a batch of two when
+    eps is 0."""
     run_check("rows_pair_information_answers", answers, _answers_as_text)

@@ -16,8 +16,14 @@ from normref.checks import (
     check_pair_output_answer,
     check_rms_norm,
     check_rms_offset_answer,
+    check_sign_only_gap_answer,
 )
-from normref.checks.rows_judges import pair_output, rms_offset_std, sign_only_gap
+from normref.checks.rows_judges import (
+    pair_output,
+    rms_offset_for_spread,
+    rms_offset_std,
+    sign_only_gap,
+)
 from normref.rmsnorm import rms_norm
 
 
@@ -47,11 +53,15 @@ def test_rms_norm_with_eps_none_matches_torchs_default(dtype):
     np.testing.assert_allclose(rms_norm(x, gamma, None), expected.numpy(), rtol=1e-5)
 
 
-def test_the_offset_answer_matches_a_long_token():
-    """A token of a million features with mean 3 and std 1, normalized by torch."""
-    token = torch.from_numpy(np.random.default_rng(3).normal(3.0, 1.0, size=10**6))
+def test_the_offset_answer_halves_the_spread_of_a_long_token():
+    """A token of a million features with std 2 at the answer's mean, normalized by
+    torch: its output's std is 0.5."""
+    features = np.random.default_rng(3).normal(0.0, 1.0, size=10**6)
+    features = (features - features.mean()) / features.std() * 2.0
+    token = torch.from_numpy(features + rms_offset_for_spread())
     y = F.rms_norm(token, token.shape, eps=1e-5)
-    assert abs(float(y.std(unbiased=False)) - rms_offset_std()) < 2e-3
+    assert abs(float(y.std(unbiased=False)) - 0.5) < 1e-9
+    assert rms_offset_std(rms_offset_for_spread()) == pytest.approx(0.5)
 
 
 # ---------------------------------------------------------------- right code passes
@@ -77,10 +87,11 @@ def test_right_rms_code_passes_in_numpy_and_torch():
     assert "all 5 cases passed" in passes(check_rms_norm, in_torch)
 
 
-@pytest.mark.parametrize("answer", [rms_offset_std(), 0.316, np.float32(0.3162),
-                                    torch.tensor(10.0).rsqrt(), "0.3162"])
+@pytest.mark.parametrize("answer", [rms_offset_for_spread(), 3.464, np.float32(3.4641),
+                                    torch.tensor(12.0).sqrt(), "3.4641"])
 def test_the_offset_answer_passes_in_any_numeric_type(answer):
-    assert "passed" in passes(lambda a: check_rms_offset_answer(rms_std_at_offset_3=a), answer)
+    assert "passed" in passes(
+        lambda a: check_rms_offset_answer(rms_offset_for_half_spread=a), answer)
 
 
 @pytest.mark.parametrize("names", [["batch_norm_train", "spatial_batch_norm_forward"],
@@ -145,12 +156,13 @@ def test_each_rms_slip_is_named(slip):
     assert "Hint: " in message and hint in message, message
 
 
-@pytest.mark.parametrize("answer, hint", [(1.0, "layer norm's answer"),
-                                          (1 / 3, "sqrt(3 ** 2 + 1 ** 2)"),
-                                          (0.1, "variance of the output"),
-                                          (0.5, "counts their mean")])
+@pytest.mark.parametrize("answer, hint", [(np.sqrt(3), "standard deviation 1"),
+                                          (2.0, "variance, not its standard deviation"),
+                                          (4.0, "not the mean alone"),
+                                          (1.0, "counts their mean")])
 def test_each_offset_slip_is_named(answer, hint):
-    assert hint in fails(lambda a: check_rms_offset_answer(rms_std_at_offset_3=a), answer)
+    assert hint in fails(lambda a: check_rms_offset_answer(rms_offset_for_half_spread=a),
+                         answer)
 
 
 @pytest.mark.parametrize("names, said", [
@@ -191,18 +203,27 @@ def test_the_sign_only_gap_is_where_torchs_output_reaches_099():
     assert sign_only_gap() == pytest.approx(high, rel=1e-6)
 
 
-def test_one_bit_per_feature_survives_a_batch_of_two():
-    """Count the patterns one feature's two outputs take over many random pairs
-    whose gap exceeds the sign-only gap: two, so log2(2) = 1 bit."""
+def test_one_bit_per_feature_survives_a_batch_of_two_with_eps_0():
+    """With eps = 0, count the patterns one feature's two outputs take over many
+    random pairs of different values: two, so log2(2) = 1 bit."""
     rng = np.random.default_rng(0)
-    pairs = rng.normal(size=(2000, 2, 1)) * 5.0
-    pairs = pairs[np.abs(pairs[:, 0, 0] - pairs[:, 1, 0]) > sign_only_gap()]
-    outputs = F.batch_norm(torch.from_numpy(pairs.reshape(-1, 1)).reshape(-1, 2).T,
-                           None, None, training=True).T
-    patterns = {tuple(np.round(pair, 1)) for pair in outputs.numpy()}
+    pairs = rng.normal(size=(2, 2000)) * 5.0  # 2 examples, channels
+    with pytest.raises(ValueError, match="eps must be positive"):  # torch refuses eps 0
+        F.batch_norm(torch.from_numpy(pairs), None, None, training=True, eps=0.0)
+    outputs = (pairs - pairs.mean(axis=0)) / np.sqrt(pairs.var(axis=0))  # biased, no eps
+    patterns = {tuple(np.round(pair, 9)) for pair in outputs.T}
     assert patterns == {(1.0, -1.0), (-1.0, 1.0)}
-    check_pair_information_answers(sign_only_gap=sign_only_gap(),
-                                   bits_per_feature=np.log2(len(patterns)))
+    check_pair_information_answers(bits_per_feature=np.log2(len(patterns)))
+
+
+def test_with_eps_the_gap_can_be_read_back_from_the_output():
+    """With eps = 1e-5 the output grows strictly with the gap, so it is not sign
+    only: that is why the question on bits sets eps to 0."""
+    gaps = np.array([0.05, 0.5, 5.0, 50.0])
+    outputs = np.array([_torch_pair_output(0.0, gap) for gap in gaps])
+    assert np.all(np.diff(outputs) > 0)
+    half = outputs * np.sqrt(1e-5 / (1 - outputs**2))  # pair_output solved for gap / 2
+    assert np.allclose(2 * half, gaps, rtol=1e-6)
 
 
 @pytest.mark.parametrize("answer", [pair_output(0.005), 0.62, np.float32(0.6202),
@@ -211,12 +232,16 @@ def test_the_close_pair_answer_passes_in_any_numeric_type(answer):
     assert "passed" in passes(lambda a: check_pair_output_answer(pair_output_close=a), answer)
 
 
-@pytest.mark.parametrize("gap, bits", [(sign_only_gap(), 1), (0.0444, 1.0),
-                                       (torch.tensor(0.04439), np.int64(1)),
-                                       (np.float32(0.045), torch.tensor(1))])
-def test_the_information_answers_pass_in_any_numeric_type(gap, bits):
-    assert "passed" in passes(lambda a: check_pair_information_answers(
-        sign_only_gap=a[0], bits_per_feature=a[1]), (gap, bits))
+@pytest.mark.parametrize("gap", [sign_only_gap(), 0.0444, torch.tensor(0.04439),
+                                 np.float32(0.045)])
+def test_the_sign_only_gap_passes_in_any_numeric_type(gap):
+    assert "passed" in passes(lambda a: check_sign_only_gap_answer(sign_only_gap=a), gap)
+
+
+@pytest.mark.parametrize("bits", [1, 1.0, np.int64(1), torch.tensor(1)])
+def test_the_bits_answer_passes_in_any_numeric_type(bits):
+    assert "passed" in passes(lambda a: check_pair_information_answers(bits_per_feature=a),
+                              bits)
 
 
 @pytest.mark.parametrize("answer, hint", [(1.0, "eps, added to the variance, counts"),
@@ -229,16 +254,20 @@ def test_each_close_pair_slip_is_named(answer, hint):
     assert hint in fails(lambda a: check_pair_output_answer(pair_output_close=a), answer)
 
 
-@pytest.mark.parametrize("gap, bits, hint", [
-    (sign_only_gap() / 2, 1, "each value's distance from the mean"),
-    (0.00198, 1, "adds eps to the standard deviation"),
-    (0.1, 1, "reach 0.99"),
-    (sign_only_gap(), 2, "one is minus the other"),
-    (sign_only_gap(), 0, "which of the two examples is larger"),
-    (sign_only_gap(), 64, "base-2 logarithm"),
+@pytest.mark.parametrize("gap, hint", [
+    (sign_only_gap() / 2, "each value's distance from the mean"),
+    (0.00198, "adds eps to the standard deviation"),
+    (0.1, "reach 0.99"),
 ])
-def test_each_information_slip_is_named(gap, bits, hint):
-    message = fails(lambda a: check_pair_information_answers(
-        sign_only_gap=a[0], bits_per_feature=a[1]), (gap, bits))
+def test_each_sign_only_gap_slip_is_named(gap, hint):
+    message = fails(lambda a: check_sign_only_gap_answer(sign_only_gap=a), gap)
     assert hint in message, message
     assert str(round(sign_only_gap(), 4)) not in message  # the answer stays unsaid
+
+
+@pytest.mark.parametrize("bits, hint", [(2, "one is minus the other"),
+                                        (0, "which of the two examples is larger"),
+                                        (64, "base-2 logarithm")])
+def test_each_bits_slip_is_named(bits, hint):
+    message = fails(lambda a: check_pair_information_answers(bits_per_feature=a), bits)
+    assert hint in message, message
