@@ -332,17 +332,42 @@ def _outputs_moved(shape, num_groups):
     return int(moved.sum())
 
 
+def _block_outputs_moved(shape, num_groups):
+    """How many outputs of a block, the reference group norm and then layer norm
+    over the channels at each position, move when x's first value moves."""
+    x = np.random.default_rng(0).normal(size=shape)
+    nudged = x.copy()
+    nudged.flat[0] += 1.0
+
+    def block(values):
+        return batchnorm.channel_layer_norm(batchnorm.group_norm(values, num_groups))
+
+    moved = ~np.isclose(block(x), block(nudged), rtol=0, atol=1e-12)
+    return int(moved.sum())
+
+
+_NUDGE_SHAPE, _NUDGE_GROUPS = (2, 64, 32, 32), 32
+
+
 def _judge_nudge_answer(case, output):
     given = number_from_answer(output.get("outputs_moved"))
     if given is None:
         return "give OUTPUTS_MOVED as a number (you gave " \
                f"{output.get('outputs_moved')})"
-    truth = _outputs_moved((2, 64, 32, 32), 32)
-    if given != truth:
-        return (f"OUTPUTS_MOVED: {output['outputs_moved']} is not right. Which outputs share "
-                "statistics with x[0, 0, 0, 0]? Count the channels of its group and the "
-                "positions of each, in its own example only")
-    return None
+    truth = _block_outputs_moved(_NUDGE_SHAPE, _NUDGE_GROUPS)
+    if given == truth:
+        return None
+    n, c, h, w = _NUDGE_SHAPE
+    slips = {
+        _outputs_moved(_NUDGE_SHAPE, _NUDGE_GROUPS): "that is what group norm alone moves; "
+            "channel_layer_norm then normalizes each position over all its channels",
+        c: "that is what channel_layer_norm alone moves; group norm first moves a whole "
+           "group, at every position",
+        n * c * h * w: "neither norm crosses from one example to another",
+    }
+    hint = slips.get(given, "follow the nudge through both norms: which outputs share "
+                            "statistics with a moved value, in its own example only")
+    return f"OUTPUTS_MOVED: {output['outputs_moved']} is not right. Hint: {hint}"
 
 
 # the questions ask about batches of 8; the experiment, which prints its eval std, used 4

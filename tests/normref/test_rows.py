@@ -26,6 +26,7 @@ from normref.checks import (
     rows_probes,
 )
 from normref.checks.rows_judges import (
+    _block_outputs_moved,
     _channel_cases,
     _fold_cases,
     _group_cases,
@@ -414,9 +415,10 @@ def test_batch_norm_train_check_names_the_slip(slip, hint):
 
 
 def test_nudge_answer_is_judged_exactly():
-    check_nudge_answer(outputs_moved=2048)
-    check_nudge_answer(outputs_moved=np.int64(2048))
-    for wrong in (4096, 1024, 2 * 64 * 32 * 32, None, "many"):
+    check_nudge_answer(outputs_moved=65536)
+    check_nudge_answer(outputs_moved=np.int64(65536))
+    check_nudge_answer(outputs_moved=torch.tensor(65536.0))
+    for wrong in (2048, 4096, 64, 2 * 64 * 32 * 32, None, "many"):
         with pytest.raises(CheckFailed, match="OUTPUTS_MOVED"):
             check_nudge_answer(outputs_moved=wrong)
 
@@ -1109,13 +1111,21 @@ def test_the_nudge_answer_is_the_count_of_one_group_of_one_example():
     assert _outputs_moved((2, 64, 32, 32), 32) == 2 * 32 * 32
     assert _outputs_moved((1, 6, 2), 3) == 4
     assert _outputs_moved((2, 4, 3), 1) == 12
-    assert _judge_nudge_answer({}, {"outputs_moved": np.array("2048")}) is None
-    assert _judge_nudge_answer({}, {"outputs_moved": np.array("2048.0")}) is None
-    for wrong in ("2112", "4096", "1024", "131072"):
-        assert _judge_nudge_answer({}, {"outputs_moved": np.array(wrong)}) == (
-            f"OUTPUTS_MOVED: {wrong} is not right. Which outputs share statistics with "
-            "x[0, 0, 0, 0]? Count the channels of its group and the positions of each, in "
-            "its own example only")
+
+
+def test_the_block_moves_every_output_of_the_nudged_example():
+    """Group norm moves one group at every position; layer norm over the channels
+    then moves every channel at each of those positions: all of example 0."""
+    assert _block_outputs_moved((2, 64, 32, 32), 32) == 64 * 32 * 32
+    assert _block_outputs_moved((1, 6, 2), 3) == 12
+    assert _block_outputs_moved((2, 4, 3), 4) == 12
+    assert _judge_nudge_answer({}, {"outputs_moved": np.array("65536")}) is None
+    assert _judge_nudge_answer({}, {"outputs_moved": np.array("65536.0")}) is None
+    for wrong, hint in (("2048", "group norm alone"), ("64", "channel_layer_norm alone"),
+                        ("131072", "crosses from one example"), ("4096", "both norms")):
+        message = _judge_nudge_answer({}, {"outputs_moved": np.array(wrong)})
+        assert message.startswith(f"OUTPUTS_MOVED: {wrong} is not right. Hint: ")
+        assert hint in message and "65536" not in message
     assert _judge_nudge_answer({}, {"outputs_moved": np.array("many")}) == (
         "give OUTPUTS_MOVED as a number (you gave many)")
     assert _judge_nudge_answer({}, {}) == "give OUTPUTS_MOVED as a number (you gave None)"
@@ -1124,7 +1134,7 @@ def test_the_nudge_answer_is_the_count_of_one_group_of_one_example():
 def test_the_nudge_check_passes_the_right_count():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        check_nudge_answer(outputs_moved=2048)
+        check_nudge_answer(outputs_moved=65536)
     assert "rows_nudge_answer: all 1 cases passed" in out.getvalue()
 
 
