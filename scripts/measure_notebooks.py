@@ -6,6 +6,7 @@ The figures depend on the machine and its load: compare them side by side in
 one run, not across runs.
 """
 
+import shutil
 import sys
 import tempfile
 import threading
@@ -35,6 +36,8 @@ def measure(path):
     """(seconds, peak kernel RSS in bytes) for one top-to-bottom run of `path`."""
     nb = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory() as scratch:
+        # a copy of the notebook's folder: lessons read data/ beside them, and may write
+        shutil.copytree(Path(path).parent, scratch, dirs_exist_ok=True)
         client = NotebookClient(nb, timeout=600, kernel_name="python3",
                                 resources={"metadata": {"path": scratch}})
         stop, peak = threading.Event(), [0]
