@@ -1,11 +1,14 @@
-"""The benchmark cells of lesson 07 and assignment 07 build their tables from
-whatever timer they are given. On a GPU that timer is triton's do_bench; here a
-fake timer stands in, under TRITON_INTERPRET, so the very code that a GPU runs
-builds the table, and each figure is checked against one worked out here from
-the fake times."""
+"""The benchmark of lesson 07 and assignment 07 (fused_kernel_bench.py, which
+ships with the assignment, timing the methods each notebook's benchmark cell
+names) builds its tables from whatever timer it is given. On a GPU that timer
+is triton's do_bench; here a fake timer stands in, under TRITON_INTERPRET, so
+the very code that a GPU runs builds the table, and each figure is checked
+against one worked out here from the fake times."""
 
+import importlib.util
 import json
 import linecache
+import sys
 
 import matplotlib
 import pytest
@@ -15,7 +18,17 @@ from conftest import REPO
 
 LESSON = REPO / "notebooks" / "07_fused_kernel_lesson.ipynb"
 SOURCE = REPO / "source" / "07_fused_kernel" / "07_fused_kernel.ipynb"
+BENCH = REPO / "source" / "07_fused_kernel" / "fused_kernel_bench.py"
 ELEMENT_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+LESSON_BENCHMARK_CELL = "if not torch.cuda.is_available():\n    print(\"No CUDA GPU"
+
+
+def _bench():
+    """fused_kernel_bench, loaded from its one file."""
+    spec = importlib.util.spec_from_file_location("fused_kernel_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class FakeTimer:
@@ -75,7 +88,7 @@ def _check_table(table, times, rows, peak):
 
 
 def test_the_lesson_skips_its_gpu_benchmark_on_a_cpu_and_says_why(capsys, monkeypatch):
-    _, printed = _run_cells(LESSON, "if torch.cuda.is_available():\n    gpu_name",
+    _, printed = _run_cells(LESSON, LESSON_BENCHMARK_CELL,
                             capsys, monkeypatch)
     assert "No CUDA GPU here, so the benchmark is skipped" in printed
     assert "Triton LN" in printed and "F.rms_norm" in printed  # the bytes table
@@ -84,19 +97,20 @@ def test_the_lesson_skips_its_gpu_benchmark_on_a_cpu_and_says_why(capsys, monkey
 @pytest.mark.parametrize("gpu_name, peak", [("NVIDIA H100 80GB HBM3", 3.35e12),
                                             ("NVIDIA GeForce RTX 3060", None)])
 def test_the_lesson_table_is_built_from_the_timer_alone(gpu_name, peak, capsys, monkeypatch):
-    ns, _ = _run_cells(LESSON, "if torch.cuda.is_available():\n    gpu_name", capsys, monkeypatch)
-    assert ns["peak_bandwidth"](gpu_name) == peak
+    ns, _ = _run_cells(LESSON, LESSON_BENCHMARK_CELL, capsys, monkeypatch)
+    bench = _bench()
+    assert bench.peak_bandwidth(gpu_name) == peak
     ns["your_rms_norm"] = lambda x, w: ns["eager_rms_norm"](x, w)
     timer = FakeTimer()
-    times = ns["sweep"](timer, device="cpu", rows=3, features=[64, 100],
-                        dtypes=["float32", "float16"])
+    times = bench.sweep(ns["benchmark_methods"], timer, device="cpu", rows=3,
+                        features=[64, 100], dtypes=["float32", "float16"])
     methods = ["copy", "naive LN", "compiled LN", "F.layer_norm", "Triton LN",
                "eager RMS", "compiled RMS", "F.rms_norm", "your RMS"]
     assert all(list(t) == methods for t in times.values())
     assert timer.calls == 4 * len(methods)
-    table = ns["benchmark_rows"](times, peak, rows=3)
+    table = bench.benchmark_rows(times, peak, rows=3)
     _check_table(table, times, 3, peak)
-    ns["show_benchmark"](table)
+    bench.show_benchmark(table)
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == 1 + len(table)
     assert printed[0].split() == ["dtype", "N", "method", "time", "us", "GB/s", "of",
@@ -106,14 +120,14 @@ def test_the_lesson_table_is_built_from_the_timer_alone(gpu_name, peak, capsys, 
 
 
 def test_a_method_that_fails_is_reported_and_the_rest_are_timed(capsys, monkeypatch):
-    ns, _ = _run_cells(LESSON, "if torch.cuda.is_available():\n    gpu_name", capsys, monkeypatch)
+    ns, _ = _run_cells(LESSON, LESSON_BENCHMARK_CELL, capsys, monkeypatch)
 
     def broken_launcher(x, w):
         raise RuntimeError("out of resources")
 
     ns["your_rms_norm"] = broken_launcher
-    times = ns["sweep"](FakeTimer(), device="cpu", rows=2, features=[64],
-                        dtypes=["float32"])
+    times = _bench().sweep(ns["benchmark_methods"], FakeTimer(), device="cpu",
+                           rows=2, features=[64], dtypes=["float32"])
     assert "float32 N=64 your RMS: RuntimeError: out of resources" in capsys.readouterr().out
     assert "your RMS" not in times["float32", 64] and "F.rms_norm" in times["float32", 64]
 
@@ -122,26 +136,27 @@ ASSIGNMENT_CELLS = {"imports", "rms_forward_answer", "launcher", "gpu_benchmark"
 
 
 def test_the_assignment_skips_its_gpu_benchmark_on_a_cpu_and_says_why(capsys, monkeypatch):
-    _, printed = _run_cells(SOURCE, "BENCH_ROWS", capsys, monkeypatch, ASSIGNMENT_CELLS)
+    _, printed = _run_cells(SOURCE, "compiled = {}", capsys, monkeypatch, ASSIGNMENT_CELLS)
     assert "No CUDA GPU here, so the benchmark is skipped" in printed
 
 
 def test_the_assignment_table_times_the_students_kernel_by_the_timer_alone(capsys, monkeypatch):
-    ns, _ = _run_cells(SOURCE, "BENCH_ROWS", capsys, monkeypatch, ASSIGNMENT_CELLS)
+    ns, _ = _run_cells(SOURCE, "compiled = {}", capsys, monkeypatch, ASSIGNMENT_CELLS)
+    bench = _bench()
     timer = FakeTimer()
-    times = ns["sweep"](timer, device="cpu", rows=3, features=[64, 100],
-                        dtypes=["float32", "bfloat16"])
+    times = bench.sweep(ns["benchmark_methods"], timer, device="cpu", rows=3,
+                        features=[64, 100], dtypes=["float32", "bfloat16"])
     methods = ["copy", "eager RMS", "compiled RMS", "F.rms_norm", "your RMS",
                "F.layer_norm"]
     assert all(list(t) == methods for t in times.values())
     assert timer.calls == 4 * len(methods)
-    peak = ns["peak_bandwidth"]("NVIDIA A100-SXM4-80GB")
+    peak = bench.peak_bandwidth("NVIDIA A100-SXM4-80GB")
     assert peak == 2.039e12  # the figure the assignment's question 3 gives
-    _check_table(ns["benchmark_rows"](times, peak, rows=3), times, 3, peak)
+    _check_table(bench.benchmark_rows(times, peak, rows=3), times, 3, peak)
 
 
 def test_a_students_kernel_that_fails_on_launch_is_reported_not_fatal(capsys, monkeypatch):
-    ns, _ = _run_cells(SOURCE, "BENCH_ROWS", capsys, monkeypatch, ASSIGNMENT_CELLS)
+    ns, _ = _run_cells(SOURCE, "compiled = {}", capsys, monkeypatch, ASSIGNMENT_CELLS)
 
     class KernelThatFails:
         def __getitem__(self, grid):
@@ -150,21 +165,51 @@ def test_a_students_kernel_that_fails_on_launch_is_reported_not_fatal(capsys, mo
             return launch
 
     ns["rms_norm_fwd_kernel"] = KernelThatFails()
-    times = ns["sweep"](FakeTimer(), device="cpu", rows=2, features=[64],
-                        dtypes=["float32"])
+    times = _bench().sweep(ns["benchmark_methods"], FakeTimer(), device="cpu",
+                           rows=2, features=[64], dtypes=["float32"])
     assert ("float32 N=64 your RMS: IndexError: the launch failed"
             in capsys.readouterr().out)
     assert "your RMS" not in times["float32", 64] and "F.rms_norm" in times["float32", 64]
 
 
-def test_lesson_and_assignment_quote_the_same_peaks_as_the_lessons_datasheet(
-        capsys, monkeypatch):
-    lesson, _ = _run_cells(LESSON, "if torch.cuda.is_available():\n    gpu_name",
-                           capsys, monkeypatch)
-    assignment, _ = _run_cells(SOURCE, "BENCH_ROWS", capsys, monkeypatch,
-                               ASSIGNMENT_CELLS)
-    assert lesson["PEAK_BANDWIDTH"] == assignment["PEAK_BANDWIDTH"]
-    assert lesson["PEAK_BANDWIDTH"]["H200"] == lesson["H200_SPEC_TBPS"] * 1e12
+def test_the_lesson_quotes_the_benchmarks_peaks_and_shapes(capsys, monkeypatch):
+    lesson, _ = _run_cells(LESSON, LESSON_BENCHMARK_CELL, capsys, monkeypatch)
+    bench = _bench()
+    assert bench.PEAK_BANDWIDTH["H200"] == lesson["H200_SPEC_TBPS"] * 1e12
+    # the bytes table and the plots the lesson draws are for the shapes timed
+    assert (bench.ROWS, list(bench.FEATURES), list(bench.DTYPES)) == (
+        lesson["GPU_ROWS"], lesson["GPU_FEATURES"], lesson["GPU_DTYPES"])
+    assert bench.ELEMENT_SIZE == lesson["SIZES"]
     # a longer name that ends differently is not taken for a listed GPU
-    assert lesson["peak_bandwidth"]("NVIDIA L40S") is None
-    assert lesson["peak_bandwidth"]("NVIDIA L4") == 300e9
+    assert bench.peak_bandwidth("NVIDIA L40S") is None
+    assert bench.peak_bandwidth("NVIDIA L4") == 300e9
+
+
+def test_the_release_ships_the_module_the_assignment_imports():
+    release = REPO / "release" / "07_fused_kernel"
+    assert (release / BENCH.name).read_bytes() == BENCH.read_bytes()
+    cells = json.loads((release / "07_fused_kernel.ipynb").read_text())["cells"]
+    (benchmark,) = [c for c in cells
+                    if c["metadata"].get("nbgrader", {}).get("grade_id") == "gpu_benchmark"]
+    assert "import fused_kernel_bench" in "".join(benchmark["source"])
+
+
+@pytest.mark.parametrize("shipped", [True, False])
+def test_the_lesson_finds_the_module_in_the_assignments_folder_or_says_where_it_is(
+        shipped, tmp_path, capsys, monkeypatch):
+    """Laid out as students get the course: notebooks/ beside assignments/."""
+    ns, _ = _run_cells(LESSON, LESSON_BENCHMARK_CELL, capsys, monkeypatch)
+    (tmp_path / "notebooks").mkdir()
+    if shipped:
+        (tmp_path / "assignments" / "07_fused_kernel").mkdir(parents=True)
+        (tmp_path / "assignments" / "07_fused_kernel" / BENCH.name).write_bytes(
+            BENCH.read_bytes())
+    monkeypatch.chdir(tmp_path / "notebooks")
+    monkeypatch.setattr("sys.path", [p for p in sys.path if "07_fused_kernel" not in p])
+    monkeypatch.delitem(sys.modules, "fused_kernel_bench", raising=False)
+    bench = ns["benchmark_helpers"]()
+    if shipped:
+        assert bench.run is not None and bench.__file__.startswith(str(tmp_path))
+    else:
+        assert bench is None
+        assert "assignments/07_fused_kernel" in capsys.readouterr().out
