@@ -1213,7 +1213,19 @@ def test_delayed_wrong_call_names_the_call_and_the_scale_it_used():
     output["y"] = output["y"].copy()
     output["y"][1] *= 1.5
     assert _judge_delayed(case, output) == (
-        "call 2: the round trip is [1.5, 3, 4.5, 6, 7.5, 9]...; expected [1, 2, 3, 4, 5, 6]..., "
+        "call 2: from element 0 on, the round trip is [1.5, 3, 4.5, 6]...; expected "
+        "[1, 2, 3, 4]..., "
+        "with the scale 64 chosen before this tensor was seen")
+
+
+def test_delayed_wrong_call_shows_where_it_differs_not_an_equal_prefix():
+    """Only element 6 is off: the message starts there, so got and expected differ."""
+    case = _delayed_case(stream=[[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 1.0]] * 2)
+    output = _delayed_right(case)
+    output["y"] = output["y"].copy()
+    output["y"][1, 6] = 8.0
+    assert _judge_delayed(case, output) == (
+        "call 2: from element 6 on, the round trip is [8, 1]...; expected [7, 1]..., "
         "with the scale 64 chosen before this tensor was seen")
 
 
@@ -1223,7 +1235,8 @@ def test_delayed_overflow_asks_for_the_clamp():
     output["y"] = output["y"].copy()
     output["y"][1, 0] = np.inf
     assert _judge_delayed(case, output) == (
-        "call 2: the round trip is [inf, 0]...; expected [2, 0]..., with the scale 224 chosen "
+        "call 2: from element 0 on, the round trip is [inf, 0]...; expected [2, 0]..., with the "
+        "scale 224 chosen "
         "before this tensor was seen. Hint: values beyond the remembered amax overflow; clamp "
         "the scaled values to [-fmax, fmax] before the cast, so they saturate")
 
@@ -1234,7 +1247,8 @@ def test_delayed_current_scaling_is_named():
     output = _delayed_right(case)
     output["y"] = np.array([[1.0, -2.0], [4.0, 0.0], [0.5, 0.5]])
     assert _judge_delayed(case, output) == (
-        "call 2: the round trip is [4, 0]...; expected [2, 0]..., with the scale 224 chosen "
+        "call 2: from element 0 on, the round trip is [4, 0]...; expected [2, 0]..., with the "
+        "scale 224 chosen "
         "before this tensor was seen. Hint: this is scaled by the tensor's own amax; delayed "
         "scaling uses the scale from the history of earlier calls, then records this "
         "tensor's amax")
@@ -1258,7 +1272,8 @@ def test_delayed_current_scaling_is_named_for_tensors_of_odd_size():
     output = _delayed_right(case)
     output["y"] = np.array([[1.0, -2.0, 0.5], [4.0, 0.0, 1.0], [0.5, 0.5, 0.25]])
     assert _judge_delayed(case, output) == (
-        "call 2: the round trip is [4, 0, 1]...; expected [2, 0, 1]..., with the scale 224 "
+        "call 2: from element 0 on, the round trip is [4, 0, 1]...; expected [2, 0, 1]..., "
+        "with the scale 224 "
         "chosen before this tensor was seen. Hint: this is scaled by the tensor's own amax; "
         "delayed scaling uses the scale from the history of earlier calls, then records this "
         "tensor's amax")
@@ -1269,7 +1284,8 @@ def test_delayed_other_mistakes_get_no_hint():
     output = _delayed_right(case)
     output["y"] = np.array([[1.0, -2.0], [3.0, 0.0], [0.5, 0.5]])
     assert _judge_delayed(case, output) == (
-        "call 2: the round trip is [3, 0]...; expected [2, 0]..., with the scale 224 chosen "
+        "call 2: from element 0 on, the round trip is [3, 0]...; expected [2, 0]..., with the "
+        "scale 224 chosen "
         "before this tensor was seen")
 
 

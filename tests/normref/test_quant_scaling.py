@@ -575,14 +575,23 @@ def test_smooth_spread_names_the_slip(wrong, words):
                                  quant.smoothquant_fold)
 
 
-def test_mx_float32_log2_is_named_on_an_amax_just_below_a_power_of_two():
-    """floor(torch.log2(amax)) in float32 passes every other case; for the
-    float32 just below 2**k its log2 rounds up to k, and X doubles."""
+def test_mx_float32_log2_is_accepted_on_an_amax_just_below_a_power_of_two():
+    """floor(torch.log2(amax)) in float32: for the float32 just below 2**k its
+    log2 rounds to k, the nearest float32, and X doubles. That rounding is
+    accepted, with q judged against the scale it gives."""
     x = torch.tensor([[8 * (1 - 2.0**-24)] + [0.5] * 31])
     assert torch.log2(x[0, 0]).item() == 3.0 and math.frexp(float(x[0, 0]))[1] == 3
     assert quant.mx_quantize(x, E4M3)[1].item() == 2.0**-6
-    with pytest.raises(CheckFailed, match="float32's log2 rounds it up"):
-        check_mx_blocks(mx_float32_log2, quant.mx_dequantize)
+    check_mx_blocks(mx_float32_log2, quant.mx_dequantize)
+
+
+def test_mx_scale_doubled_where_float32_log2_is_exact_still_fails():
+    def doubled_everywhere(x, dtype):
+        q, X = mx_float32_log2(x, dtype)
+        return mx_float32_log2(x / 2, dtype)[0], 2 * X
+
+    with pytest.raises(CheckFailed, match="off by a factor of two"):
+        check_mx_blocks(doubled_everywhere, quant.mx_dequantize)
 
 
 def _fold_with_slips(w_axis=1, divide=True):
@@ -782,17 +791,32 @@ def test_best_schemes_accept_any_fair_winner_in_any_spelling(answers):
     check_best_schemes(answers, *PAIRS)
 
 
-def test_best_schemes_are_read_against_the_students_own_functions():
+def test_best_schemes_are_read_against_the_students_own_functions_or_the_reference():
     """A per-channel pair that takes the amax down the rows measures per-token
     figures: on the student's own numbers per-channel no longer wins the loud
-    channels, and naming what their table shows passes."""
+    channels. Naming what their table shows passes, and so does the true
+    answer: the slip costs its own exercise, not this question too. An answer
+    right by neither still fails."""
     wrong = (PAIRS[0], (per_row_quantize, per_row_dequantize), *PAIRS[2:])
     A, W = quant.outlier_layer()
     own = dict(zip(quant_probes.MATMUL_SCHEMES, quant_probes._measure_schemes(wrong, A, W)))
     assert "per-channel" not in quant.fair_best_schemes(own)
-    with pytest.raises(CheckFailed, match="loud channel"):
-        check_best_schemes(RIGHT_BEST, *wrong)
+    check_best_schemes(RIGHT_BEST, *wrong)
     check_best_schemes({**RIGHT_BEST, "loud channel": "smoothquant"}, *wrong)
+    with pytest.raises(CheckFailed, match="loud channel"):
+        check_best_schemes({**RIGHT_BEST, "loud channel": "per-tensor"}, *wrong)
+
+
+def test_a_whole_tensor_per_token_function_does_not_cost_the_true_loud_token_answer():
+    """Per-token scaling done with one scale for the whole tensor: on the
+    student's own figures per-token no longer wins the loud tokens, but the
+    true answer, read off the reference, still passes."""
+    whole_tensor = (quant.fp8_round_trip, *PAIRS[1:])
+    A, W, quiet = quant.loud_token_layer()
+    own = dict(zip(quant_probes.MATMUL_SCHEMES,
+                   quant_probes._measure_schemes(whole_tensor, A, W, quiet)))
+    assert "per-token" not in quant.fair_best_schemes(own)
+    check_best_schemes(RIGHT_BEST, *whole_tensor)
 
 
 def test_best_schemes_of_functions_that_raise_are_read_against_the_reference():
