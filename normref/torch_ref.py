@@ -121,7 +121,8 @@ class AddLayerNorm(LayerNorm):
     LayerNorm's (`weight`, `bias`), so nn.LayerNorm's state_dict loads.
 
     Dtypes follow the same file's kernel: the add and the statistics run in
-    float32 at least (a bfloat16 x is widened, never the residual narrowed);
+    the wider of x's and the residual's dtype, float32 at least (a bfloat16 x
+    is widened, and neither input is ever narrowed);
     residual_sum is stored in the residual's dtype when one is given, else in
     float32 if `residual_in_fp32`, else in x's dtype; normed is in x's dtype.
     So a bfloat16 model can carry its residual stream in float32.
@@ -138,6 +139,7 @@ class AddLayerNorm(LayerNorm):
             residual_sum = x.to(wide)  # *, n_1, ..., n_k
             stored = torch.float32 if self.residual_in_fp32 else x.dtype
         else:
+            wide = torch.promote_types(wide, residual.dtype)  # never narrow either
             residual_sum = x.to(wide) + residual.to(wide)
             stored = residual.dtype
         # normalized before the sum is stored, as the kernel does

@@ -600,6 +600,44 @@ def _judge_forward(case, output):
     return _output_problem(case, output)
 
 
+def _unbiased_output(case):
+    """The case's layer norm with the unbiased variance (n - 1), float64."""
+    x = np.asarray(case["x"], np.float64)
+    shape, flags = _constructor_arguments(case)
+    k = len(case["normalized_shape"])
+    x_hat = _normalized(x, tuple(range(x.ndim - k, x.ndim)), flags.get("eps", 1e-5),
+                        correction=1)
+    gamma = np.asarray(case.get("set_weight", 1.0), np.float64)
+    beta = np.asarray(case.get("set_bias", 0.0), np.float64)
+    return gamma * x_hat + beta
+
+
+def _judge_low_precision(case, output):
+    """A half-precision input: judged like the forward, except that the unbiased
+    variance, which the forward check charges and names, is not charged again;
+    the float32-statistics hint is given only when the module is right on the
+    same values widened to float32, so that the slip is the half precision's."""
+    problem = _output_problem(case, output)
+    if problem is None:
+        return None
+    dtype = _input_dtype(case)
+    if np.shape(output["y"]) != np.shape(case["x"]) or matches(
+            output["y"], _reference_output(case), dtype=dtype):
+        return problem  # the values are right: the dtype is what is off
+    if matches(output["y"], _unbiased_output(case), dtype=dtype):
+        return None
+    widened = output.get("y_from_float32")
+    if widened is None or "Hint:" not in problem:
+        return problem
+    if not mismatch(widened, _reference_output(case), dtype="float32"):
+        return problem
+    cause = _likely_forward_mistake(case, widened)
+    return problem.split(". Hint:")[0] + (
+        ". Your module is off on the same values given as float32 too, so the slip is "
+        "in the forward pass itself, which mln_forward grades"
+        + (f" (it looks like: {cause})" if cause else ""))
+
+
 def _judge_flags(case, output):
     # the number of parameters is this check's business; their names are
     # the parameters check's, so a misnamed gamma costs its points only
@@ -663,6 +701,24 @@ def _reference_gradients(case):
     }
 
 
+def _unbiased_gradients(case):
+    """The gradients of sum(upstream * y) for a layer norm whose variance divides
+    by n - 1 (torch.var's default), computed by torch's autograd in float64."""
+    import torch
+
+    x = torch.from_numpy(np.asarray(case["x"], np.float64)).requires_grad_(True)
+    gamma = torch.from_numpy(np.asarray(case["set_weight"], np.float64)).requires_grad_(True)
+    beta = torch.from_numpy(np.asarray(case["set_bias"], np.float64)).requires_grad_(True)
+    _, flags = _constructor_arguments(case)
+    dims = tuple(range(-len(case["normalized_shape"]), 0))
+    x_hat = (x - x.mean(dims, keepdim=True)) / torch.sqrt(
+        x.var(dims, keepdim=True, correction=1) + flags.get("eps", 1e-5))
+    upstream = torch.from_numpy(np.asarray(case["upstream"], np.float64))
+    ((gamma * x_hat + beta) * upstream).sum().backward()
+    return {"x_grad": x.grad.numpy(), "weight_grad": gamma.grad.numpy(),
+            "bias_grad": beta.grad.numpy()}
+
+
 _NO_GRADIENT = {
     "x_grad": "no gradient reached the input x: keep the forward pass in torch "
     "(no .numpy(), .item(), .detach() or torch.no_grad())",
@@ -682,6 +738,11 @@ def _judge_autograd(case, output):
         return _NO_GRADIENT[_split(missing)[0]]
     expected = _reference_gradients(case)
     dtype = np.asarray(case["x"]).dtype
+    unbiased = _unbiased_gradients(case)
+    if all(not mismatch(output[key], unbiased[key], dtype=dtype) for key in unbiased):
+        # right gradients of a forward with the unbiased variance: the forward
+        # check charges and names that slip, once
+        return None
     for key, what in (
         ("x_grad", "the gradient with respect to x"),
         ("weight_grad", "the gradient with respect to weight"),
@@ -962,6 +1023,20 @@ def _fp32_residual_cases(rng):
             case(32, rng.normal(1.0, 2.0, size=(2, 5, 32))),
         ),
         (
+            "AddLayerNorm(16): x float32 of spread 1e-3, a float64 stream around 1000 "
+            "with a spread of 1e-3, which float32 (spacing 6e-5 there) cannot hold",
+            _case(16, "int", x=(1e-3 * rng.normal(size=(3, 16))).astype(np.float32),
+                  x_dtype="float32", residual=rng.normal(1000.0, 1e-3, size=(3, 16)),
+                  residual_dtype="float64", **_random_affine(rng, 16)),
+        ),
+        (
+            "AddLayerNorm(16): x float64 around 1000 with a spread of 1e-3, a float32 "
+            "residual of spread 1e-3",
+            _case(16, "int", x=rng.normal(1000.0, 1e-3, size=(3, 16)), x_dtype="float64",
+                  residual=(1e-3 * rng.normal(size=(3, 16))).astype(np.float32),
+                  residual_dtype="float32", **_random_affine(rng, 16, np.float64)),
+        ),
+        (
             "AddLayerNorm((2, 16)) on bfloat16 x and a bfloat16 residual",
             case((2, 16), rng.normal(size=(3, 2, 16)), False,
                  bfloat16(rng.normal(size=(3, 2, 16))), "bfloat16"),
@@ -986,8 +1061,8 @@ def _fp32_residual_expected(case):
 def _sum_dtype_reason(case, sum_dtype):
     if "residual" in case:
         return (f"with a residual given, residual_sum keeps the residual's dtype "
-                f"({sum_dtype}): add in float32 (x.float() + residual) and store the "
-                "sum as the residual was")
+                f"({sum_dtype}): add in the wider of the two dtypes (float32 at least) "
+                "and store the sum as the residual was")
     if sum_dtype == "float32":
         return ("with residual_in_fp32=True and no residual, the first block starts "
                 "the float32 stream: residual_sum is x in float32")
@@ -1596,7 +1671,7 @@ CHECKS = {
         lambda rng: [("your two dtypes", {})], _judge_autocast),
     "my_layer_norm_parameters": Check(_parameter_cases, _judge_parameters),
     "my_layer_norm_forward": Check(_forward_cases, _judge_forward),
-    "my_layer_norm_low_precision": Check(_low_precision_cases, _judge_forward),
+    "my_layer_norm_low_precision": Check(_low_precision_cases, _judge_low_precision),
     "my_layer_norm_flags": Check(_flag_cases, _judge_flags),
     "my_layer_norm_state_dict": Check(_state_dict_cases, _judge_state_dict),
     "my_layer_norm_autograd": Check(_autograd_cases, _judge_autograd),

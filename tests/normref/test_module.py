@@ -391,7 +391,7 @@ EXPECTED_FAILURES = {
     CorrectLayerNorm: set(),
     FlattenVarMean: set(),
     OnePassVariance: set(),
-    UnbiasedVariance: {"forward", "autograd"},  # the flags check leaves it to forward
+    UnbiasedVariance: {"forward"},  # flags, low precision and autograd leave it to forward
     AlwaysBias: {"flags"},
     NoShapeCheck: {"shape_error"},
     VagueError: {"shape_error"},
@@ -699,9 +699,17 @@ def test_add_layer_norm_stores_the_sum_as_flash_attn_does(flag, residual_dtype, 
 
 def test_fp32_residual_cases_are_what_their_labels_say():
     cases = _registry.make_cases("add_layer_norm_fp32_residual")
+    mixed = [case for label, case in cases if str(case["x_dtype"]) != "bfloat16"]
+    assert [(str(c["x_dtype"]), str(c["residual_dtype"])) for c in mixed] == [
+        ("float32", "float64"), ("float64", "float32")]  # the wider one both ways
+    for case in mixed:  # the stream around 1000 has a spread float32 cannot hold
+        stream = case["residual"] if case["residual"].dtype == np.float64 else case["x"]
+        assert abs(stream.mean() - 1000) < 1 and stream.std() < 1e-2
+        assert not np.array_equal(stream.astype(np.float32).astype(np.float64), stream)
+    cases = [(label, case) for label, case in cases if str(case["x_dtype"]) == "bfloat16"]
     for label, case in cases:
         x = torch.from_numpy(case["x"])
-        assert str(case["x_dtype"]) == "bfloat16" and torch.equal(x.bfloat16().float(), x), label
+        assert torch.equal(x.bfloat16().float(), x), label
         assert ("residual_in_fp32=True" in label) == bool(case.get("residual_in_fp32", False))
         assert ("residual" in case) == ("module(x)" not in label), label
     spread_8, around_300 = cases[0][1]["residual"], cases[1][1]["residual"]
@@ -725,8 +733,24 @@ class TorchFp32Add(nn.LayerNorm):
     def forward(self, x, residual=None):
         stored = residual.dtype if residual is not None else (
             torch.float32 if self.residual_in_fp32 else x.dtype)
-        total = x.float() if residual is None else x.float() + residual.float()
-        return super().forward(total).to(x.dtype), total.to(stored)
+        wide = torch.promote_types(x.dtype, torch.float32)
+        if residual is not None:
+            wide = torch.promote_types(wide, residual.dtype)
+        total = x.to(wide) if residual is None else x.to(wide) + residual.to(wide)
+        return nn.functional.layer_norm(
+            total, self.normalized_shape, None if self.weight is None else self.weight.to(wide),
+            None if self.bias is None else self.bias.to(wide), self.eps).to(x.dtype), \
+            total.to(stored)
+
+
+class NarrowsAFloat64Residual(TorchFp32Add):
+    """Adds in float32 whatever the inputs: a float64 stream loses its low bits."""
+
+    def forward(self, x, residual=None):
+        if residual is None or residual.dtype != torch.float64:
+            return super().forward(x, residual)
+        normed, residual_sum = super().forward(x, residual.float())
+        return normed, residual_sum.to(residual.dtype)
 
 
 class RoundsResidual(TorchFp32Add):
@@ -801,6 +825,7 @@ def _fp32_outcome(module_class):
         (CorrectAdd, "unexpected keyword argument 'residual_in_fp32'"),
         (SwappedFp32Outputs, None),
         (SwappedAndRoundsResidual, "the residual rounded to bfloat16 first"),
+        (NarrowsAFloat64Residual, "a float64 stream around 1000"),
     ],
     ids=lambda v: getattr(v, "__name__", str(v)),
 )

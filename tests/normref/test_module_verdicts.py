@@ -2282,6 +2282,26 @@ def test_an_unbiased_variance_costs_the_forward_check_only():
     forward = _verdict("my_layer_norm_forward", UnbiasedLayerNorm, P._probe_module)
     assert not forward["passed"] and J.UNBIASED_VARIANCE_HINT in forward["message"]
     assert _verdict("my_layer_norm_flags", UnbiasedLayerNorm, P._probe_module)["passed"]
+    assert _verdict("my_layer_norm_low_precision", UnbiasedLayerNorm,
+                    P._probe_module)["passed"]
+    assert _verdict("my_layer_norm_autograd", UnbiasedLayerNorm, P._probe_autograd)["passed"]
+
+
+def test_a_forward_slip_is_not_blamed_on_half_precision():
+    """Off on the float32-widened values too: the low-precision check says the
+    slip is the forward's, not that the statistics need float32."""
+
+    class EpsOutside(UnbiasedLayerNorm):
+        def forward(self, x):
+            wide = x.float()
+            centred = wide - wide.mean(-1, keepdim=True)
+            y = centred / (wide.std(-1, keepdim=True, correction=0) + 0.5)
+            return (y * self.weight + self.bias).to(x.dtype)
+
+    verdict = _verdict("my_layer_norm_low_precision", EpsOutside, P._probe_module)
+    assert not verdict["passed"]
+    assert "the slip is in the forward pass itself" in verdict["message"]
+    assert "(x.float())" not in verdict["message"]
 
 
 def test_a_wrong_eps_still_fails_the_flags_check_beside_an_unbiased_variance():
@@ -2290,6 +2310,15 @@ def test_a_wrong_eps_still_fails_the_flags_check_beside_an_unbiased_variance():
             super().__init__(normalized_shape, 1e-5, **flags)
 
     assert not _verdict("my_layer_norm_flags", FixedEps, P._probe_module)["passed"]
+
+
+class LayerNormInItsInputsDtype(nn.LayerNorm):
+    """torch's layer norm with gamma and beta cast to the input's dtype, as a
+    MyLayerNorm that multiplies by them does: a float64 sum stays float64."""
+
+    def forward(self, x):
+        weight, bias = (None if p is None else p.to(x.dtype) for p in (self.weight, self.bias))
+        return nn.functional.layer_norm(x, self.normalized_shape, weight, bias, self.eps)
 
 
 def _add_layer_norm_on(parent):
@@ -2308,6 +2337,7 @@ def _add_layer_norm_on(parent):
                 total = x.to(wide)
                 stored = torch.float32 if self.residual_in_fp32 else x.dtype
             else:
+                wide = torch.promote_types(wide, residual.dtype)  # narrow neither
                 total, stored = x.to(wide) + residual.to(wide), residual.dtype
             return base.forward(self, total).to(x.dtype), total.to(stored)
 
@@ -2322,7 +2352,7 @@ def test_an_add_on_an_unbiased_my_layer_norm_is_judged_on_the_add(name, probe):
     """Subclassing the scaffold's MyLayerNorm, the add checks judge the add and the
     dtypes against the inherited norm: the variance slip is Exercise 1's."""
     assert _verdict(name, _add_layer_norm_on(UnbiasedLayerNorm), probe)["passed"]
-    assert _verdict(name, _add_layer_norm_on(nn.LayerNorm), probe)["passed"]
+    assert _verdict(name, _add_layer_norm_on(LayerNormInItsInputsDtype), probe)["passed"]
 
 
 def test_an_unbiased_add_written_from_scratch_still_fails():
