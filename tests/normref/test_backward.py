@@ -1229,7 +1229,7 @@ def test_gn_cases_are_what_their_labels_say():
             assert case["gamma"].dtype == case["dy"].dtype == case["x"].dtype
         assert abs(cases[5][1]["x"].mean() - 100) < 1
         assert abs(cases[0][1]["x"].mean() - 1) < 1.5
-        params = _cases("backward_gn_params", seed)
+        params = _cases("backward_gn_params", seed)[:-1]
         assert [label for label, _ in params] == [
             label for label, _ in cases[:2] + cases[3:] + cases[2:3]]
     shapes = [(c["x"].shape, int(c["num_groups"])) for seed in range(16)
