@@ -15,6 +15,11 @@ from normref.checks.tolerances import matches, mismatch
 
 EXAMPLE_A = np.array([2.0, 4.0, 6.0, 8.0])
 FD_STEP = 1e-5  # centred differences in float64: error ~1e-10 relative
+# Seconds one call of a backward pass may take on a check's large batch (65,536
+# values). A closed form takes milliseconds there, and under a second in plain
+# Python loops or through a per-token Jacobian; numerical differentiation needs a
+# forward pass per input value, 65,536 of them, and takes far longer.
+TIME_BUDGET = 5.0
 
 
 # ---------------------------------------------------------------- cases
@@ -89,6 +94,57 @@ def _rms_params_cases(rng):
     """Batches first: a sum over axis 0 alone then fails on a 3-D batch."""
     cases = _rms_cases(rng)
     return cases[1:] + cases[:1]
+
+
+def _rms_dx_cases(rng):
+    return _rms_cases(rng) + [_large("a large batch (1024, 64)", _random_case(rng, (1024, 64)))]
+
+
+def _rms_dgamma_cases(rng):
+    return _rms_params_cases(rng) + [
+        _large("a large 3-D batch (16, 64, 64)", _random_case(rng, (16, 64, 64)))]
+
+
+# ---------------------------------------------------------------- rules every backward obeys
+
+def _within_budget(judge, what):
+    """`judge`, after refusing a call on the large case that ran past its budget
+    (the probe stops it there and says so)."""
+    def judged(case, output):
+        if "time_budget" in case:
+            budget = float(case["time_budget"])
+            seconds = float(np.asarray(output.get("seconds", np.inf)))
+            if "stopped" in output or not seconds <= budget:  # NaN fails too
+                taken = (f"was stopped after {budget:g} s" if "stopped" in output
+                         else f"took {seconds:.1f} s")
+                return (f"{what} {taken} on this batch of {case['x'].size:,} values, "
+                        f"past the {budget:g} s a backward pass may take here. A closed-form "
+                        "backward takes milliseconds (under a second even in Python loops); "
+                        "numerical differentiation, a forward pass per input value, takes "
+                        "minutes, and the exercise rules it out: derive the gradient")
+        return _real_only(judge)(case, output)
+    return judged
+
+
+def _real_only(judge):
+    """`judge`, after refusing complex numbers: every input is real, so is every
+    gradient, and a complex result is a sign of complex-step differentiation."""
+    def judged(case, output):
+        for key, value in output.items():
+            if np.iscomplexobj(np.asarray(value)):
+                return (f"{key} holds complex numbers ({np.asarray(value).dtype}); every "
+                        "input is real, and so is every gradient. Return real arrays, from "
+                        "a closed-form backward (complex-step differentiation is "
+                        "numerical differentiation, which the exercise rules out)")
+        return judge(case, output)
+    return judged
+
+
+def _large(label, case):
+    """A large batch that every backward check ends with: the call must finish
+    within TIME_BUDGET seconds."""
+    return (f"{label}, within {TIME_BUDGET:g} s",
+            {**case, "time_budget": np.array(TIME_BUDGET)})
 
 
 # ---------------------------------------------------------------- helpers
@@ -327,10 +383,10 @@ def _rms_dx_mistakes(case):
         return rstd * (g - x_hat * avg(g * x_hat))
 
     return {
-        "dx is missing the -x_hat * mean(g * x_hat) term: rstd depends on x "
-        "through mean(x^2), and that path carries gradient too": rstd * g,
-        "RMSNorm subtracts no mean, so its dx has no -mean(g) term (that one is "
-        "layer norm's)": rstd * (g - avg(g) - x_hat * avg(g * x_hat)),
+        "dx treats rstd as a constant: rstd depends on every x_j through "
+        "mean(x^2), and that path adds a term of its own": rstd * g,
+        "RMSNorm subtracts no mean: no path runs through a mean, so no term of dx "
+        "comes from one": rstd * (g - avg(g) - x_hat * avg(g * x_hat)),
         "the gradient reaching x_hat is g = dy * gamma: dy passes through gamma "
         "before it reaches x_hat": dx_from(c["dy"]),
         "dx ends with a factor rstd = 1 / sqrt(mean(x^2) + eps)": dx_from(g, 1.0),
@@ -395,7 +451,7 @@ def _judge_dx_dot_x(case, output):
     if yours.size != 1 or not np.issubdtype(yours.dtype, np.number):
         return (f"dx_dot_x gave an array of shape {yours.shape}; it should give one "
                 "number, the sum over the token's features")
-    yours = complex(yours.reshape(())).real
+    yours = float(yours.reshape(()))
     if abs(yours - right) <= 1e-6 * abs(right) + 1e-12 * abs(row_loss):
         return None
     rstd = 1.0 / np.sqrt(ms + eps)
@@ -470,6 +526,10 @@ def _gn_params_cases(rng):
     """Inputs with positions first: a sum over the wrong axes then shows in the shape."""
     cases = _gn_cases(rng)
     return cases[:2] + cases[3:] + cases[2:3]
+
+
+def _gn_large(rng):
+    return _large("a large input (32, 16, 128), 8 groups", _gn_case(rng, (32, 16, 128), 8))
 
 
 def _gn_loss(c):
@@ -652,6 +712,10 @@ def _bn_params_cases(rng):
     """Non-square batches first: a sum over the wrong axis then shows in the shape."""
     cases = _bn_cases(rng)
     return cases[1:] + cases[:1]
+
+
+def _bn_large(rng):
+    return _large("a large batch (256, 256)", _bn_case(rng, (256, 256), 1.0))
 
 
 def _bn_torch_reference(case):
@@ -971,6 +1035,10 @@ def _add_ln_params_cases(rng):
     return [cases[1], cases[3], cases[0], cases[2]] + cases[4:]
 
 
+def _add_ln_large(rng):
+    return _large("a large 3-D batch (16, 64, 64)", _add_ln_case(rng, (16, 64, 64), 1.0))
+
+
 def _add_ln_torch_reference(case):
     """(dx, dresidual, dgamma, dbeta) from torch's autograd in float64, through
     s = x + residual, y = F.layer_norm(s) and the loss sum(dy * y) + sum(dsum * s)."""
@@ -1272,26 +1340,39 @@ def _answer_judge(name):
     return judge
 
 
+def _and_large(cases, large):
+    """cases(rng), then the large case large(rng) last."""
+    return lambda rng: cases(rng) + [large(rng)]
+
+
 CHECKS = {
     "backward_ln_forward_cache": Check(_forward_cases, _judge_forward),
     "backward_ln_dx": Check(_ln_backward_cases, _judge_ln_dx),
     "backward_ln_params": Check(_ln_params_cases, _judge_ln_params),
-    "backward_rms_dx": Check(_rms_cases, _judge_rms_dx),
-    "backward_rms_dgamma": Check(_rms_params_cases, _judge_rms_dgamma),
-    "backward_rms_dx_dot_x": Check(_dx_dot_x_cases, _judge_dx_dot_x),
-    "backward_gn_dx": Check(_gn_cases, _judge_gn_dx),
-    "backward_gn_params": Check(_gn_params_cases, _judge_gn_params),
-    "backward_bn_dx": Check(_bn_cases, _on_its_own(
-        _judge_bn_dx, _STAGED, "batch_norm_backward_closed")),
-    "backward_bn_stages": Check(_bn_cases, _on_its_own(
-        _judge_bn_stages, _STAGED, "batch_norm_backward_closed")),
-    "backward_bn_params": Check(_bn_params_cases, _on_its_own(
-        _judge_bn_params, _STAGED, "batch_norm_backward_closed")),
-    "backward_bn_closed_dx": Check(_bn_cases, _on_its_own(
-        _judge_bn_dx, _CLOSED, "batch_norm_backward")),
-    "backward_rms_function": Check(_rms_function_cases, _judge_rms_function),
-    "backward_add_ln_grads": Check(_add_ln_cases, _judge_add_ln_grads),
-    "backward_add_ln_params": Check(_add_ln_params_cases, _judge_add_ln_params),
+    "backward_rms_dx": Check(_rms_dx_cases, _within_budget(_judge_rms_dx, "rms_norm_backward")),
+    "backward_rms_dgamma": Check(_rms_dgamma_cases,
+                                 _within_budget(_judge_rms_dgamma, "rms_norm_backward")),
+    "backward_rms_dx_dot_x": Check(_dx_dot_x_cases, _real_only(_judge_dx_dot_x)),
+    "backward_gn_dx": Check(_and_large(_gn_cases, _gn_large),
+                            _within_budget(_judge_gn_dx, "group_norm_backward")),
+    "backward_gn_params": Check(_and_large(_gn_params_cases, _gn_large),
+                                _within_budget(_judge_gn_params, "group_norm_backward")),
+    "backward_bn_dx": Check(_and_large(_bn_cases, _bn_large), _on_its_own(_within_budget(
+        _judge_bn_dx, "batch_norm_backward"), _STAGED, "batch_norm_backward_closed")),
+    "backward_bn_stages": Check(_and_large(_bn_cases, _bn_large), _on_its_own(_within_budget(
+        _judge_bn_stages, "batch_norm_backward"), _STAGED, "batch_norm_backward_closed")),
+    "backward_bn_params": Check(_and_large(_bn_params_cases, _bn_large), _on_its_own(
+        _within_budget(_judge_bn_params, "batch_norm_backward"), _STAGED,
+        "batch_norm_backward_closed")),
+    "backward_bn_closed_dx": Check(_and_large(_bn_cases, _bn_large), _on_its_own(
+        _within_budget(_judge_bn_dx, "batch_norm_backward_closed"), _CLOSED,
+        "batch_norm_backward")),
+    "backward_rms_function": Check(_rms_function_cases, _real_only(_judge_rms_function)),
+    "backward_add_ln_grads": Check(_and_large(_add_ln_cases, _add_ln_large), _within_budget(
+        _judge_add_ln_grads, "add_layer_norm_backward")),
+    "backward_add_ln_params": Check(_and_large(_add_ln_params_cases, _add_ln_large),
+                                    _within_budget(_judge_add_ln_params,
+                                                   "add_layer_norm_backward")),
     "backward_running_sum": Check(_running_sum_cases, _judge_running_sum),
     **{name: Check(lambda rng: [("your answer", {})], _answer_judge(name))
        for name in _ANSWERS},

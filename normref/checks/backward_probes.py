@@ -13,7 +13,10 @@ probes hand it straight from the student's forward to the student's backward,
 so only the resulting arrays travel back to be judged.
 """
 
+import signal
+import threading
 from collections.abc import Mapping
+from time import perf_counter as _clock  # bound when the checks load, before a hand-in runs
 
 import numpy as np
 
@@ -53,6 +56,50 @@ def _call_ln_backward(functions, case):
     return {"dx": dx, "dgamma": dgamma, "dbeta": dbeta}
 
 
+class _OverBudget(BaseException):
+    """Raised inside the hand-in's call when a large case's time budget is spent
+    (a BaseException, so that the hand-in's `except Exception` lets it through)."""
+
+
+def _timed(probe):
+    """`probe`, which on a case with a "time_budget" also reports the call's
+    "seconds", and stops the call (reporting "stopped") once the budget is spent."""
+    def timed(subject, case):
+        if "time_budget" not in case:
+            return probe(subject, case)
+        budget = float(case["time_budget"])
+        armed = [threading.current_thread() is threading.main_thread()
+                 and hasattr(signal, "setitimer")]
+
+        def stop(signum, frame):
+            if armed[0]:
+                raise _OverBudget
+
+        timer_set, before = False, None
+        if armed[0]:
+            try:
+                before = signal.signal(signal.SIGALRM, stop)
+                signal.setitimer(signal.ITIMER_REAL, budget)
+                timer_set = True
+            except (ValueError, OSError):  # no timer here: the time is still judged
+                armed[0] = False
+        start = _clock()
+        try:
+            try:
+                result = probe(subject, case)
+            finally:
+                armed[0] = False
+                seconds = _clock() - start
+        except _OverBudget:
+            return {"seconds": np.array(seconds), "stopped": np.array(True)}
+        finally:
+            if timer_set:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, before if before is not None else signal.SIG_DFL)
+        return {**result, "seconds": np.array(seconds)}
+    return timed
+
+
 def _unpack(result, name, count):
     if not isinstance(result, (tuple, list)) or len(result) != count:
         raise TypeError(f"{name} should return {count} arrays, "
@@ -60,6 +107,7 @@ def _unpack(result, name, count):
     return result
 
 
+@_timed
 def _call_rms_backward(rms_norm_backward, case):
     result = rms_norm_backward(case["dy"].copy(), case["x"].copy(),
                                case["gamma"].copy(), float(case["eps"]))
@@ -67,6 +115,7 @@ def _call_rms_backward(rms_norm_backward, case):
     return {"dx": dx, "dgamma": dgamma}
 
 
+@_timed
 def _call_gn_backward(group_norm_backward, case):
     result = group_norm_backward(case["dy"].copy(), case["x"].copy(),
                                  int(case["num_groups"]), case["gamma"].copy(),
@@ -75,6 +124,7 @@ def _call_gn_backward(group_norm_backward, case):
     return {"dx": dx, "dgamma": dgamma, "dbeta": dbeta}
 
 
+@_timed
 def _call_bn_backward(batch_norm_backward, case):
     result = batch_norm_backward(case["dy"].copy(), case["x"].copy(),
                                  case["gamma"].copy(), float(case["eps"]))
@@ -87,6 +137,7 @@ def _call_bn_backward(batch_norm_backward, case):
 BN_STAGES = ("x_hat", "var", "xc", "mean")
 
 
+@_timed
 def _call_bn_stages(batch_norm_backward, case):
     """dx, and the gradients the staged route recorded in a dict passed as
     `grads`, one entry per value of the table (or a note on what is missing)."""
@@ -312,6 +363,7 @@ def check_blind_check_answer(answer):
     run_check("backward_blind_check_answer", answer, _answer_as_text)
 
 
+@_timed
 def _call_add_ln_backward(add_layer_norm_backward, case):
     result = add_layer_norm_backward(*(case[key].copy() for key in (
         "dy", "dsum", "x", "residual", "gamma")), float(case["eps"]))

@@ -6,8 +6,10 @@ run in a logging thread or a Timer, a flood of junk names past the recorder's
 list, a process spawned from the graded call, a fake Triton kernel class whose
 __module__ claims Triton, a kernel message of deeply nested JSON, a loop that
 ignores interrupts, escape sequences written to the grader's terminal) and
-correct but unusual work that must keep its points (ValueError subclasses,
-complex-step gradients, loops, a scratch comparison with nn.LayerNorm).
+gradients taken numerically (complex steps, centred differences) where a
+derived backward pass is asked for, and correct but unusual work that must
+keep its points (ValueError subclasses, loops, a scratch comparison with
+nn.LayerNorm).
 expected.json gives each one's points per cell; each unit is graded once.
 """
 

@@ -393,8 +393,8 @@ def _rms_from(dx_rule):
 
 
 @pytest.mark.parametrize("wrong, hint", [
-    (_rms_from(lambda g, dy, xh, r: r * g), "-x_hat * mean(g * x_hat) term"),
-    (_rms_from(lambda g, dy, xh, r: r * (g - _avg(g) - xh * _avg(g * xh))), "no -mean(g) term"),
+    (_rms_from(lambda g, dy, xh, r: r * g), "dx treats rstd as a constant"),
+    (_rms_from(lambda g, dy, xh, r: r * (g - _avg(g) - xh * _avg(g * xh))), "no path runs"),
     (_rms_from(lambda g, dy, xh, r: r * (dy - xh * _avg(dy * xh))), "g = dy * gamma"),
     (_rms_from(lambda g, dy, xh, r: r * (g - 2 * xh * _avg(g * xh))), "the 2s cancel"),
 ])
@@ -1087,7 +1087,7 @@ def test_ln_params_of_torch_pass():
 
 
 def test_rms_cases_are_what_their_labels_say():
-    cases = _cases("backward_rms_dx")
+    cases = _cases("backward_rms_dx")[:-1]  # the large timed case is tested on its own
     assert [label for label, _ in cases] == RMS_LABELS
     assert [(c["x"].shape, c["x"].dtype.name) for _, c in cases] == [
         ((4,), "float64"), ((5, 8), "float64"), ((2, 3, 16), "float64"),
@@ -1097,7 +1097,7 @@ def test_rms_cases_are_what_their_labels_say():
     np.testing.assert_array_equal(cases[4][1]["gamma"], [1.5, 0.5, -1.0, 2.0])
     np.testing.assert_allclose(cases[4][1]["x"], [0.002, 0.004, 0.006, 0.008], rtol=1e-12)
     assert abs(cases[2][1]["x"].mean() - 3) < 0.5  # "of tokens with mean 3"
-    assert [label for label, _ in _cases("backward_rms_dgamma")] == (
+    assert [label for label, _ in _cases("backward_rms_dgamma")[:-1]] == (
         RMS_LABELS[1:] + RMS_LABELS[:1])
 
 
@@ -1112,8 +1112,9 @@ def _rms_reference(dy, x, gamma, eps=1e-5):
                                            RMS_LABELS[1:] + RMS_LABELS[:1])])
 def test_a_right_rms_backward_passes(name, labels):
     verdict = _verdict(name, _rms_reference, P._call_rms_backward)
+    labels = labels + [_cases(name)[-1][0]]
     assert verdict == {"passed": True, "case": None, "message": (
-        f"{name}: all 6 cases passed (" + ", ".join(labels) + ")")}
+        f"{name}: all 7 cases passed (" + ", ".join(labels) + ")")}
 
 
 def _rms_pieces(case):
@@ -1126,11 +1127,11 @@ def _rms_pieces(case):
 
 RMS_DX_SLIPS = {
     "no projection": (lambda x, ms, r, xh, g, dy, eps: r * g,
-                      "dx is missing the -x_hat * mean(g * x_hat) term: rstd depends on x "
-                      "through mean(x^2), and that path carries gradient too"),
+                      "dx treats rstd as a constant: rstd depends on every x_j through "
+                      "mean(x^2), and that path adds a term of its own"),
     "mean term": (lambda x, ms, r, xh, g, dy, eps: r * (g - _avg(g) - xh * _avg(g * xh)),
-                  "RMSNorm subtracts no mean, so its dx has no -mean(g) term (that one is "
-                  "layer norm's)"),
+                  "RMSNorm subtracts no mean: no path runs through a mean, so no term of dx "
+                  "comes from one"),
     "no gamma": (lambda x, ms, r, xh, g, dy, eps: r * (dy - xh * _avg(dy * xh)),
                  "the gradient reaching x_hat is g = dy * gamma: dy passes through gamma "
                  "before it reaches x_hat"),
@@ -1211,7 +1212,7 @@ GN_FIXED = [
 
 def test_gn_cases_are_what_their_labels_say():
     for seed in range(4):
-        cases = _cases("backward_gn_dx", seed)
+        cases = _cases("backward_gn_dx", seed)[:-1]  # the large case is tested on its own
         fixed = [cases[2]] + cases[3:]
         assert [(label, c["x"].shape, int(c["num_groups"]), c["x"].dtype.name)
                 for label, c in fixed] == GN_FIXED
@@ -1228,7 +1229,7 @@ def test_gn_cases_are_what_their_labels_say():
             assert case["gamma"].dtype == case["dy"].dtype == case["x"].dtype
         assert abs(cases[5][1]["x"].mean() - 100) < 1
         assert abs(cases[0][1]["x"].mean() - 1) < 1.5
-        params = _cases("backward_gn_params", seed)
+        params = _cases("backward_gn_params", seed)[:-1]
         assert [label for label, _ in params] == [
             label for label, _ in cases[:2] + cases[3:] + cases[2:3]]
     shapes = [(c["x"].shape, int(c["num_groups"])) for seed in range(16)
@@ -1275,7 +1276,8 @@ def test_a_right_group_norm_backward_passes(name):
         cases = _cases(name, seed)
         verdict = _verdict(name, _gn_reference, P._call_gn_backward, seed)
         assert verdict == {"passed": True, "case": None, "message": (
-            f"{name}: all 8 cases passed (" + ", ".join(label for label, _ in cases) + ")")}
+            f"{name}: all {len(cases)} cases passed ("
+            + ", ".join(label for label, _ in cases) + ")")}
 
 
 def _gn_wrong_dx(case, groups=None, interleaved=False, ddof=0, mean_term=True,
@@ -2583,3 +2585,66 @@ def test_the_dx_dot_x_check_names_the_slip_without_the_answer(wrong, hint):
 def test_the_dx_dot_x_check_explains_a_result_that_is_not_one_number(answer, problem):
     with pytest.raises(CheckFailed, match=problem):
         check_rms_dx_dot_x(answer)
+
+
+# ---------------------------------------------------------------- numerical differentiation
+
+GRADED_BACKWARDS = ["backward_rms_dx", "backward_rms_dgamma", "backward_gn_dx",
+                    "backward_gn_params", "backward_bn_dx", "backward_bn_stages",
+                    "backward_bn_params", "backward_bn_closed_dx", "backward_add_ln_grads",
+                    "backward_add_ln_params"]
+
+
+@pytest.mark.parametrize("name", GRADED_BACKWARDS)
+def test_every_graded_backward_ends_with_a_large_timed_case(name):
+    """An O(n) numerical derivative (a forward pass per input) cannot pass: the last
+    case has 65,536 values and a time budget, and the budget is what is judged."""
+    label, case = _cases(name)[-1]
+    assert case["x"].size == 65536 and float(case["time_budget"]) == J.TIME_BUDGET
+    assert f"within {J.TIME_BUDGET:g} s" in label
+    assert all("time_budget" not in c for _, c in _cases(name)[:-1])
+    slow = _judge(name, case, {"seconds": np.array(J.TIME_BUDGET + 1)})
+    stopped = _judge(name, case, {"seconds": np.array(J.TIME_BUDGET), "stopped": np.array(True)})
+    assert "took 6.0 s" in slow and "numerical differentiation" in slow
+    assert "was stopped after 5 s" in stopped
+
+
+def test_the_probe_stops_a_call_past_its_budget_and_times_a_fast_one():
+    import time
+
+    from normref.checks import backward_probes as P
+
+    case = {**_case("backward_rms_dx", -1), "time_budget": np.array(0.2)}
+
+    def slow(dy, x, gamma, eps):
+        while True:
+            time.sleep(0.01)
+
+    started = time.perf_counter()
+    out = P._call_rms_backward(slow, case)
+    assert bool(out["stopped"]) and time.perf_counter() - started < 2
+    fast = P._call_rms_backward(backward.rms_norm_backward, case)
+    assert "stopped" not in fast and float(fast["seconds"]) < 0.2
+    assert _judge("backward_rms_dx", {**case, "time_budget": np.array(0.2)}, fast) is None
+
+
+@pytest.mark.parametrize("name", ["backward_rms_dx", "backward_gn_dx", "backward_bn_closed_dx",
+                                  "backward_add_ln_grads"])
+def test_a_complex_gradient_is_refused_though_its_real_part_is_right(name):
+    """Complex-step differentiation leaves complex arrays: refused, whatever their real part."""
+    label, case = _cases(name)[0]
+    outputs = {}
+    probe = {"backward_rms_dx": ("dx", "dgamma"), "backward_gn_dx": ("dx", "dgamma", "dbeta"),
+             "backward_bn_closed_dx": ("dx", "dgamma", "dbeta"),
+             "backward_add_ln_grads": ("dx", "dresidual", "dgamma", "dbeta")}[name]
+    for key in probe:
+        outputs[key] = np.zeros(1, complex)
+    message = _judge(name, case, outputs)
+    assert message and "complex" in message and "numerical differentiation" in message
+
+
+def test_dx_dot_x_may_not_be_complex():
+    case = _case("backward_rms_dx_dot_x", 0)
+    right = backward.rms_dx_dot_x(1.0, 4.0, 1e-5)
+    assert _judge("backward_rms_dx_dot_x", case, {"dot": np.array(right)}) is None
+    assert "complex" in _judge("backward_rms_dx_dot_x", case, {"dot": np.array(right + 0j)})
