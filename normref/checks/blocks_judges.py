@@ -372,10 +372,7 @@ def _judge_model_norms(case, output):
     return None
 
 
-# --- the prediction and the questions on the measured profiles ---
-
-CHOICES = {"predict_flattest": KINDS, "predict_steepest": KINDS}
-
+# --- answers given as a choice ---
 
 def _one_case(label):
     return lambda rng: [(label, {})]
@@ -384,22 +381,6 @@ def _one_case(label):
 def _choice(answer):
     """A choice as a student may type it: any case, spaces around it."""
     return str(answer).strip().lower()
-
-
-def _given(output, names):
-    missing = [name for name in names if name not in output]
-    if missing:
-        return f"no answer given for {', '.join(missing)}"
-    for name in names:
-        answer = _choice(output[name])
-        if answer not in CHOICES[name]:
-            return (f"{name.upper()} is {str(output[name])!r}; answer with one of "
-                    f"{', '.join(repr(c) for c in CHOICES[name])}")
-    return None
-
-
-def _judge_prediction(case, output):
-    return _given(output, ("predict_flattest", "predict_steepest"))
 
 
 # --- exercise 9: the gradient profile with the later branches cut ---
@@ -629,17 +610,6 @@ def _judge_first_step_update(case, output):
         if matches(first.reshape(()), wrong, dtype=F64):
             return f"{problem}. Hint: {hint}"
     return problem
-
-
-CUT_LETTERS = ("a", "b", "c", "d")
-
-
-def _judge_cut_prediction(case, output):
-    answer = _choice(output.get("predict_cut", "None"))
-    if answer not in CUT_LETTERS:
-        return (f"PREDICT_CUT is {str(output.get('predict_cut'))!r}; answer with one of "
-                f"{', '.join(repr(c) for c in CUT_LETTERS)}")
-    return None
 
 
 # --- exercise 10: adaLN-Zero ---
@@ -876,7 +846,6 @@ def _judge_lowest_failing_lr(case, output):
 
 ABLATION_LAYERS_CHECKED = 3  # the model check; the runs use blocks.ABLATION's depth
 RESCUE_CHOICES = ("alpha", "beta", "either", "neither")
-ABLATION_LETTERS = ("a", "b", "c", "d")
 SWITCHES_SAID = {(True, False): "alpha only", (False, True): "beta only",
                  (True, True): "alpha and beta", (False, False): "neither"}
 
@@ -946,14 +915,6 @@ def _judge_ablation_norms(case, output):
     return None
 
 
-def _judge_ablation_prediction(case, output):
-    answer = _choice(output.get("predict_rescue", "None"))
-    if answer not in ABLATION_LETTERS:
-        return (f"PREDICT_RESCUE is {str(output.get('predict_rescue'))!r}; answer with one "
-                f"of {', '.join(repr(c) for c in ABLATION_LETTERS)}")
-    return None
-
-
 def _ablation_cases(rng):
     c = blocks.ABLATION
     return [(f"the four variants, {c['n_layers']} blocks, lr {c['lr']:g}, seed {c['seed']}, "
@@ -1011,17 +972,13 @@ CHECKS = {
     "blocks_deepnorm": Check(_deepnorm_cases, _block_judge("deepnorm", _diagnose_deepnorm)),
     "blocks_deepnorm_scale": Check(_deepnorm_scale_cases, _judge_deepnorm_scale),
     "blocks_make_model": Check(_make_model_cases, _judge_make_model),
-    "blocks_prediction": Check(_one_case("your two predictions"), _judge_prediction),
     "blocks_gradient_profile": Check(_gradient_profile_cases, _judge_gradient_profile),
     "blocks_first_step_update": Check(_first_step_update_cases, _judge_first_step_update),
-    "blocks_cut_prediction": Check(_one_case("your prediction"), _judge_cut_prediction),
     "blocks_adaln_zero": Check(_adaln_cases, _judge_adaln_zero),
     "blocks_warmup_lr": Check(_warmup_lr_cases, _judge_warmup_lr),
     "blocks_warmup_sweep": Check(_one_case("the rates at which the toy fails"),
                                  _judge_warmup_sweep),
     "blocks_lowest_failing_lr": Check(_lowest_failing_cases, _judge_lowest_failing_lr),
     "blocks_ablation_model": Check(_ablation_model_cases, _judge_ablation_model),
-    "blocks_ablation_prediction": Check(_one_case("your prediction"),
-                                        _judge_ablation_prediction),
     "blocks_ablation": Check(_ablation_cases, _judge_ablation),
 }

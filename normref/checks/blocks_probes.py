@@ -254,15 +254,6 @@ def check_make_model(make_model):
     run_check("blocks_make_model", make_model, _probe_make_model)
 
 
-def _answers_as_text(answers, case):
-    return {name: np.array(str(value)) for name, value in answers.items()}
-
-
-def check_prediction(**answers):
-    """Check that the predictions are given, before the experiment runs."""
-    run_check("blocks_prediction", answers, _answers_as_text)
-
-
 # --- exercise 9: the gradient profile with the later branches cut ---
 
 def _sandwich_harness(PreLNBlock):
@@ -356,11 +347,6 @@ def check_first_step_update(first_step_update, TinyLM, PreLNBlock, PostLNBlock):
     run_check("blocks_first_step_update",
               (first_step_update, TinyLM, {"pre": PreLNBlock, "post": PostLNBlock}),
               _probe_first_step_update)
-
-
-def check_cut_prediction(**answers):
-    """Check that the prediction about the cut branches is given."""
-    run_check("blocks_cut_prediction", answers, _answers_as_text)
 
 
 # --- exercise 10: adaLN-Zero ---
@@ -495,11 +481,6 @@ def check_ablation_model(ablation_model):
     pairs of switches: parameters, initialization and alpha, against the
     reference's."""
     run_check("blocks_ablation_model", ablation_model, _probe_ablation_model)
-
-
-def check_ablation_prediction(**answers):
-    """Check that the prediction about DeepNet's two changes is given."""
-    run_check("blocks_ablation_prediction", answers, _answers_as_text)
 
 
 def _reported_losses(losses, names):

@@ -29,7 +29,6 @@ from normref.checks import (
 from normref.checks.blocks_judges import (
     _judge_deepnorm_scale,
     _judge_make_model,
-    _judge_prediction,
 )
 from normref.checks.tolerances import mismatch
 
@@ -948,21 +947,6 @@ def test_judge_make_model_runs_on_one_thread_and_puts_it_back():
     assert seen == [1] and torch.get_num_threads() == 2
 
 
-def test_given_answers_must_be_choices():
-    assert _judge_prediction({}, {"predict_flattest": np.array("pre"),
-                                  "predict_steepest": np.array("deepnorm")}) is None
-    assert _judge_prediction({}, {}) == (
-        "no answer given for predict_flattest, predict_steepest")
-    assert _judge_prediction({}, {"predict_flattest": np.array("pre")}) == (
-        "no answer given for predict_steepest")
-    assert _judge_prediction({}, {"predict_flattest": np.array(" Pre"),
-                                  "predict_steepest": np.array("DEEPNORM ")}) is None
-    assert _judge_prediction({}, {"predict_flattest": np.array("pre"),
-                                  "predict_steepest": np.array("post-ln")}) == (
-        "PREDICT_STEEPEST is 'post-ln'; answer with one of 'pre', 'post', 'sandwich', "
-        "'deepnorm'")
-
-
 # ------------------------------------------------------------ the checks end to end
 
 def test_every_check_function_runs_its_check():
@@ -980,9 +964,6 @@ def test_every_check_function_runs_its_check():
     blocks_probes.check_make_model(blocks.experiment_model)
     with pytest.raises(CheckFailed, match="blocks_make_model, pre, .*needs the final LN"):
         blocks_probes.check_make_model(_with_final_ln(False))
-    blocks_probes.check_prediction(predict_flattest="post", predict_steepest="pre")
-    with pytest.raises(CheckFailed, match="no answer given for predict_steepest"):
-        blocks_probes.check_prediction(predict_flattest="post")
     blocks_probes.check_first_step_update(blocks.first_step_update, _TestLM, blocks.PreLNBlock,
                                           blocks.PostLNBlock)
     with pytest.raises(CheckFailed, match="blocks_first_step_update, .*left the model changed"):
@@ -996,7 +977,7 @@ def test_every_check_function_runs_its_check():
         blocks_probes.check_warmup_sweep(fails_without=3e-2, fails_with=3e-2)
 
 
-# --- exercise 9: gradient_profile and the prediction ---
+# --- exercise 9: gradient_profile ---
 
 class _TestLM(nn.Module):
     """The notebook's TinyLM(vocab, d, blocks, final_ln, max_len)."""
@@ -1194,13 +1175,6 @@ def test_first_step_update_cases_are_what_their_labels_say():
         assert f"lr {float(case['lr']):.0e}".replace("e-0", "e-") in label
         assert ("w:ln_f.weight" in case) == (kind == "pre")
         assert case["inputs"].shape == case["targets"].shape
-
-
-def test_cut_prediction_needs_one_of_the_letters():
-    judge = blocks_judges._judge_cut_prediction
-    assert judge({}, {"predict_cut": np.array("c")}) is None
-    assert judge({}, {"predict_cut": np.array(" B ")}) is None
-    assert "answer with one of" in judge({}, {"predict_cut": np.array("None")})
 
 
 # --- exercise 10: adaLN-Zero ---
@@ -1448,14 +1422,6 @@ def test_ablation_model_keeps_its_points_while_exercises_2_and_3_are_unfinished(
     blocks_probes.check_ablation_model(namespace["ablation_model"])
 
 
-def test_ablation_prediction_takes_a_letter_in_any_case():
-    blocks_probes.check_ablation_prediction(predict_rescue=" B ")
-    with pytest.raises(CheckFailed) as failure:
-        blocks_probes.check_ablation_prediction(predict_rescue=None)
-    assert "PREDICT_RESCUE is 'None'; answer with one of 'a', 'b', 'c', 'd'" in str(
-        failure.value)
-
-
 class _Run:
     """A stand-in model that only says which changes it keeps."""
 
@@ -1529,3 +1495,4 @@ def test_ablation_of_the_assignments_solution_passes_on_real_runs():
     blocks_probes.check_ablation(namespace["ablation_model"], namespace["train_model"],
                                  losses=namespace["ABLATION_LOSSES"],
                                  rescued_by=namespace["RESCUED_BY"])
+
