@@ -308,8 +308,12 @@ def test_make_model_cases_one_per_kind_with_its_batch():
         np.testing.assert_array_equal(case["targets"], targets.numpy())
 
 
-def test_one_case_is_a_single_empty_case_with_its_label():
-    assert blocks_judges._one_case("x")(None) == [("x", {})]
+def test_the_sweep_case_gives_the_probe_the_sweep_it_asks_warmup_lr_about():
+    [(label, case)] = blocks_judges._warmup_sweep_cases(None)
+    assert label == "the rates at which the toy fails"
+    assert case["rates"].tolist() == list(blocks.SWEEP["rates"])
+    assert int(case["warmup_steps"]) == blocks.SWEEP["warmup_steps"]
+    assert int(case["steps"]) == blocks.SWEEP["steps"]
 
 
 # ------------------------------------------------------------ sandwich-LN verdicts
@@ -972,9 +976,9 @@ def test_every_check_function_runs_its_check():
     blocks_probes.check_warmup_lr(blocks.warmup_lr)
     with pytest.raises(CheckFailed, match="blocks_warmup_lr, .*divides by zero"):
         blocks_probes.check_warmup_lr(lambda step, lr, warmup: lr * min(1, (step + 1) / warmup))
-    blocks_probes.check_warmup_sweep(fails_without=1e-2, fails_with=3e-2)
+    blocks_probes.check_warmup_sweep(blocks.warmup_lr, fails_without=1e-2, fails_with=3e-2)
     with pytest.raises(CheckFailed, match="blocks_warmup_sweep, .*already fails at 0.01"):
-        blocks_probes.check_warmup_sweep(fails_without=3e-2, fails_with=3e-2)
+        blocks_probes.check_warmup_sweep(blocks.warmup_lr, fails_without=3e-2, fails_with=3e-2)
 
 
 # --- exercise 9: gradient_profile ---
@@ -1496,3 +1500,30 @@ def test_ablation_of_the_assignments_solution_passes_on_real_runs():
                                  losses=namespace["ABLATION_LOSSES"],
                                  rescued_by=namespace["RESCUED_BY"])
 
+
+def _warmup_lr_from_zero(step, lr, warmup_steps):
+    """The slip of a sample hand-in: step 0 gets no rate at all."""
+    return lr * min(1.0, step / warmup_steps) if warmup_steps else lr
+
+
+def test_a_slip_in_warmup_lr_costs_only_its_own_cell():
+    # with that schedule the toy already fails at 1e-2 with warm-up (the
+    # reference's fails from 3e-2): the student's own correct sweep passes
+    with pytest.raises(CheckFailed, match="blocks_warmup_lr, .*step counts from 0"):
+        blocks_probes.check_warmup_lr(_warmup_lr_from_zero)
+    blocks_probes.check_warmup_sweep(_warmup_lr_from_zero, fails_without=1e-2, fails_with=1e-2)
+    with pytest.raises(CheckFailed, match="blocks_warmup_sweep, .*your warmup_lr's rates"):
+        blocks_probes.check_warmup_sweep(_warmup_lr_from_zero, fails_without=1e-2,
+                                         fails_with=1e-1)
+    # the same answer from a correct warmup_lr is wrong: those runs learn at 1e-2
+    with pytest.raises(CheckFailed, match="blocks_warmup_sweep, .*fails_with is 0.01, but"):
+        blocks_probes.check_warmup_sweep(blocks.warmup_lr, fails_without=1e-2, fails_with=1e-2)
+
+
+def test_the_sweep_is_judged_on_the_reference_schedule_when_warmup_lr_fails():
+    def unwritten(step, lr, warmup_steps):
+        raise NotImplementedError()
+
+    blocks_probes.check_warmup_sweep(unwritten, fails_without=1e-2, fails_with=3e-2)
+    with pytest.raises(CheckFailed, match="blocks_warmup_sweep, .*fails_with is 0.01, but"):
+        blocks_probes.check_warmup_sweep(unwritten, fails_without=1e-2, fails_with=1e-2)
