@@ -478,21 +478,25 @@ SWEEP = {"n_layers": 4, "steps": 60, "last": 10, "stuck_above": 2.5,
          "rates": (3e-3, 1e-2, 3e-2, 1e-1), "warmup_steps": 20}
 
 
-def sweep_final_loss(lr, warmup_steps, seed=0, kind="post"):
+def sweep_final_loss(lr, warmup_steps, seed=0, kind="post", schedule=None):
     """Mean loss of the last SWEEP["last"] of SWEEP["steps"] Adam steps
     (betas 0.9, 0.98) on fresh copy-task batches, for an experiment_model of
     SWEEP["n_layers"] blocks, the learning rate following warmup_lr. Chance
     is ln 15 = 2.708; above SWEEP["stuck_above"] the model learned nothing."""
-    return final_loss(experiment_model(kind, SWEEP["n_layers"], seed), lr, warmup_steps, seed)
+    return final_loss(experiment_model(kind, SWEEP["n_layers"], seed), lr, warmup_steps, seed,
+                      schedule)
 
 
-def final_loss(model, lr, warmup_steps, seed=0):
-    """sweep_final_loss's training, on a model that is given."""
+def final_loss(model, lr, warmup_steps, seed=0, schedule=None):
+    """sweep_final_loss's training, on a model that is given; schedule, where
+    given, is the rate of every step (a student's warm-up) in place of
+    warmup_lr's."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), foreach=True)
     losses = []
     for step in range(SWEEP["steps"]):
         for group in optimizer.param_groups:
-            group["lr"] = warmup_lr(step, lr, warmup_steps)
+            group["lr"] = (warmup_lr(step, lr, warmup_steps) if schedule is None
+                           else float(schedule[step]))
         loss = lm_loss(model, experiment_batch(seed * 100_003 + step))
         optimizer.zero_grad()
         loss.backward()

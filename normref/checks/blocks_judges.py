@@ -372,34 +372,11 @@ def _judge_model_norms(case, output):
     return None
 
 
-# --- the prediction and the questions on the measured profiles ---
-
-CHOICES = {"predict_flattest": KINDS, "predict_steepest": KINDS}
-
-
-def _one_case(label):
-    return lambda rng: [(label, {})]
-
+# --- answers given as a choice ---
 
 def _choice(answer):
     """A choice as a student may type it: any case, spaces around it."""
     return str(answer).strip().lower()
-
-
-def _given(output, names):
-    missing = [name for name in names if name not in output]
-    if missing:
-        return f"no answer given for {', '.join(missing)}"
-    for name in names:
-        answer = _choice(output[name])
-        if answer not in CHOICES[name]:
-            return (f"{name.upper()} is {str(output[name])!r}; answer with one of "
-                    f"{', '.join(repr(c) for c in CHOICES[name])}")
-    return None
-
-
-def _judge_prediction(case, output):
-    return _given(output, ("predict_flattest", "predict_steepest"))
 
 
 # --- exercise 9: the gradient profile with the later branches cut ---
@@ -631,17 +608,6 @@ def _judge_first_step_update(case, output):
     return problem
 
 
-CUT_LETTERS = ("a", "b", "c", "d")
-
-
-def _judge_cut_prediction(case, output):
-    answer = _choice(output.get("predict_cut", "None"))
-    if answer not in CUT_LETTERS:
-        return (f"PREDICT_CUT is {str(output.get('predict_cut'))!r}; answer with one of "
-                f"{', '.join(repr(c) for c in CUT_LETTERS)}")
-    return None
-
-
 # --- exercise 10: adaLN-Zero ---
 
 def _adaln_cases(rng):
@@ -767,9 +733,13 @@ def _judge_warmup_lr(case, output):
     return problem
 
 
-def _reference_stuck(lr, warmup_steps):
-    """Whether the reference Post-LN toy, seed 0, ends stuck near chance; and its loss."""
-    loss = _sweep_loss(float(lr), int(warmup_steps))
+def _reference_stuck(lr, warmup_steps, schedules=None):
+    """Whether the reference Post-LN toy, seed 0, ends stuck near chance; and its
+    loss. schedules, where given, maps each rate to the rate of every step."""
+    if schedules is None or not warmup_steps:
+        loss = _sweep_loss(float(lr), int(warmup_steps))
+    else:
+        loss = _schedule_loss(float(lr), int(warmup_steps), schedules[lr])
     return loss > blocks.SWEEP["stuck_above"], loss
 
 
@@ -777,6 +747,12 @@ def _reference_stuck(lr, warmup_steps):
 def _sweep_loss(lr, warmup_steps):
     with _one_thread():
         return blocks.sweep_final_loss(lr, warmup_steps, seed=0)
+
+
+@functools.lru_cache(maxsize=32)
+def _schedule_loss(lr, warmup_steps, schedule):
+    with _one_thread():
+        return blocks.sweep_final_loss(lr, warmup_steps, seed=0, schedule=schedule)
 
 
 def _grid_rate(value, rates):
@@ -787,8 +763,61 @@ def _grid_rate(value, rates):
     return None
 
 
-def _judge_warmup_sweep(case, output):
+def _warmup_sweep_cases(rng):
+    return [("the rates at which the toy fails",
+             {"rates": np.array(blocks.SWEEP["rates"]),
+              "warmup_steps": np.array(blocks.SWEEP["warmup_steps"]),
+              "steps": np.array(blocks.SWEEP["steps"])})]
+
+
+def _student_schedules(case, output):
+    """{rate: the rate of every step} under the student's warmup_lr, or None
+    where it gave none, gave a rate that is not a finite number >= 0, or
+    agrees with the reference's linear warm-up."""
+    schedule = output.get("schedule")
+    rates = blocks.SWEEP["rates"]
+    shape = (len(rates), blocks.SWEEP["steps"])
+    if schedule is None or schedule.shape != shape or not np.all(np.isfinite(schedule)) \
+            or np.any(schedule < 0):
+        return None
+    reference = np.array([[blocks.warmup_lr(step, lr, blocks.SWEEP["warmup_steps"])
+                           for step in range(shape[1])] for lr in rates])
+    if matches(schedule, reference, dtype=F64):
+        return None
+    return {rate: tuple(row.tolist()) for rate, row in zip(rates, schedule)}
+
+
+def _sweep_problem(found, schedules):
+    """What is wrong with the two rates under these warm-up schedules (None:
+    the reference's), or None."""
     rates, warmup = blocks.SWEEP["rates"], blocks.SWEEP["warmup_steps"]
+    for name, steps in (("fails_without", 0), ("fails_with", warmup)):
+        rate = found[name]
+        setting = f"{steps}-step warm-up" if steps else "no warm-up"
+        if steps and schedules is not None:
+            setting += " (your warmup_lr's rates)"
+        stuck, loss = _reference_stuck(rate, steps, schedules)
+        if not stuck:
+            return (f"{name} is {rate:g}, but at that rate Post-LN with {setting} learns "
+                    f"(final loss {loss:.2f}, not above {blocks.SWEEP['stuck_above']}). "
+                    "Hint: a run fails when its final loss stays above the threshold; check "
+                    "which run your sweep reads")
+        lower = [r for r in rates if r < rate]
+        if lower:
+            stuck_below, loss_below = _reference_stuck(lower[-1], steps, schedules)
+            if stuck_below:
+                return (f"{name} is {rate:g}, but Post-LN with {setting} already fails at "
+                        f"{lower[-1]:g} (final loss {loss_below:.2f}). Hint: return the "
+                        "lowest failing rate: try the rates from small to large and stop "
+                        "at the first failure")
+    return None
+
+
+def _judge_warmup_sweep(case, output):
+    """The two rates, judged on runs with the student's own warm-up schedule
+    (what their sweep trained with), or with the reference's: a slip in
+    warmup_lr is charged in its own cell, not here again."""
+    rates = blocks.SWEEP["rates"]
     grid = ", ".join(f"{r:g}" for r in rates)
     found = {}
     for name in ("fails_without", "fails_with"):
@@ -801,24 +830,11 @@ def _judge_warmup_sweep(case, output):
             return (f"{name} is {shown}; answer with one of the rates of the sweep "
                     f"({grid}), the lowest at which the model fails")
         found[name] = rate
-    for name, steps in (("fails_without", 0), ("fails_with", warmup)):
-        rate = found[name]
-        setting = f"{steps}-step warm-up" if steps else "no warm-up"
-        stuck, loss = _reference_stuck(rate, steps)
-        if not stuck:
-            return (f"{name} is {rate:g}, but at that rate Post-LN with {setting} learns "
-                    f"(final loss {loss:.2f}, not above {blocks.SWEEP['stuck_above']}). "
-                    "Hint: a run fails when its final loss stays above the threshold; check "
-                    "warmup_lr and which run your sweep reads")
-        lower = [r for r in rates if r < rate]
-        if lower:
-            stuck_below, loss_below = _reference_stuck(lower[-1], steps)
-            if stuck_below:
-                return (f"{name} is {rate:g}, but Post-LN with {setting} already fails at "
-                        f"{lower[-1]:g} (final loss {loss_below:.2f}). Hint: return the "
-                        "lowest failing rate: try the rates from small to large and stop "
-                        "at the first failure")
-    return None
+    student = _student_schedules(case, output)
+    problem = _sweep_problem(found, student)
+    if problem and student is not None and _sweep_problem(found, None) is None:
+        return None
+    return problem
 
 
 def _lowest_failing_cases(rng):
@@ -876,7 +892,6 @@ def _judge_lowest_failing_lr(case, output):
 
 ABLATION_LAYERS_CHECKED = 3  # the model check; the runs use blocks.ABLATION's depth
 RESCUE_CHOICES = ("alpha", "beta", "either", "neither")
-ABLATION_LETTERS = ("a", "b", "c", "d")
 SWITCHES_SAID = {(True, False): "alpha only", (False, True): "beta only",
                  (True, True): "alpha and beta", (False, False): "neither"}
 
@@ -946,14 +961,6 @@ def _judge_ablation_norms(case, output):
     return None
 
 
-def _judge_ablation_prediction(case, output):
-    answer = _choice(output.get("predict_rescue", "None"))
-    if answer not in ABLATION_LETTERS:
-        return (f"PREDICT_RESCUE is {str(output.get('predict_rescue'))!r}; answer with one "
-                f"of {', '.join(repr(c) for c in ABLATION_LETTERS)}")
-    return None
-
-
 def _ablation_cases(rng):
     c = blocks.ABLATION
     return [(f"the four variants, {c['n_layers']} blocks, lr {c['lr']:g}, seed {c['seed']}, "
@@ -1011,17 +1018,12 @@ CHECKS = {
     "blocks_deepnorm": Check(_deepnorm_cases, _block_judge("deepnorm", _diagnose_deepnorm)),
     "blocks_deepnorm_scale": Check(_deepnorm_scale_cases, _judge_deepnorm_scale),
     "blocks_make_model": Check(_make_model_cases, _judge_make_model),
-    "blocks_prediction": Check(_one_case("your two predictions"), _judge_prediction),
     "blocks_gradient_profile": Check(_gradient_profile_cases, _judge_gradient_profile),
     "blocks_first_step_update": Check(_first_step_update_cases, _judge_first_step_update),
-    "blocks_cut_prediction": Check(_one_case("your prediction"), _judge_cut_prediction),
     "blocks_adaln_zero": Check(_adaln_cases, _judge_adaln_zero),
     "blocks_warmup_lr": Check(_warmup_lr_cases, _judge_warmup_lr),
-    "blocks_warmup_sweep": Check(_one_case("the rates at which the toy fails"),
-                                 _judge_warmup_sweep),
+    "blocks_warmup_sweep": Check(_warmup_sweep_cases, _judge_warmup_sweep),
     "blocks_lowest_failing_lr": Check(_lowest_failing_cases, _judge_lowest_failing_lr),
     "blocks_ablation_model": Check(_ablation_model_cases, _judge_ablation_model),
-    "blocks_ablation_prediction": Check(_one_case("your prediction"),
-                                        _judge_ablation_prediction),
     "blocks_ablation": Check(_ablation_cases, _judge_ablation),
 }

@@ -254,15 +254,6 @@ def check_make_model(make_model):
     run_check("blocks_make_model", make_model, _probe_make_model)
 
 
-def _answers_as_text(answers, case):
-    return {name: np.array(str(value)) for name, value in answers.items()}
-
-
-def check_prediction(**answers):
-    """Check that the predictions are given, before the experiment runs."""
-    run_check("blocks_prediction", answers, _answers_as_text)
-
-
 # --- exercise 9: the gradient profile with the later branches cut ---
 
 def _sandwich_harness(PreLNBlock):
@@ -358,11 +349,6 @@ def check_first_step_update(first_step_update, TinyLM, PreLNBlock, PostLNBlock):
               _probe_first_step_update)
 
 
-def check_cut_prediction(**answers):
-    """Check that the prediction about the cut branches is given."""
-    run_check("blocks_cut_prediction", answers, _answers_as_text)
-
-
 # --- exercise 10: adaLN-Zero ---
 
 ADALN_CONTRACT = (
@@ -436,10 +422,29 @@ def _rates_as_numbers(answers, case):
     return result
 
 
-def check_warmup_sweep(**answers):
+def _probe_warmup_sweep(subject, case):
+    """The answers as numbers, and the rate the student's warmup_lr gives each
+    step of the sweep's warm-up runs (one row per rate of the case), which
+    their sweep trained with; no "schedule" where warmup_lr fails."""
+    warmup_lr, answers = subject
+    result = _rates_as_numbers(answers, case)
+    warmup, steps = int(case["warmup_steps"]), int(case["steps"])
+    try:
+        result["schedule"] = np.array([
+            [float(to_array(warmup_lr(step, lr, warmup), what="warmup_lr's result").reshape(()))
+             for step in range(steps)]
+            for lr in case["rates"].tolist()])
+    except Exception:  # a broken warmup_lr costs its own cell: judge on the reference's
+        pass
+    return result
+
+
+def check_warmup_sweep(warmup_lr, **answers):
     """Check the lowest learning rates at which the Post-LN toy fails to
-    learn, without and with warm-up, against training runs of the reference."""
-    run_check("blocks_warmup_sweep", answers, _rates_as_numbers)
+    learn, without and with warm-up, against training runs of the reference
+    that follow the student's warm-up schedule (so that a slip in warmup_lr
+    costs that cell only) or the reference's."""
+    run_check("blocks_warmup_sweep", (warmup_lr, answers), _probe_warmup_sweep)
 
 
 def _probe_lowest_failing_lr(lowest_failing_lr, case):
@@ -495,11 +500,6 @@ def check_ablation_model(ablation_model):
     pairs of switches: parameters, initialization and alpha, against the
     reference's."""
     run_check("blocks_ablation_model", ablation_model, _probe_ablation_model)
-
-
-def check_ablation_prediction(**answers):
-    """Check that the prediction about DeepNet's two changes is given."""
-    run_check("blocks_ablation_prediction", answers, _answers_as_text)
 
 
 def _reported_losses(losses, names):

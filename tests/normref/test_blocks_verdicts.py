@@ -29,7 +29,6 @@ from normref.checks import (
 from normref.checks.blocks_judges import (
     _judge_deepnorm_scale,
     _judge_make_model,
-    _judge_prediction,
 )
 from normref.checks.tolerances import mismatch
 
@@ -309,8 +308,12 @@ def test_make_model_cases_one_per_kind_with_its_batch():
         np.testing.assert_array_equal(case["targets"], targets.numpy())
 
 
-def test_one_case_is_a_single_empty_case_with_its_label():
-    assert blocks_judges._one_case("x")(None) == [("x", {})]
+def test_the_sweep_case_gives_the_probe_the_sweep_it_asks_warmup_lr_about():
+    [(label, case)] = blocks_judges._warmup_sweep_cases(None)
+    assert label == "the rates at which the toy fails"
+    assert case["rates"].tolist() == list(blocks.SWEEP["rates"])
+    assert int(case["warmup_steps"]) == blocks.SWEEP["warmup_steps"]
+    assert int(case["steps"]) == blocks.SWEEP["steps"]
 
 
 # ------------------------------------------------------------ sandwich-LN verdicts
@@ -948,21 +951,6 @@ def test_judge_make_model_runs_on_one_thread_and_puts_it_back():
     assert seen == [1] and torch.get_num_threads() == 2
 
 
-def test_given_answers_must_be_choices():
-    assert _judge_prediction({}, {"predict_flattest": np.array("pre"),
-                                  "predict_steepest": np.array("deepnorm")}) is None
-    assert _judge_prediction({}, {}) == (
-        "no answer given for predict_flattest, predict_steepest")
-    assert _judge_prediction({}, {"predict_flattest": np.array("pre")}) == (
-        "no answer given for predict_steepest")
-    assert _judge_prediction({}, {"predict_flattest": np.array(" Pre"),
-                                  "predict_steepest": np.array("DEEPNORM ")}) is None
-    assert _judge_prediction({}, {"predict_flattest": np.array("pre"),
-                                  "predict_steepest": np.array("post-ln")}) == (
-        "PREDICT_STEEPEST is 'post-ln'; answer with one of 'pre', 'post', 'sandwich', "
-        "'deepnorm'")
-
-
 # ------------------------------------------------------------ the checks end to end
 
 def test_every_check_function_runs_its_check():
@@ -980,9 +968,6 @@ def test_every_check_function_runs_its_check():
     blocks_probes.check_make_model(blocks.experiment_model)
     with pytest.raises(CheckFailed, match="blocks_make_model, pre, .*needs the final LN"):
         blocks_probes.check_make_model(_with_final_ln(False))
-    blocks_probes.check_prediction(predict_flattest="post", predict_steepest="pre")
-    with pytest.raises(CheckFailed, match="no answer given for predict_steepest"):
-        blocks_probes.check_prediction(predict_flattest="post")
     blocks_probes.check_first_step_update(blocks.first_step_update, _TestLM, blocks.PreLNBlock,
                                           blocks.PostLNBlock)
     with pytest.raises(CheckFailed, match="blocks_first_step_update, .*left the model changed"):
@@ -991,12 +976,12 @@ def test_every_check_function_runs_its_check():
     blocks_probes.check_warmup_lr(blocks.warmup_lr)
     with pytest.raises(CheckFailed, match="blocks_warmup_lr, .*divides by zero"):
         blocks_probes.check_warmup_lr(lambda step, lr, warmup: lr * min(1, (step + 1) / warmup))
-    blocks_probes.check_warmup_sweep(fails_without=1e-2, fails_with=3e-2)
+    blocks_probes.check_warmup_sweep(blocks.warmup_lr, fails_without=1e-2, fails_with=3e-2)
     with pytest.raises(CheckFailed, match="blocks_warmup_sweep, .*already fails at 0.01"):
-        blocks_probes.check_warmup_sweep(fails_without=3e-2, fails_with=3e-2)
+        blocks_probes.check_warmup_sweep(blocks.warmup_lr, fails_without=3e-2, fails_with=3e-2)
 
 
-# --- exercise 9: gradient_profile and the prediction ---
+# --- exercise 9: gradient_profile ---
 
 class _TestLM(nn.Module):
     """The notebook's TinyLM(vocab, d, blocks, final_ln, max_len)."""
@@ -1194,13 +1179,6 @@ def test_first_step_update_cases_are_what_their_labels_say():
         assert f"lr {float(case['lr']):.0e}".replace("e-0", "e-") in label
         assert ("w:ln_f.weight" in case) == (kind == "pre")
         assert case["inputs"].shape == case["targets"].shape
-
-
-def test_cut_prediction_needs_one_of_the_letters():
-    judge = blocks_judges._judge_cut_prediction
-    assert judge({}, {"predict_cut": np.array("c")}) is None
-    assert judge({}, {"predict_cut": np.array(" B ")}) is None
-    assert "answer with one of" in judge({}, {"predict_cut": np.array("None")})
 
 
 # --- exercise 10: adaLN-Zero ---
@@ -1448,14 +1426,6 @@ def test_ablation_model_keeps_its_points_while_exercises_2_and_3_are_unfinished(
     blocks_probes.check_ablation_model(namespace["ablation_model"])
 
 
-def test_ablation_prediction_takes_a_letter_in_any_case():
-    blocks_probes.check_ablation_prediction(predict_rescue=" B ")
-    with pytest.raises(CheckFailed) as failure:
-        blocks_probes.check_ablation_prediction(predict_rescue=None)
-    assert "PREDICT_RESCUE is 'None'; answer with one of 'a', 'b', 'c', 'd'" in str(
-        failure.value)
-
-
 class _Run:
     """A stand-in model that only says which changes it keeps."""
 
@@ -1529,3 +1499,31 @@ def test_ablation_of_the_assignments_solution_passes_on_real_runs():
     blocks_probes.check_ablation(namespace["ablation_model"], namespace["train_model"],
                                  losses=namespace["ABLATION_LOSSES"],
                                  rescued_by=namespace["RESCUED_BY"])
+
+
+def _warmup_lr_from_zero(step, lr, warmup_steps):
+    """The slip of a sample hand-in: step 0 gets no rate at all."""
+    return lr * min(1.0, step / warmup_steps) if warmup_steps else lr
+
+
+def test_a_slip_in_warmup_lr_costs_only_its_own_cell():
+    # with that schedule the toy already fails at 1e-2 with warm-up (the
+    # reference's fails from 3e-2): the student's own correct sweep passes
+    with pytest.raises(CheckFailed, match="blocks_warmup_lr, .*step counts from 0"):
+        blocks_probes.check_warmup_lr(_warmup_lr_from_zero)
+    blocks_probes.check_warmup_sweep(_warmup_lr_from_zero, fails_without=1e-2, fails_with=1e-2)
+    with pytest.raises(CheckFailed, match="blocks_warmup_sweep, .*your warmup_lr's rates"):
+        blocks_probes.check_warmup_sweep(_warmup_lr_from_zero, fails_without=1e-2,
+                                         fails_with=1e-1)
+    # the same answer from a correct warmup_lr is wrong: those runs learn at 1e-2
+    with pytest.raises(CheckFailed, match="blocks_warmup_sweep, .*fails_with is 0.01, but"):
+        blocks_probes.check_warmup_sweep(blocks.warmup_lr, fails_without=1e-2, fails_with=1e-2)
+
+
+def test_the_sweep_is_judged_on_the_reference_schedule_when_warmup_lr_fails():
+    def unwritten(step, lr, warmup_steps):
+        raise NotImplementedError()
+
+    blocks_probes.check_warmup_sweep(unwritten, fails_without=1e-2, fails_with=3e-2)
+    with pytest.raises(CheckFailed, match="blocks_warmup_sweep, .*fails_with is 0.01, but"):
+        blocks_probes.check_warmup_sweep(unwritten, fails_without=1e-2, fails_with=1e-2)
