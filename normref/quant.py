@@ -488,3 +488,34 @@ def mx_outlier_thresholds(dtype=torch.float8_e4m3fn, quiet=MX_QUIET_VALUE, k_max
     exact = [k for k, b in enumerate(back) if bool((b == quiet).all())]
     zero = [k for k, b in enumerate(back) if bool((b == 0).all())]
     return max(exact), min(zero)
+
+
+# -- a learned beta: LayerNorm's output moved off zero -----------------------
+
+BETA_MEAN, BETA_SPREAD, BETA_SEED = 5.0, 0.5, 1  # the assignment's beta, per channel
+BETA_TABLE_ROWS = ("LayerNorm + beta", "RMSNorm")
+
+
+def learned_beta(d=256, seed=BETA_SEED):
+    """A beta of BETA_MEAN +- BETA_SPREAD per channel, as a trained layer might learn."""
+    return BETA_MEAN + BETA_SPREAD * torch.randn(d, generator=torch.Generator().manual_seed(seed))
+
+
+def beta_table(beta_after_round_trip=False):
+    """{row: (e4m3 error, bf16 error)} for LayerNorm + beta and RMSNorm of the
+    centred experiment tokens: rmse_over_std after a per-tensor e4m3 round trip
+    and after a bf16 cast. beta_after_round_trip stores LayerNorm's output
+    before beta is added, then adds it: the mistake the grader recognises."""
+    tokens = experiment_tokens()
+    beta = learned_beta(tokens.shape[-1])
+    with_beta = layer_norm_output(tokens) + beta
+    outputs = {"LayerNorm + beta": with_beta, "RMSNorm": rms_norm_output(tokens)}
+    table = {name: (rmse_over_std(out, fp8_round_trip(out, torch.float8_e4m3fn)),
+                    rmse_over_std(out, bf16_round_trip(out)))
+             for name, out in outputs.items()}
+    if beta_after_round_trip:
+        plain_ln = layer_norm_output(tokens)
+        table["LayerNorm + beta"] = (
+            rmse_over_std(with_beta, fp8_round_trip(plain_ln, torch.float8_e4m3fn) + beta),
+            rmse_over_std(with_beta, bf16_round_trip(plain_ln) + beta))
+    return table

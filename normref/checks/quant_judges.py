@@ -1081,6 +1081,80 @@ def _judge_mx_outlier(case, output):
     return "; ".join(problems) or None
 
 
+# -- exercise 10: a learned beta against RMSNorm -----------------------------
+
+BETA_RTOL = 0.01  # the table against the grader's own measurement
+ABOUT_THE_SAME = 1.25  # two errors within this factor are "about the same"
+BETA_WHY = "b"  # the right reason among the choices the assignment lists
+
+
+def _beta_rows(table):
+    return np.array([table[name] for name in quant.BETA_TABLE_ROWS], np.float64)
+
+
+def _judge_beta_table(case, output):
+    table = np.asarray(output["table"], np.float64)
+    reference = _beta_rows(quant.beta_table())
+    if np.allclose(table, reference, rtol=BETA_RTOL):
+        return None
+    if np.allclose(table[:, ::-1], reference, rtol=BETA_RTOL):
+        return "each row is the wrong way round: (e4m3 error, bf16 error)"
+    if np.allclose(table, _beta_rows(quant.beta_table(beta_after_round_trip=True)),
+                   rtol=BETA_RTOL):
+        return ("your LayerNorm row stores LayerNorm's output before beta is added: "
+                "the layer's output is F.layer_norm(...) + beta, and that sum is what "
+                "is stored")
+    return (f"BETA_TABLE says {_listed(table[:, 0])} (e4m3) and {_listed(table[:, 1])} "
+            f"(bf16) for {list(quant.BETA_TABLE_ROWS)}, but these are not the figures "
+            "of each output's round trip, measured with masked_error(out, out_rt, "
+            "everywhere) on the output itself, beta included")
+
+
+def _louder(errors):
+    """"layernorm", "rmsnorm" or "about the same" for (LayerNorm's, RMSNorm's) errors."""
+    layer_norm, rms_norm = errors
+    if max(errors) <= ABOUT_THE_SAME * min(errors):
+        return "about the same"
+    return "layernorm" if layer_norm > rms_norm else "rmsnorm"
+
+
+def _norm_choice(answer):
+    """A choice of ANSWER_BETA_LOSES_MORE, read so that "Layer Norm", "layer_norm"
+    and the row's name "LayerNorm + beta" all read as "layernorm"."""
+    return as_choice(answer).replace("-", "").removesuffix("+beta")
+
+
+def _judge_beta_loses_more(case, output):
+    answer = _norm_choice(output["answer"])
+    choices = ("LayerNorm", "RMSNorm", "about the same")
+    if answer not in map(_norm_choice, choices):
+        return (f"ANSWER_BETA_LOSES_MORE is one of {list(choices)} "
+                f"(you gave {str(output['answer'])!r})")
+    truth = _louder(_beta_rows(quant.beta_table())[:, 0])
+    own = np.asarray(output["own_e4m3"], np.float64)
+    if answer == _norm_choice(truth):
+        return None
+    if (np.all(np.isfinite(own)) and np.all(own > 0)
+            and answer == _norm_choice(_louder(own))):
+        return None
+    return (f"ANSWER_BETA_LOSES_MORE is not yet right (you answered "
+            f"{str(output['answer'])!r}): compare the two e4m3 errors of your "
+            "table, with the rule that errors within 1.25 times of each other are "
+            "about the same")
+
+
+def _judge_beta_why(case, output):
+    answer = as_choice(output["why"])
+    choices = ("a", "b", "c", "d")
+    if answer not in choices:
+        return f"ANSWER_BETA_WHY is one of the letters {list(choices)} (you gave {answer!r})"
+    if answer != BETA_WHY:
+        return (f"ANSWER_BETA_WHY is not yet right (you answered {answer!r}): every "
+                "value is rounded after beta is added, in float32; ask what sets the "
+                "size of the grid's steps near the stored values")
+    return None
+
+
 CHECKS = {
     "quant_per_token": Check(_per_token_cases, _judge_per_token),
     "quant_delayed_scaler": Check(_delayed_cases, _judge_delayed),
@@ -1117,4 +1191,11 @@ CHECKS = {
     "quant_mx_outlier_answers": Check(
         lambda rng: [("your two values of k for a block with one loud entry", {})],
         _judge_mx_outlier),
+    "quant_beta_table": Check(
+        lambda rng: [("your BETA_TABLE, against the grader's own measurement", {})],
+        _judge_beta_table),
+    "quant_beta_loses_more": Check(
+        lambda rng: [("which output loses more, and your table's e4m3 column", {})],
+        _judge_beta_loses_more),
+    "quant_beta_why": Check(lambda rng: [("the reason you chose", {})], _judge_beta_why),
 }

@@ -480,3 +480,44 @@ def check_mx_outlier_answers(last_exact_k, first_zero_k):
     run_check("quant_mx_outlier_answers", {"last_exact_k": last_exact_k,
                                            "first_zero_k": first_zero_k},
               _answers_as_text)
+
+
+# -- exercise 10: a learned beta against RMSNorm -----------------------------
+
+BETA_TABLE_ROWS = ("LayerNorm + beta", "RMSNorm")
+
+
+def _beta_table_probe(table, case):
+    by_name = _by_choice(table, BETA_TABLE_ROWS, "BETA_TABLE",
+                         "{row: (e4m3 error, bf16 error)}", entry="row")
+    rows = [tuple(float(v) for v in by_name[name]) for name in BETA_TABLE_ROWS]
+    if any(len(row) != 2 for row in rows):
+        raise ValueError("each row of BETA_TABLE must be a pair (e4m3 error, bf16 error)")
+    return {"table": np.array(rows, np.float64)}
+
+
+def _beta_loses_more_probe(subject, case):
+    """The answer, and the e4m3 column of the student's own table (NaN where
+    it cannot be read), so that the answer may be read against it."""
+    answer, table = subject
+    try:
+        e4m3 = [float(row[0]) for row in _beta_table_probe(table, case)["table"]]
+    except (TypeError, ValueError, KeyError, IndexError):
+        e4m3 = [float("nan")] * len(BETA_TABLE_ROWS)
+    return {"answer": np.array(str(answer)), "own_e4m3": np.array(e4m3, np.float64)}
+
+
+def check_beta_table(table):
+    """Check BETA_TABLE against the grader's own measurement of both norms."""
+    run_check("quant_beta_table", table, _beta_table_probe)
+
+
+def check_beta_loses_more(answer, table):
+    """Check which norm's output loses more when stored, against the true
+    measurement or your own table's e4m3 column."""
+    run_check("quant_beta_loses_more", (answer, table), _beta_loses_more_probe)
+
+
+def check_beta_why(answer):
+    """Check the reason you chose for the table."""
+    run_check("quant_beta_why", {"why": answer}, _answers_as_text)

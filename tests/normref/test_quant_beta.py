@@ -1,0 +1,127 @@
+"""Unit 06's exercise 10: LayerNorm with a learned beta against RMSNorm,
+stored in e4m3 and bf16. normref.quant's table against a float64
+computation written another way, and the three checks against right and
+wrong answers, down to the sentence a student reads.
+"""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+
+from normref import quant
+from normref.checks import (
+    CheckFailed,
+    check_beta_loses_more,
+    check_beta_table,
+    check_beta_why,
+)
+
+E4M3 = torch.float8_e4m3fn
+
+
+def _float64_outputs():
+    """Both outputs computed in float64 by hand, then cast to float32."""
+    x = quant.experiment_tokens().double()
+    centred = x - x.mean(-1, keepdim=True)
+    layer_norm = centred / (centred.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
+    beta = quant.learned_beta(x.shape[-1]).double()
+    rms_norm = x / (x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
+    return {"LayerNorm + beta": (layer_norm + beta).float(), "RMSNorm": rms_norm.float()}
+
+
+def _error(x, stored):
+    x64 = x.double()
+    return float((stored.double() - x64).pow(2).mean().sqrt() / x64.std(correction=0))
+
+
+def _hand_table():
+    table = {}
+    for name, out in _float64_outputs().items():
+        scale = 448.0 / out.abs().max()
+        e4m3 = (out * scale).to(E4M3).float() / scale
+        table[name] = (_error(out, e4m3), _error(out, out.to(torch.bfloat16).float()))
+    return table
+
+
+def test_beta_table_matches_a_float64_computation_written_another_way():
+    ours, hand = quant.beta_table(), _hand_table()
+    for name in quant.BETA_TABLE_ROWS:
+        assert np.allclose(ours[name], hand[name], rtol=0.01), name
+
+
+def test_beta_is_about_five_with_a_spread_of_a_half():
+    beta = quant.learned_beta()
+    assert beta.shape == (256,)
+    assert abs(float(beta.mean()) - 5) < 0.1
+    assert abs(float(beta.std()) - 0.5) < 0.1
+
+
+def test_layer_norm_with_beta_loses_several_times_more_in_both_formats():
+    table = quant.beta_table()
+    for column in (0, 1):
+        assert table["LayerNorm + beta"][column] > 3 * table["RMSNorm"][column]
+
+
+def test_storing_before_beta_is_about_the_same_as_rmsnorm():
+    table = quant.beta_table(beta_after_round_trip=True)
+    ratio = table["LayerNorm + beta"][0] / table["RMSNorm"][0]
+    assert 1 / 1.25 < ratio < 1.25
+
+
+def test_beta_table_check_passes_the_table_in_any_numeric_type():
+    table = quant.beta_table()
+    check_beta_table(table)
+    check_beta_table({"layernorm_+_beta": [np.float32(v) for v in table["LayerNorm + beta"]],
+                      " rmsnorm": tuple(Fraction(v) for v in table["RMSNorm"])})
+
+
+@pytest.mark.parametrize("make_wrong, words", [
+    (lambda t: {name: row[::-1] for name, row in t.items()}, "wrong way round"),
+    (lambda t: quant.beta_table(beta_after_round_trip=True), "before beta is added"),
+    (lambda t: {name: (row[0] * 1.1, row[1]) for name, row in t.items()},
+     "beta included"),
+    (lambda t: {"LayerNorm + beta": t["LayerNorm + beta"]}, r"no row for \['RMSNorm'\]"),
+    (lambda t: [1, 2], "not a dict"),
+    (lambda t: {name: (row[0],) for name, row in t.items()}, "a pair"),
+])
+def test_beta_table_check_names_the_mistake(make_wrong, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_beta_table(make_wrong(quant.beta_table()))
+
+
+@pytest.mark.parametrize("answer", ["LayerNorm", "Layer Norm", " layer_norm ",
+                                    "LayerNorm + beta"])
+def test_loses_more_accepts_layer_norm_spelled_any_way(answer):
+    check_beta_loses_more(answer, quant.beta_table())
+
+
+def test_loses_more_accepts_what_the_students_own_table_shows():
+    check_beta_loses_more("about the same", quant.beta_table(beta_after_round_trip=True))
+
+
+@pytest.mark.parametrize("answer, table, words", [
+    ("RMSNorm", quant.beta_table(), "not yet right"),
+    ("about the same", quant.beta_table(), "not yet right"),
+    ("about the same", None, "not yet right"),
+    ("beta", quant.beta_table(), "one of"),
+    (None, quant.beta_table(), "one of"),
+])
+def test_loses_more_rejects_other_answers(answer, table, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_beta_loses_more(answer, table)
+
+
+@pytest.mark.parametrize("answer", ["b", " B ", "B"])
+def test_why_accepts_the_right_letter(answer):
+    check_beta_why(answer)
+
+
+@pytest.mark.parametrize("answer, words", [
+    ("a", "not yet right"), ("c", "not yet right"), ("d", "not yet right"),
+    ("e", "one of the letters"), (None, "one of the letters"),
+])
+def test_why_rejects_the_other_letters(answer, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_beta_why(answer)
