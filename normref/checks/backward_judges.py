@@ -96,13 +96,12 @@ def _rms_params_cases(rng):
     return cases[1:] + cases[:1]
 
 
-def _rms_dx_cases(rng):
-    return _rms_cases(rng) + [_large("a large batch (1024, 64)", _random_case(rng, (1024, 64)))]
+def _rms_large(rng):
+    return _large("a large batch (1024, 64)", _random_case(rng, (1024, 64)))
 
 
-def _rms_dgamma_cases(rng):
-    return _rms_params_cases(rng) + [
-        _large("a large 3-D batch (16, 64, 64)", _random_case(rng, (16, 64, 64)))]
+def _rms_large_3d(rng):
+    return _large("a large 3-D batch (16, 64, 64)", _random_case(rng, (16, 64, 64)))
 
 
 # ---------------------------------------------------------------- rules every backward obeys
@@ -1349,8 +1348,9 @@ CHECKS = {
     "backward_ln_forward_cache": Check(_forward_cases, _judge_forward),
     "backward_ln_dx": Check(_ln_backward_cases, _judge_ln_dx),
     "backward_ln_params": Check(_ln_params_cases, _judge_ln_params),
-    "backward_rms_dx": Check(_rms_dx_cases, _within_budget(_judge_rms_dx, "rms_norm_backward")),
-    "backward_rms_dgamma": Check(_rms_dgamma_cases,
+    "backward_rms_dx": Check(_and_large(_rms_cases, _rms_large),
+                             _within_budget(_judge_rms_dx, "rms_norm_backward")),
+    "backward_rms_dgamma": Check(_and_large(_rms_params_cases, _rms_large_3d),
                                  _within_budget(_judge_rms_dgamma, "rms_norm_backward")),
     "backward_rms_dx_dot_x": Check(_dx_dot_x_cases, _real_only(_judge_dx_dot_x)),
     "backward_gn_dx": Check(_and_large(_gn_cases, _gn_large),
