@@ -15,7 +15,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from autograder.authoring import release as rel
 from autograder.authoring.release import find_leaks, release
 from autograder.course import Course
-from conftest import REPO, SOURCES
+from conftest import RELEASES, REPO, SOURCES
 
 
 def _comparable(path):
@@ -501,7 +501,7 @@ def test_the_warning_lists_every_plain_assert_cell_separated_by_commas(tmp_path,
 EDITS_A_TEST_CELL = {"gus_edited_tests.ipynb"}
 
 
-@pytest.mark.parametrize("assignment", sorted(p.name for p in (REPO / "release").iterdir()))
+@pytest.mark.parametrize("assignment", [path.parent.name for path in RELEASES])
 def test_sample_hand_ins_carry_the_released_instructor_cells(assignment):
     """A sample hand-in is what a student downloads and fills in: its locked cells are
     the release's, checksum included, or nbgrader validate tells the student that a test
