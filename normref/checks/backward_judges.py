@@ -15,11 +15,15 @@ from normref.checks.tolerances import matches, mismatch
 
 EXAMPLE_A = np.array([2.0, 4.0, 6.0, 8.0])
 FD_STEP = 1e-5  # centred differences in float64: error ~1e-10 relative
-# Seconds one call of a backward pass may take on a check's large batch (65,536
-# values). A closed form takes milliseconds there, and under a second in plain
-# Python loops or through a per-token Jacobian; numerical differentiation needs a
-# forward pass per input value, 65,536 of them, and takes far longer.
+# Seconds one call of a backward pass may take on a check's large case: 65,536
+# values that all share their statistics (one token of 65,536 features, one group,
+# one column), so that no shortcut batches independent tokens. A closed form takes
+# milliseconds there, and under a second in plain Python loops. Numerical
+# differentiation needs a forward pass of 65,536 values per input value, 65,536 of
+# them, and takes minutes; a per-token Jacobian has 65,536 x 65,536 entries (34 GB
+# in float64), more memory than the grader gives.
 TIME_BUDGET = 5.0
+LARGE = 65536
 
 
 # ---------------------------------------------------------------- cases
@@ -97,30 +101,52 @@ def _rms_params_cases(rng):
 
 
 def _rms_large(rng):
-    return _large("a large batch (1024, 64)", _random_case(rng, (1024, 64)))
+    return _large("one token of 65,536 features, (1, 65536)", _random_case(rng, (1, LARGE)))
 
 
 def _rms_large_3d(rng):
-    return _large("a large 3-D batch (16, 64, 64)", _random_case(rng, (16, 64, 64)))
+    return _large("one token of 65,536 features, 3-D (1, 1, 65536)",
+                  _random_case(rng, (1, 1, LARGE)))
 
 
 # ---------------------------------------------------------------- rules every backward obeys
 
+def _sharing(case, what):
+    """How many of the case's values share one set of statistics: a token's
+    features, a group's values, a column's examples."""
+    x = case["x"]
+    if "num_groups" in case:
+        return x[0].size // int(case["num_groups"])
+    return x.shape[0] if what.startswith("batch_norm") else x.shape[-1]
+
+
 def _within_budget(judge, what):
     """`judge`, after refusing a call on the large case that ran past its budget
-    (the probe stops it there and says so)."""
+    (the probe stops it there and says so) or ran out of memory."""
     def judged(case, output):
         if "time_budget" in case:
             budget = float(case["time_budget"])
             seconds = float(np.asarray(output.get("seconds", np.inf)))
+            size, shared = case["x"].size, _sharing(case, what)
+            values = (f"these {size:,} values, which all share their statistics"
+                      if shared == size else
+                      f"these {size:,} values, {shared:,} of which share each statistic")
+            if "out_of_memory" in output:
+                return (f"{what} ran out of memory on {values} "
+                        f"({str(np.asarray(output['out_of_memory']))[:200]}). A Jacobian of "
+                        f"{shared:,} values by {shared:,} is {shared ** 2 * 8 / 1e9:.3g} GB "
+                        "in float64, far past the grader's memory; a closed-form backward "
+                        "needs a few arrays of the input's size: derive the gradient")
             if "stopped" in output or not seconds <= budget:  # NaN fails too
                 taken = (f"was stopped after {budget:g} s" if "stopped" in output
                          else f"took {seconds:.1f} s")
-                return (f"{what} {taken} on this batch of {case['x'].size:,} values, "
-                        f"past the {budget:g} s a backward pass may take here. A closed-form "
-                        "backward takes milliseconds (under a second even in Python loops); "
-                        "numerical differentiation, a forward pass per input value, takes "
-                        "minutes, and the exercise rules it out: derive the gradient")
+                return (f"{what} {taken} on {values}, past the {budget:g} s a backward "
+                        "pass may take here. A closed-form backward takes milliseconds "
+                        "(under a second even in Python loops); numerical "
+                        f"differentiation needs {shared:,} forward passes of them, one "
+                        "per input value, and takes minutes, and a per-token Jacobian has "
+                        f"{shared:,} x {shared:,} entries: the exercise rules both out, "
+                        "derive the gradient")
         return _real_only(judge)(case, output)
     return judged
 
@@ -528,7 +554,8 @@ def _gn_params_cases(rng):
 
 
 def _gn_large(rng):
-    return _large("a large input (32, 16, 128), 8 groups", _gn_case(rng, (32, 16, 128), 8))
+    return _large("one example (1, 16, 4096), 2 groups of 32,768 values",
+                  _gn_case(rng, (1, 16, LARGE // 16), 2))
 
 
 def _gn_loss(c):
@@ -714,7 +741,8 @@ def _bn_params_cases(rng):
 
 
 def _bn_large(rng):
-    return _large("a large batch (256, 256)", _bn_case(rng, (256, 256), 1.0))
+    return _large("one feature over a batch of 65,536 examples, (65536, 1)",
+                  _bn_case(rng, (LARGE, 1), 1.0))
 
 
 def _bn_torch_reference(case):
@@ -944,9 +972,12 @@ def _judge_bn_stages(case, output):
 
 
 def _on_its_own(judge, exercise, other):
-    """`judge`, after refusing a route that ran the student's other route."""
+    """`judge`, after refusing a route that ran the student's other route. A call
+    stopped past its budget is judged for that alone: the stop may land inside the
+    watch on what the call runs, which then reads as replaced."""
     def judged(case, output):
-        if bool(np.asarray(output.get("other_route", False))):
+        cut_short = "stopped" in output or "out_of_memory" in output
+        if not cut_short and bool(np.asarray(output.get("other_route", False))):
             return (f"this route ran your {other} (or stopped the grader's watch on "
                     f"what it runs): {exercise}")
         return judge(case, output)
@@ -998,6 +1029,10 @@ def _judge_rms_function(case, output):
         return ("torch.autograd.gradcheck fails on your Function in float64, though one "
                 "backward call agreed: does forward save copies of x and gamma (gradcheck "
                 "nudges its inputs in place), and does backward use the dy it is given?")
+    if not (bool(np.asarray(output["saved_x"])) and bool(np.asarray(output["saved_gamma"]))):
+        return ("forward saves on ctx what the backward pass needs, x and gamma (x_hat "
+                "with rstd would do for x), and backward takes them from there; your "
+                f"forward saved: {np.asarray(output['saved'])}")
     return None
 
 
@@ -1035,7 +1070,8 @@ def _add_ln_params_cases(rng):
 
 
 def _add_ln_large(rng):
-    return _large("a large 3-D batch (16, 64, 64)", _add_ln_case(rng, (16, 64, 64), 1.0))
+    return _large("one token of 65,536 features, 3-D (1, 1, 65536)",
+                  _add_ln_case(rng, (1, 1, LARGE), 1.0))
 
 
 def _add_ln_torch_reference(case):

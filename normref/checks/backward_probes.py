@@ -63,7 +63,8 @@ class _OverBudget(BaseException):
 
 def _timed(probe):
     """`probe`, which on a case with a "time_budget" also reports the call's
-    "seconds", and stops the call (reporting "stopped") once the budget is spent."""
+    "seconds", stops the call (reporting "stopped") once the budget is spent, and
+    reports a MemoryError as "out_of_memory" (a per-token Jacobian there is 34 GB)."""
     def timed(subject, case):
         if "time_budget" not in case:
             return probe(subject, case)
@@ -92,6 +93,9 @@ def _timed(probe):
                 seconds = _clock() - start
         except _OverBudget:
             return {"seconds": np.array(seconds), "stopped": np.array(True)}
+        except MemoryError as exc:  # a Jacobian of the large case: judged, with why
+            return {"seconds": np.array(seconds),
+                    "out_of_memory": np.array(f"MemoryError: {exc}"[:300])}
         finally:
             if timer_set:
                 signal.setitimer(signal.ITIMER_REAL, 0)
@@ -195,6 +199,52 @@ def _standing_in_for(own):
     return rms_norm_backward
 
 
+def _on_ctx(grad_fn):
+    """(where, value) for what a custom Function's forward saved on its ctx (which
+    is y.grad_fn): ctx.save_for_backward's tensors and ctx's own attributes, with
+    one level of tuples, lists and dicts opened."""
+    found = []
+    try:
+        found += [(f"saved_tensors[{i}]", t) for i, t in enumerate(grad_fn.saved_tensors)]
+    except Exception:  # noqa: BLE001 - no saved tensors, or not a custom Function's ctx
+        pass
+    try:
+        attributes = dict(vars(grad_fn))
+    except TypeError:
+        attributes = {}
+    for name, value in attributes.items():
+        if isinstance(value, (tuple, list)):
+            found += [(f"ctx.{name}[{i}]", v) for i, v in enumerate(value)]
+        elif isinstance(value, dict):
+            found += [(f"ctx.{name}[{k!r}]", v) for k, v in value.items()]
+        else:
+            found.append((f"ctx.{name}", value))
+    return found
+
+
+def _saved_for_backward(y, x, gamma, eps):
+    """What forward saved on ctx, matched against what backward needs: x (or
+    x_hat with rstd, from which x follows) and gamma."""
+    x, gamma = (np.asarray(to_array(a), dtype=np.float64) for a in (x, gamma))
+    rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
+    wanted = {"x": x, "gamma": gamma, "x_hat": x * rstd, "rstd": rstd}
+    matched, described = set(), []
+    for where, value in _on_ctx(getattr(y, "grad_fn", None))[:32]:
+        try:
+            array = np.asarray(to_array(value), dtype=np.float64)
+        except Exception:  # noqa: BLE001 - eps, None, anything else: named, not matched
+            described.append(f"{where} ({type(value).__name__})")
+            continue
+        names = [name for name, right in wanted.items()
+                 if array.size == right.size
+                 and np.allclose(array.reshape(right.shape), right, rtol=1e-12, atol=0)]
+        matched.update(names)
+        described.append(f"{where} ({' = '.join(names) or f'an array of shape {array.shape}'})")
+    return {"saved": np.array("; ".join(described)[:600] or "nothing"),
+            "saved_x": np.array("x" in matched or {"x_hat", "rstd"} <= matched),
+            "saved_gamma": np.array("gamma" in matched)}
+
+
 def _call_rms_function(function, case):
     """y and the gradients autograd gets through the student's Function, whether
     its backward ran their rms_norm_backward, and gradcheck's verdict on it. The
@@ -207,13 +257,14 @@ def _call_rms_function(function, case):
 
     def through_autograd():
         y = function.apply(x, gamma, eps)
+        saved = _saved_for_backward(y, case["x"], case["gamma"], eps)
         y.backward(torch.from_numpy(np.asarray(case["dy"], dtype=np.float64)))
         passed = torch.autograd.gradcheck(
             lambda a, b: function.apply(a, b, eps),
             (x.detach().clone().requires_grad_(), gamma.detach().clone().requires_grad_()),
             raise_exception=False)
         return {"y": to_array(y), "dx": to_array(x.grad), "dgamma": to_array(gamma.grad),
-                "gradcheck": np.array(bool(passed))}
+                "gradcheck": np.array(bool(passed)), **saved}
 
     backward = getattr(function, "backward", None)
     namespace = getattr(backward, "__globals__", {})

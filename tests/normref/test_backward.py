@@ -2342,6 +2342,49 @@ def test_the_rms_function_check_names_a_wiring_slip():
         check_rms_norm_function(_SwappedGradients)
 
 
+_STASH = {}
+
+
+class _SavesNothingOnCtx(_RMSNormFunction):
+    """Right gradients, but x and gamma kept outside ctx (a global), not saved on it."""
+
+    @staticmethod
+    def forward(ctx, x, gamma, eps=1e-5):
+        _STASH["saved"] = (x.detach().numpy().copy(), gamma.detach().numpy().copy(), eps)
+        x, gamma = _STASH["saved"][:2]
+        return torch.from_numpy(gamma * x / np.sqrt((x * x).mean(-1, keepdims=True) + eps))
+
+    @staticmethod
+    def backward(ctx, dy):
+        dx, dgamma = rms_norm_backward(dy.numpy(), *_STASH["saved"])
+        return torch.from_numpy(dx), torch.from_numpy(dgamma), None
+
+
+class _SavesXHatAndRstd(torch.autograd.Function):
+    """x_hat and rstd saved the torch way, x recovered from them: what is needed."""
+
+    @staticmethod
+    def forward(ctx, x, gamma, eps=1e-5):
+        rstd = torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x * rstd, rstd, gamma.detach().clone())
+        ctx.eps = eps
+        return gamma * x * rstd
+
+    @staticmethod
+    def backward(ctx, dy):
+        x_hat, rstd, gamma = ctx.saved_tensors
+        dx, dgamma = rms_norm_backward(dy.numpy(), (x_hat / rstd).numpy(), gamma.numpy(),
+                                       ctx.eps)
+        return torch.from_numpy(dx), torch.from_numpy(dgamma), None
+
+
+def test_the_rms_function_check_wants_x_and_gamma_saved_on_ctx():
+    with pytest.raises(CheckFailed, match=r"saves on ctx what the backward pass needs, x "
+                                          r"and gamma.*your forward saved: nothing"):
+        check_rms_norm_function(_SavesNothingOnCtx)
+    check_rms_norm_function(_SavesXHatAndRstd)
+
+
 # ---------------------------------------------------------------- add + layer norm
 
 @pytest.mark.parametrize("seed, shape", [(0, (6,)), (1, (4, 8)), (2, (2, 3, 16))])
@@ -2607,6 +2650,52 @@ def test_every_graded_backward_ends_with_a_large_timed_case(name):
     stopped = _judge(name, case, {"seconds": np.array(J.TIME_BUDGET), "stopped": np.array(True)})
     assert "took 6.0 s" in slow and "numerical differentiation" in slow
     assert "was stopped after 5 s" in stopped
+
+
+def _coupled(name, case):
+    """How many values of the case share one set of statistics (a token, a group,
+    a column): what a numerical derivative must perturb, one forward pass each."""
+    x = case["x"]
+    if name.startswith("backward_gn"):
+        return x[0].size // int(case["num_groups"])
+    if name.startswith("backward_bn"):
+        return x.shape[0]
+    return x.shape[-1]
+
+
+@pytest.mark.parametrize("name", GRADED_BACKWARDS)
+def test_the_large_case_couples_its_values_so_no_batched_derivative_fits(name):
+    """Many short rows let a complex step perturb feature j of every row in one pass
+    (64 passes, under a second): the large case is one token, group or column wide."""
+    _, case = _cases(name)[-1]
+    assert _coupled(name, case) >= 32768
+
+
+@pytest.mark.parametrize("name", GRADED_BACKWARDS)
+def test_running_out_of_memory_on_the_large_case_is_judged_with_why(name):
+    """A per-token Jacobian of the large case is 34 GB: the MemoryError is a verdict."""
+    _, case = _cases(name)[-1]
+    out = {"seconds": np.array(0.1), "out_of_memory": np.array("MemoryError: 32 GiB"),
+           "other_route": np.array(True)}
+    message = _judge(name, case, out)
+    shared = 32768 if name.startswith("backward_gn") else 65536
+    assert "ran out of memory" in message and f"{shared:,} values by {shared:,}" in message
+    assert ("34.4 GB" if shared == 65536 else "8.59 GB") in message, message
+    stopped = _judge(name, case, {"seconds": np.array(5.0), "stopped": np.array(True),
+                                  "other_route": np.array(True)})
+    assert "was stopped after 5 s" in stopped, stopped
+
+
+def test_the_probe_reports_a_memory_error_on_the_large_case():
+    from normref.checks import backward_probes as P
+
+    case = {**_case("backward_rms_dx", -1)}
+
+    def jacobian(dy, x, gamma, eps):
+        raise MemoryError("Unable to allocate 32.0 GiB")
+
+    out = P._call_rms_backward(jacobian, case)
+    assert "32.0 GiB" in str(out["out_of_memory"]) and "stopped" not in out
 
 
 def test_the_probe_stops_a_call_past_its_budget_and_times_a_fast_one():
