@@ -65,9 +65,12 @@ def matches(actual, expected, *, dtype):
 
 
 # What str() prints for a number held in a numpy scalar, a tensor, a Decimal or a
-# Fraction: np.int64(16), tensor(3.5000), tensor(16, dtype=torch.int32), Decimal('3.5').
+# Fraction: np.int64(16), tensor(3.5000), tensor(16, dtype=torch.int32), Decimal('3.5'),
+# and a tensor's other keywords: tensor(0.6910, device='cuda:0'),
+# tensor(0.85, requires_grad=True), tensor(2., grad_fn=<MulBackward0>).
 _WRAPPED = re.compile(r"(?:np\.|numpy\.)?(?:tensor|u?int\d*|float\d*|Decimal|Fraction)"
-                      r"\(\s*'?([^',()]*?)'?\s*(?:,\s*dtype=[\w.]+)?\)")
+                      r"\(\s*'?([^',()]*?)'?\s*"
+                      r"(?:,\s*\w+=(?:'[^']*'|<\w+>|[\w.:]+))*\)")
 
 
 def number_from_answer(answer):

@@ -213,3 +213,62 @@ def test_the_lesson_finds_the_module_in_the_assignments_folder_or_says_where_it_
     else:
         assert bench is None
         assert "assignments/07_fused_kernel" in capsys.readouterr().out
+
+
+def test_time_on_gpu_asks_do_bench_for_the_median_and_gives_seconds(monkeypatch):
+    """The one GPU-only line of the module, with do_bench faked: the median of
+    do_bench's runs, in milliseconds, comes back in seconds."""
+    import triton.testing
+
+    asked = {}
+
+    def fake_do_bench(fn, **kwargs):
+        fn()
+        asked.update(kwargs)
+        return 0.25  # milliseconds, as do_bench gives them
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_do_bench)
+    ran = []
+    assert _bench().time_on_gpu(lambda: ran.append(1)) == pytest.approx(0.25e-3)
+    assert ran == [1] and asked["return_mode"] == "median"
+
+
+@pytest.mark.parametrize("gpu_name, peak, header", [
+    ("NVIDIA H100 80GB HBM3", 3.35e12, "peak 3,350 GB/s (datasheet)"),
+    ("NVIDIA L40S", None, "no datasheet peak listed"),
+])
+def test_run_prints_the_peak_and_the_table_of_the_timer(gpu_name, peak, header, capsys,
+                                                        monkeypatch):
+    """run() end to end as on a GPU: the sweep on the CPU, time_on_gpu faked."""
+    import functools
+
+    bench = _bench()
+    timer = FakeTimer()
+    monkeypatch.setattr(bench, "time_on_gpu", timer)
+    monkeypatch.setattr(bench, "sweep", functools.partial(
+        bench.sweep, device="cpu", features=[64], dtypes=["float32"]))
+
+    def methods(x, w, b):
+        out = torch.empty_like(x)
+        return {"copy": lambda: out.copy_(x), "scale": lambda: x * w}
+
+    table = bench.run(methods, gpu_name)
+    printed = capsys.readouterr().out
+    assert printed.startswith(gpu_name) and header in printed.splitlines()[0]
+    times = {("float32", 64): {"copy": 1e-4, "scale": 2e-4}}
+    _check_table(table, times, bench.ROWS, peak)
+    assert timer.calls == 2 and len(printed.splitlines()) == 2 + len(table)
+
+
+def test_the_students_timer_and_normrefs_are_the_same_timer(monkeypatch):
+    """fused_kernel_bench ships without normref, so normref.kernels.bench keeps a
+    twin of its GPU timer: both must ask do_bench the same and convert alike."""
+    import triton.testing
+
+    from normref.kernels import bench as normref_bench
+
+    asked = []
+    monkeypatch.setattr(triton.testing, "do_bench",
+                        lambda fn, **kwargs: asked.append(kwargs) or 1.5)
+    assert _bench().time_on_gpu(lambda: None) == normref_bench.do_bench_timer(lambda: None)
+    assert asked[0] == asked[1]

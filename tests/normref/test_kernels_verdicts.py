@@ -1753,6 +1753,8 @@ def test_fraction_of_peak_answers(answer, words):
 
 @pytest.mark.parametrize("answer, words", [
     ("0.857", None), ("0.8574", None), ("0.85734", None),  # 36 bytes a number, rows left out
+    ("0.905", None), ("0.9051", None),  # 38: the benchmark script's float32 weight
+    ("0.88", "Count the eight kernels"),  # between the two counts, off both by over 2%
     ("0.9856", "Liger-Kernel's benchmark measured"), ("0.5925", "datasheet's peak"),
     ("0.2127", "this question's shape"), ("0.000857", "not seconds"),
     ("857.4", "not microseconds"), ("0.5", "Count the eight kernels"),
@@ -1763,6 +1765,7 @@ def test_eager_time_prediction_answers(answer, words):
     truth = kernels_judges._true_eager_ms()
     m, n = 2048, 16384
     assert kernels_judges.llama_rms_norm_bytes(m, n) == 36 * m * n + 24 * m + 2 * n
+    assert kernels_judges.llama_rms_norm_bytes(m, n, 4) == 38 * m * n + 24 * m + 4 * n
     assert abs(truth - 0.09526 * (36 * m * n + 24 * m + 2 * n) / (4 * m * n)) < 1e-12
     got = kernels_judges._judge_eager_prediction({}, {"answer": np.array(answer)})
     assert (got is None) if words is None else (words in got), got

@@ -129,7 +129,9 @@ def test_integers_compare_as_numbers_and_show_as_floats():
     ("-2", -2.0), ("+3", 3.0), (" 3.5 ", 3.5), (np.array("2"), 2.0), ("7/2", 3.5),
     ("np.int64(16)", 16.0), ("np.int32(5)", 5.0), ("np.float32(4.0)", 4.0),
     ("np.float64(0.1)", 0.1), ("tensor(3.5000)", 3.5), ("tensor(6144)", 6144.0),
-    ("tensor(16, dtype=torch.int32)", 16.0), ("Decimal('3.5')", 3.5),
+    ("tensor(16, dtype=torch.int32)", 16.0),
+    ("tensor(0.6910, device='cuda:0')", 0.691), ("tensor(0.8500, requires_grad=True)", 0.85),
+    ("tensor(2., grad_fn=<MulBackward0>)", 2.0), ("Decimal('3.5')", 3.5),
 ])
 def test_a_numeric_answer_of_any_exact_type_reads_as_its_value(answer, value):
     assert tolerances.number_from_answer(answer) == value
@@ -149,6 +151,7 @@ def test_numeric_answers_of_python_numpy_and_torch_types_read_as_their_values():
 
 @pytest.mark.parametrize("answer", ["True", "abc", "sixteen", "16 images", "nan", "inf",
                                     "-inf", np.array("nan"), None, "1/0", "", "None", "[16]",
-                                    "np.int64(16", "tensor([3.])", "3 4"])
+                                    "np.int64(16", "tensor([3.])", "3 4",
+                                    "tensor(1., device=cuda:0, 2)"])
 def test_what_is_not_one_finite_number_reads_as_none(answer):
     assert tolerances.number_from_answer(answer) is None
