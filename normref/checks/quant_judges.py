@@ -8,7 +8,6 @@ import torch
 from normref import quant
 from normref.checks._registry import Check
 from normref.checks.quant_probes import (
-    BEST_SCHEME_CASES,
     MATMUL_SCHEMES,
     as_choice,
     experiment_token_sets,
@@ -919,22 +918,111 @@ def _judge_rms_case(answer, per_tensor, per_token, reference):
     return f"ANSWER_BEST_SCHEME['RMSNorm, mu = 20'] is not yet right: {hint}"
 
 
-def _judge_best_schemes(case, output):
-    answers = dict(zip(BEST_SCHEME_CASES,
-                       (as_choice(a) for a in np.ravel(output["answers"]))))
-    outlier = _own_or_reference(output["outlier"], _reference_matmul())
-    loud = _own_or_reference(output["loud_tokens"], _reference_loud_tokens())
-    rms_row = _own_or_reference(output["rms_row"], _reference_rms_row())
-    problems = [
-        _judge_scheme_case("loud channel", answers["loud channel"],
-                           dict(zip(MATMUL_SCHEMES, outlier)), "MATMUL_ERRORS",
-                           dict(zip(MATMUL_SCHEMES, _reference_matmul()))),
-        _judge_scheme_case("loud token", answers["loud token"],
-                           dict(zip(MATMUL_SCHEMES, loud)), "LOUD_TOKEN_ERRORS",
-                           dict(zip(MATMUL_SCHEMES, _reference_loud_tokens()))),
-        _judge_rms_case(answers["RMSNorm, mu = 20"], *rms_row, _reference_rms_row()),
+def _judge_best_scheme_case(name):
+    """A judge for ANSWER_BEST_SCHEME[name] alone, read against the figures the
+    student's functions measure for that case (the reference where they raised)."""
+
+    def judge(case, output):
+        answer = as_choice(np.ravel(output["answer"])[0])
+        if name == "RMSNorm, mu = 20":
+            reference = _reference_rms_row()
+            return _judge_rms_case(answer, *_own_or_reference(output["rms_row"], reference),
+                                   reference)
+        reference, table = ((_reference_matmul(), "MATMUL_ERRORS") if name == "loud channel"
+                            else (_reference_loud_tokens(), "LOUD_TOKEN_ERRORS"))
+        errors = _own_or_reference(output["errors"], reference)
+        return _judge_scheme_case(name, answer, dict(zip(MATMUL_SCHEMES, errors)), table,
+                                  dict(zip(MATMUL_SCHEMES, reference)))
+
+    return judge
+
+
+# -- question 4: which scales a matmul can take -------------------------------
+
+FACTOR_OUT_CHOICES = ("per-token", "per-output-column", "per-channel")
+FACTORS_OUT = {"per-token", "per-output-column"}  # constant over the sum over c
+_FACTOR_OUT_SLIPS = {
+    "per-token": ("a scale per token, s_t, is one number for the whole of token t's "
+                  "row: does it change as c runs over z_tj's sum?"),
+    "per-output-column": ("W's scale per output column, r_j, is one number for the whole "
+                          "of column j: does it change as c runs over z_tj's sum?"),
+    "per-channel": ("A's scale per channel, s_c, is a different number in each term of "
+                    "the sum over c"),
+}
+
+
+def _judge_factor_out(case, output):
+    given = {as_choice(choice) for choice in np.ravel(output["choices"])} - {""}
+    unknown = sorted(given - set(FACTOR_OUT_CHOICES))
+    if unknown:
+        return (f"ANSWER_FACTOR_OUT holds {unknown}: each entry is one of "
+                f"{list(FACTOR_OUT_CHOICES)}")
+    slips = [_FACTOR_OUT_SLIPS[name] for name in FACTOR_OUT_CHOICES
+             if (name in given) != (name in FACTORS_OUT)]
+    if slips:
+        return "ANSWER_FACTOR_OUT is not yet right: " + "; ".join(slips)
+    return None
+
+
+def _per_channel_matmul_case(rng, tokens, channels, outputs, dtype, sizes=None):
+    x = rng.normal(size=(tokens, channels)) * (1.0 if sizes is None else sizes)
+    q, s = quant.per_channel_quantize(torch.from_numpy(_f32(x)), _torch(dtype))
+    return {"q": _f32(q.float().numpy()), "s": _f32(s.float().numpy()),
+            "W": _f32(rng.normal(size=(channels, outputs)) / channels**0.5),
+            "dtype": np.array(dtype)}
+
+
+def _torch(name):
+    return getattr(torch, name)
+
+
+def _per_channel_matmul_cases(rng):
+    e4m3 = "float8_e4m3fn"
+    loud = np.ones((1, 48))
+    loud[0, 5] = 1e4
+    return [
+        ("q (6, 40), W (40, 5), N(0, 1) channels, e4m3",
+         _per_channel_matmul_case(rng, 6, 40, 5, e4m3)),
+        ("channels whose sizes range from 0.001 to 1000, q (8, 24), W (24, 3), e4m3",
+         _per_channel_matmul_case(rng, 8, 24, 3, e4m3,
+                                  10.0 ** rng.uniform(-3, 3, size=(1, 24)))),
+        ("channel 5 is 10^4 times louder, q (16, 48), W (48, 7), e4m3",
+         _per_channel_matmul_case(rng, 16, 48, 7, e4m3, loud)),
+        ("q (4, 30), W (30, 9), e5m2",
+         _per_channel_matmul_case(rng, 4, 30, 9, "float8_e5m2")),
     ]
-    return "; ".join(p for p in problems if p) or None
+
+
+PER_CHANNEL_MATMUL_RTOL = 1e-5  # float32 products and sums of up to 48 terms
+
+
+def _judge_per_channel_matmul(case, output):
+    if "z" not in output:
+        return (f"per_channel_matmul returned {output['dtype']}; return float32: cast q "
+                "to float32 first, torch has no fp8 matmul on the CPU")
+    q, s, W = (case[name].astype(np.float64) for name in ("q", "s", "W"))
+    z = np.asarray(output["z"], np.float64)
+    ref, size = (q / s) @ W, np.abs(q / s) @ np.abs(W)
+
+    def close(reference, scale):
+        return (z.shape == reference.shape and bool(np.all(np.isfinite(z)))
+                and bool(np.all(np.abs(z - reference)
+                                <= PER_CHANNEL_MATMUL_RTOL * scale + 1e-300)))
+
+    if close(ref, size):
+        return None
+    shown = (f"per_channel_matmul gives shape {z.shape} with {_listed(z.ravel()[:4])}...; "
+             f"expected shape {ref.shape}, {_listed(ref.ravel()[:4])}...")
+    slips = {
+        "A = q / s: divide W's row c by s_c, do not multiply it":
+            ((q * s) @ W, np.abs(q * s) @ np.abs(W)),
+        "the scales are left out: fold 1 / s_c into W's row c before the product":
+            (q @ W, np.abs(q) @ np.abs(W)),
+    }
+    for hint, (reference, scale) in slips.items():
+        if close(reference, scale):
+            return f"{shown}. Hint: {hint}"
+    return shown
 
 
 # -- exercise 9: the offset, and a zero-point per token ----------------------
@@ -1052,33 +1140,35 @@ def _whole_number(output, key, name):
     return (None if value is None else int(value)), problem
 
 
-def _judge_mx_outlier(case, output):
-    last_exact, first_zero = quant.mx_outlier_thresholds()
-    exact, bad_exact = _whole_number(output, "last_exact_k", "ANSWER_MX_LAST_EXACT_K")
-    zero, bad_zero = _whole_number(output, "first_zero_k", "ANSWER_MX_FIRST_ZERO_K")
-    problems = [p for p in (bad_exact, bad_zero) if p]
-    if exact is not None and exact != last_exact:
-        if exact > last_exact:
-            hint = ("below e4m3's smallest normal value, 2 ** -6, the grid's step stays "
-                    "2 ** -9, and 1.875 needs all three mantissa bits: at your k the "
-                    "others are already rounded")
-        else:
-            hint = ("at your k + 1 the others, 1.875 / X, are still normal in e4m3 "
-                    "(at least 2 ** -6) and so still exact: find X from the outlier's "
-                    "floor(log2), then where 1.875 / X lands")
-        problems.append(f"ANSWER_MX_LAST_EXACT_K is not yet right (you answered {exact}): "
-                        f"{hint}")
-    if zero is not None and zero != first_zero:
-        if zero < first_zero:
-            hint = ("at your k the others are still at least half of e4m3's smallest "
-                    "subnormal, 2 ** -9, so they round up to it, not down to 0 (round "
-                    "to nearest, ties to even)")
-        else:
-            hint = ("at your k - 1 the others already land below half of e4m3's smallest "
-                    "subnormal, 2 ** -9, and round to 0")
-        problems.append(f"ANSWER_MX_FIRST_ZERO_K is not yet right (you answered {zero}): "
-                        f"{hint}")
-    return "; ".join(problems) or None
+def _judge_mx_last_exact(case, output):
+    last_exact = quant.mx_outlier_thresholds()[0]
+    exact, problem = _whole_number(output, "last_exact_k", "ANSWER_MX_LAST_EXACT_K")
+    if problem or exact == last_exact:
+        return problem
+    if exact > last_exact:
+        hint = ("below e4m3's smallest normal value, 2 ** -6, the grid's step stays "
+                "2 ** -9, and 1.875 needs all three mantissa bits: at your k the "
+                "others are already rounded")
+    else:
+        hint = ("at your k + 1 the others, 1.875 / X, are still normal in e4m3 "
+                "(at least 2 ** -6) and so still exact: find X from the outlier's "
+                "floor(log2), then where 1.875 / X lands")
+    return f"ANSWER_MX_LAST_EXACT_K is not yet right (you answered {exact}): {hint}"
+
+
+def _judge_mx_first_zero(case, output):
+    first_zero = quant.mx_outlier_thresholds()[1]
+    zero, problem = _whole_number(output, "first_zero_k", "ANSWER_MX_FIRST_ZERO_K")
+    if problem or zero == first_zero:
+        return problem
+    if zero < first_zero:
+        hint = ("at your k the others are still at least half of e4m3's smallest "
+                "subnormal, 2 ** -9, so they round up to it, not down to 0 (round "
+                "to nearest, ties to even)")
+    else:
+        hint = ("at your k - 1 the others already land below half of e4m3's smallest "
+                "subnormal, 2 ** -9, and round to 0")
+    return f"ANSWER_MX_FIRST_ZERO_K is not yet right (you answered {zero}): {hint}"
 
 
 # -- exercise 10: a learned beta against RMSNorm -----------------------------
@@ -1181,16 +1271,32 @@ CHECKS = {
         lambda rng: [("your ratio of loud to quiet tokens after the fold, and the same "
                       "ratio measured with your smoothquant_fold", {})],
         _judge_loud_token_answers),
-    "quant_best_schemes": Check(
-        lambda rng: [("the scheme you name for each case, and your own measurements "
-                      "of the three cases", {})], _judge_best_schemes),
     "quant_offset_answer": Check(
         lambda rng: [("your offset at which RMSNorm's e4m3 error passes 0.1", {})],
         _judge_offset),
     "quant_zero_point": Check(_zero_point_cases, _judge_zero_point),
-    "quant_mx_outlier_answers": Check(
-        lambda rng: [("your two values of k for a block with one loud entry", {})],
-        _judge_mx_outlier),
+    "quant_factor_out": Check(lambda rng: [("the scales you chose", {})],
+                              _judge_factor_out),
+    "quant_per_channel_matmul": Check(_per_channel_matmul_cases,
+                                      _judge_per_channel_matmul),
+    "quant_mx_last_exact_k": Check(
+        lambda rng: [("your largest k at which the block's others stay exact", {})],
+        _judge_mx_last_exact),
+    "quant_mx_first_zero_k": Check(
+        lambda rng: [("your smallest k at which the block's others come back as 0", {})],
+        _judge_mx_first_zero),
+    "quant_best_scheme_loud_channel": Check(
+        lambda rng: [("the scheme you name for the loud channel, and your own "
+                      "measurement of the outlier layer", {})],
+        _judge_best_scheme_case("loud channel")),
+    "quant_best_scheme_loud_token": Check(
+        lambda rng: [("the scheme you name for the loud tokens, and your own "
+                      "measurement of the quiet tokens", {})],
+        _judge_best_scheme_case("loud token")),
+    "quant_best_scheme_rms_offset": Check(
+        lambda rng: [("your answer for RMSNorm at mu = 20, and your own measurement "
+                      "of that batch", {})],
+        _judge_best_scheme_case("RMSNorm, mu = 20")),
     "quant_beta_table": Check(
         lambda rng: [("your BETA_TABLE, against the grader's own measurement", {})],
         _judge_beta_table),
