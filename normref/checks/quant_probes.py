@@ -606,6 +606,16 @@ def check_beta_loses_more(answer, table):
     run_check("quant_beta_loses_more", (answer, table), _beta_loses_more_probe)
 
 
+def check_beta_folded_error(error):
+    """Check the e4m3 error of LayerNorm + beta with beta folded into the bias."""
+    run_check("quant_beta_folded_error", {"error": error}, _answers_as_text)
+
+
+def check_beta_fold_why(answer):
+    """Check why beta can be folded into the next layer and RMSNorm's offset not."""
+    run_check("quant_beta_fold_why", {"why": answer}, _answers_as_text)
+
+
 def check_beta_why(answer):
     """Check the reason you chose for the table."""
     run_check("quant_beta_why", {"why": answer}, _answers_as_text)

@@ -642,7 +642,8 @@ def test_every_quant_check_is_covered_here():
                                      "quant_factor_out", "quant_per_channel_matmul",
                                      # test_quant_beta.py covers these
                                      "quant_beta_table", "quant_beta_loses_more",
-                                     "quant_beta_why"}
+                                     "quant_beta_why", "quant_beta_folded_error",
+                                     "quant_beta_fold_why"}
 
 
 # Unit 06's checks (fp8 scaling), pinned down to the verdict and the sentence a
