@@ -1025,6 +1025,66 @@ def _judge_per_channel_matmul(case, output):
     return shown
 
 
+# -- exercise 5, continued: the scale rounded up ------------------------------
+
+MX_RULE_RTOL = 0.01  # the three figures against the grader's own
+
+
+def _mx_rule_reference():
+    return quant.mx_rule_figures()
+
+
+def _judge_mx_clipped(case, output):
+    value, problem = _read_number(output, "clipped", "ANSWER_MX_CLIPPED_FRACTION")
+    if problem:
+        return problem
+    truth = _mx_rule_reference()[0]
+    own = float(np.ravel(output["own"])[0])
+    if any(np.isclose(value, ref, rtol=MX_RULE_RTOL) for ref in (truth, own)):
+        return None
+    if np.isclose(value, 100 * truth, rtol=MX_RULE_RTOL):
+        hint = "that is a percentage; give the fraction, between 0 and 1"
+    elif np.isclose(value, truth * quant.MX_RULE_SHAPE[0], rtol=MX_RULE_RTOL):
+        hint = "that is the number of blocks; divide by how many blocks there are"
+    elif value < truth / 4:
+        hint = ("count blocks, not elements: a block clips when its largest |value| "
+                "over X passes 448")
+    else:
+        hint = ("a block clips when its largest |value| divided by the floor rule's X "
+                "passes 448, e4m3's fmax")
+    return (f"ANSWER_MX_CLIPPED_FRACTION is not yet right (you answered {value:.4g}): "
+            f"{hint}")
+
+
+def _judge_mx_rule_errors(case, output):
+    floor_error, bad_floor = _read_number(output, "floor", "the floor rule's error")
+    round_up, bad_up = _read_number(output, "round_up", "the round-up rule's error")
+    if bad_floor or bad_up:
+        return ("ANSWER_MX_RULE_ERRORS is a pair of numbers (floor rule's error, "
+                f"round-up rule's error): {bad_floor or bad_up}")
+    _, true_floor, true_up = _mx_rule_reference()
+    own_floor = float(np.ravel(output["own"])[1])
+    problems = []
+    if not any(np.isclose(floor_error, ref, rtol=MX_RULE_RTOL)
+               for ref in (true_floor, own_floor)):
+        problems.append("the floor rule's error is not yet right: round-trip the blocks "
+                        "with mx_quantize and mx_dequantize and measure masked_error on "
+                        "every entry")
+    if not np.isclose(round_up, true_up, rtol=MX_RULE_RTOL):
+        if np.isclose(round_up, true_floor, rtol=MX_RULE_RTOL):
+            hint = "it equals the floor rule's: X must be rounded up, not down"
+        else:
+            hint = ("X = 2 ** ceil(log2(amax / 448)) per block, then the same clamp, "
+                    "cast and q * X")
+        problems.append(f"the round-up rule's error is not yet right: {hint}")
+    if (np.isclose(floor_error, true_up, rtol=MX_RULE_RTOL)
+            and np.isclose(round_up, true_floor, rtol=MX_RULE_RTOL)):
+        problems = ["the pair is the wrong way round: (floor rule's, round-up rule's)"]
+    if problems:
+        return "ANSWER_MX_RULE_ERRORS: " + "; ".join(problems)
+    return None
+
+
 # -- exercise 9: the offset, and a zero-point per token ----------------------
 
 OFFSET_TOLERANCE = 0.05  # the offset answer against the bisection's, in units of mu
@@ -1314,6 +1374,12 @@ CHECKS = {
                               _judge_factor_out),
     "quant_per_channel_matmul": Check(_per_channel_matmul_cases,
                                       _judge_per_channel_matmul),
+    "quant_mx_clipped_fraction": Check(
+        lambda rng: [("your fraction of clipped blocks, and the same fraction measured "
+                      "with your mx_quantize", {})], _judge_mx_clipped),
+    "quant_mx_rule_errors": Check(
+        lambda rng: [("your two errors, and the floor rule's measured with your "
+                      "mx_quantize and mx_dequantize", {})], _judge_mx_rule_errors),
     "quant_mx_last_exact_k": Check(
         lambda rng: [("your largest k at which the block's others stay exact", {})],
         _judge_mx_last_exact),

@@ -494,20 +494,43 @@ def _one_case_probe(name):
     return probe
 
 
-BEST_SCHEME_CHECKS = {"loud channel": "quant_best_scheme_loud_channel",
-                      "loud token": "quant_best_scheme_loud_token",
-                      "RMSNorm, mu = 20": "quant_best_scheme_rms_offset"}
+def check_best_scheme_loud_channel(answers, per_token_round_trip, per_channel_pair,
+                                   mx_pair, smoothquant_fold):
+    """Check ANSWER_BEST_SCHEME["loud channel"] against your own measurement."""
+    run_check("quant_best_scheme_loud_channel",
+              (answers, per_token_round_trip, per_channel_pair, mx_pair, smoothquant_fold),
+              _one_case_probe("loud channel"))
+
+
+def check_best_scheme_loud_token(answers, per_token_round_trip, per_channel_pair,
+                                 mx_pair, smoothquant_fold):
+    """Check ANSWER_BEST_SCHEME["loud token"] against your own measurement."""
+    run_check("quant_best_scheme_loud_token",
+              (answers, per_token_round_trip, per_channel_pair, mx_pair, smoothquant_fold),
+              _one_case_probe("loud token"))
+
+
+def check_best_scheme_rms_offset(answers, per_token_round_trip, per_channel_pair,
+                                 mx_pair, smoothquant_fold):
+    """Check ANSWER_BEST_SCHEME["RMSNorm, mu = 20"] against your own measurement."""
+    run_check("quant_best_scheme_rms_offset",
+              (answers, per_token_round_trip, per_channel_pair, mx_pair, smoothquant_fold),
+              _one_case_probe("RMSNorm, mu = 20"))
+
+
+BEST_SCHEME_CHECKS = {"loud channel": check_best_scheme_loud_channel,
+                      "loud token": check_best_scheme_loud_token,
+                      "RMSNorm, mu = 20": check_best_scheme_rms_offset}
 
 
 def check_best_scheme(answers, case, per_token_round_trip, per_channel_pair, mx_pair,
                       smoothquant_fold):
-    """Check the scheme you name for one case, ANSWER_BEST_SCHEME[case], against
-    your own measurements of that case."""
+    """The check of one case by its name (for tests; a grade cell calls the
+    case's own check_best_scheme_* so that the grader knows which it runs)."""
     if case not in BEST_SCHEME_CHECKS:
         raise ValueError(f"case is one of {list(BEST_SCHEME_CHECKS)}, not {case!r}")
-    run_check(BEST_SCHEME_CHECKS[case],
-              (answers, per_token_round_trip, per_channel_pair, mx_pair, smoothquant_fold),
-              _one_case_probe(case))
+    BEST_SCHEME_CHECKS[case](answers, per_token_round_trip, per_channel_pair, mx_pair,
+                             smoothquant_fold)
 
 
 def check_best_schemes(answers, per_token_round_trip, per_channel_pair, mx_pair,
@@ -539,6 +562,59 @@ def check_offset_answer(mu):
 def check_zero_point_round_trip(zero_point_round_trip):
     """Check zero_point_round_trip(x, dtype): each token's mean as its zero-point."""
     run_check("quant_zero_point", zero_point_round_trip, _call_zero_point)
+
+
+MX_RULE_SHAPE, MX_RULE_SEED = (4096, 32), 0  # exercise 5's blocks for the scale rules
+
+
+def _own_mx_rule_figures(mx_quantize, mx_dequantize):
+    """(fraction of the blocks whose largest |value| clips, floor-rule error),
+    measured with the student's pair; NaN where their code raises or returns
+    scales of the wrong shape."""
+    import torch
+
+    try:
+        x = torch.randn(*MX_RULE_SHAPE,
+                        generator=torch.Generator().manual_seed(MX_RULE_SEED))
+        q, X = mx_quantize(x.clone(), torch.float8_e4m3fn)
+        per_block = torch.as_tensor(X).detach().double().reshape(MX_RULE_SHAPE[0])
+        # a power-of-two X divides exactly; the margin spares an X = amax / 448
+        # computed in float32 the rounding of its division
+        ratio = x.double().abs().amax(dim=-1) / per_block
+        clipped = float((ratio > 448 * (1 + 1e-6)).double().mean())
+        back = torch.as_tensor(mx_dequantize(q, X)).detach().float()
+        everywhere = torch.ones(MX_RULE_SHAPE, dtype=torch.bool)
+        return np.array([clipped, masked_error(x, back, everywhere)], np.float64)
+    except Exception:  # a broken pair is exercise 5's to report, not this one's
+        return np.full(2, np.nan)
+
+
+def _mx_rule_probe(subject, case):
+    answers, mx_quantize, mx_dequantize = subject
+    return {**_answers_as_text(answers, case),
+            "own": _own_mx_rule_figures(mx_quantize, mx_dequantize)}
+
+
+def check_mx_clipped_fraction(fraction, mx_quantize, mx_dequantize):
+    """Check the fraction of blocks whose largest value clips under the floor rule."""
+    run_check("quant_mx_clipped_fraction",
+              ({"clipped": fraction}, mx_quantize, mx_dequantize), _mx_rule_probe)
+
+
+def check_mx_rule_errors(errors, mx_quantize, mx_dequantize):
+    """Check (floor-rule error, round-up-rule error) on the same blocks."""
+    pair = None
+    if not isinstance(errors, str) and hasattr(errors, "__iter__"):
+        try:
+            pair = list(errors)  # a tuple, list, 1-d tensor or array
+        except Exception:  # not iterable after all: read as one value below
+            pair = None
+    if pair is not None and len(pair) == 2:
+        answers = {"floor": pair[0], "round_up": pair[1]}
+    else:
+        answers = {"floor": errors, "round_up": None}
+    run_check("quant_mx_rule_errors", (answers, mx_quantize, mx_dequantize),
+              _mx_rule_probe)
 
 
 def check_mx_last_exact_k(last_exact_k):

@@ -640,6 +640,7 @@ def test_every_quant_check_is_covered_here():
                                      "quant_offset_answer", "quant_zero_point",
                                      "quant_mx_last_exact_k", "quant_mx_first_zero_k",
                                      "quant_factor_out", "quant_per_channel_matmul",
+                                     "quant_mx_clipped_fraction", "quant_mx_rule_errors",
                                      # test_quant_beta.py covers these
                                      "quant_beta_table", "quant_beta_loses_more",
                                      "quant_beta_why", "quant_beta_folded_error",

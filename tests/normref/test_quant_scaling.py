@@ -22,10 +22,12 @@ from normref.checks import (
     check_loud_token_errors,
     check_matmul_errors,
     check_mx_blocks,
+    check_mx_clipped_fraction,
     check_mx_first_zero_k,
     check_mx_last_exact_k,
     check_mx_matmul,
     check_mx_outlier_answers,
+    check_mx_rule_errors,
     check_offset_answer,
     check_per_channel,
     check_per_channel_matmul,
@@ -1103,3 +1105,98 @@ def test_per_channel_matmul_matches_dequantize_then_multiply_in_float64():
 def test_per_channel_matmul_names_the_slip(per_channel_matmul, words):
     with pytest.raises(CheckFailed, match=words):
         check_per_channel_matmul(per_channel_matmul)
+
+
+# ------------------------------ exercise 5, continued: the scale rounded up
+
+def _nearest_on_grid(values, grid):
+    """Round each value to the nearest of the sorted grid, ties to the even
+    pattern being irrelevant for random data; clamps at the ends."""
+    idx = np.clip(np.searchsorted(grid, values), 1, len(grid) - 1)
+    lo, hi = grid[idx - 1], grid[idx]
+    return np.where(values - lo <= hi - values, lo, hi)
+
+
+def test_mx_rule_figures_match_a_computation_written_another_way():
+    """Clipping from the mantissa (amax / X > 448 exactly when amax's frexp
+    mantissa passes 0.875), the round-up rule by nearest value on e4m3's list."""
+    x = quant.mx_rule_blocks().double().numpy()
+    amax = np.abs(x).max(axis=1)
+    mantissa, exponent = np.frexp(amax)
+    clipped = float(np.mean(mantissa > 448 / 512))
+    grid = _fp8_grid(E4M3)
+    X = 2.0 ** np.ceil(np.log2(amax / 448))
+    back = _nearest_on_grid(x / X[:, None], grid) * X[:, None]
+    round_up = float(np.sqrt(np.mean((back - x) ** 2)) / x.std())
+    ours = quant.mx_rule_figures()
+    assert ours[0] == pytest.approx(clipped, abs=1e-12)
+    assert ours[2] == pytest.approx(round_up, rel=1e-3)
+    assert ours[1] > 1.05 * ours[2]  # the floor rule loses more, through its clipped blocks
+
+
+def test_the_round_up_rule_never_clips():
+    x = quant.mx_rule_blocks()
+    q, X = quant.mx_round_up_quantize(x, E4M3)
+    assert float((x.abs().amax(-1) / X.squeeze(-1)).max()) <= 448
+
+
+@pytest.mark.parametrize("as_given", [float, str, np.float32, torch.tensor])
+def test_mx_rule_answers_accept_any_numeric_type(as_given):
+    clipped, floor_error, round_up = quant.mx_rule_figures()
+    pair = (quant.mx_quantize, quant.mx_dequantize)
+    check_mx_clipped_fraction(as_given(clipped), *pair)
+    check_mx_rule_errors((as_given(floor_error), as_given(round_up)), *pair)
+    check_mx_clipped_fraction(Fraction(int(round(clipped * 4096)), 4096), *pair)
+    check_mx_rule_errors(torch.tensor([floor_error, round_up]), *pair)
+    check_mx_rule_errors(np.array([floor_error, round_up]), *pair)
+
+
+def test_mx_rule_answers_are_read_against_the_students_own_mx_quantize():
+    """A non-power-of-two X (amax / 448) clips nothing: naming what that
+    function measures passes, and so does the true figure; a broken pair
+    falls back on the reference."""
+    def amax_scale(x, dtype):
+        blocks = x.reshape(*x.shape[:-1], -1, 32)
+        X = blocks.abs().amax(-1) / 448
+        return (blocks / X.unsqueeze(-1)).to(dtype).flatten(-2), X
+
+    def broken(x, dtype):
+        raise NotImplementedError()
+
+    clipped = quant.mx_rule_figures()[0]
+    check_mx_clipped_fraction(0.0, amax_scale, quant.mx_dequantize)
+    check_mx_clipped_fraction(clipped, amax_scale, quant.mx_dequantize)
+    check_mx_clipped_fraction(clipped, broken, quant.mx_dequantize)
+    with pytest.raises(CheckFailed):
+        check_mx_clipped_fraction(0.0, broken, quant.mx_dequantize)
+
+
+@pytest.mark.parametrize("answer, words", [
+    (lambda c, f, u: 100 * c, "a percentage"),
+    (lambda c, f, u: 4096 * c, "the number of blocks"),
+    (lambda c, f, u: c / 32, "count blocks, not elements"),
+])
+def test_mx_clipped_fraction_names_the_slip(answer, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_mx_clipped_fraction(answer(*quant.mx_rule_figures()), quant.mx_quantize,
+                                  quant.mx_dequantize)
+
+
+@pytest.mark.parametrize("answer, words", [
+    (lambda c, f, u: (u, f), "wrong way round"),
+    (lambda c, f, u: (f, f), "rounded up, not down"),
+    (lambda c, f, u: (0.5, u), "floor rule's error is not yet right"),
+    (lambda c, f, u: f, "a pair of numbers"),
+])
+def test_mx_rule_errors_name_the_slip(answer, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_mx_rule_errors(answer(*quant.mx_rule_figures()), quant.mx_quantize,
+                             quant.mx_dequantize)
+
+
+def test_the_students_side_measures_the_reference_pair_as_the_grader_does():
+    """The probe runs in the student's kernel, without normref.quant: its own
+    blocks and measurement, given the reference pair, give the grader's figures."""
+    own = quant_probes._own_mx_rule_figures(quant.mx_quantize, quant.mx_dequantize)
+    assert quant_probes.MX_RULE_SHAPE == quant.MX_RULE_SHAPE
+    assert np.allclose(own, quant.mx_rule_figures()[:2], rtol=1e-9)
