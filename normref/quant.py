@@ -265,6 +265,48 @@ def mx_quantize(x, dtype, block=MX_BLOCK):
     return q.flatten(-2)[..., :d], X.float()
 
 
+MX_RULE_SHAPE, MX_RULE_SEED = (4096, 32), 0  # the blocks the scale rules are compared on
+
+
+def mx_rule_blocks():
+    """4096 blocks of 32 N(0, 1) values, one block per row."""
+    return torch.randn(*MX_RULE_SHAPE, generator=torch.Generator().manual_seed(MX_RULE_SEED))
+
+
+def mx_round_up_quantize(x, dtype, block=MX_BLOCK):
+    """mx_quantize with the scale rounded up instead of the specification's
+    floor: X = 2 ** ceil(log2(amax / fmax)), the smallest power of two with
+    amax / X <= fmax, so that nothing clips (the rule Mishra et al., 2025,
+    use for MXFP8 pre-training). Worked out exactly with frexp in float64."""
+    d = x.shape[-1]
+    blocks = _blocks(x, block)
+    amax = blocks.abs().amax(dim=-1).double()
+    ratio = torch.where(amax > 0, amax / fp8_max(dtype), torch.ones_like(amax))
+    mantissa, exponent = torch.frexp(ratio)  # ratio = mantissa * 2 ** exponent
+    up = torch.where(mantissa == 0.5, exponent - 1, exponent)  # ceil(log2(ratio))
+    X = torch.where(amax > 0, torch.ldexp(torch.ones_like(amax), up), torch.ones_like(amax))
+    q = (blocks.double() / X.unsqueeze(-1)).clamp(-fp8_max(dtype), fp8_max(dtype)).to(dtype)
+    return q.flatten(-2)[..., :d], X.float()
+
+
+def mx_rule_figures(quantize=None, dequantize=None):
+    """(fraction of mx_rule_blocks() whose largest |value| clips under the
+    floor rule, e4m3 rmse_over_std under the floor rule, under the round-up
+    rule). quantize and dequantize default to mx_quantize and mx_dequantize."""
+    quantize, dequantize = quantize or mx_quantize, dequantize or mx_dequantize
+    x, e4m3 = mx_rule_blocks(), torch.float8_e4m3fn
+    q, X = quantize(x.clone(), e4m3)
+    X = torch.as_tensor(X).double().reshape(x.shape[0])
+    # a power-of-two X divides exactly; the margin spares an X = amax / fmax
+    # computed in float32 the rounding of its division
+    ratio = x.double().abs().amax(dim=-1) / X
+    clipped = float((ratio > fp8_max(e4m3) * (1 + 1e-6)).double().mean())
+    floor_error = rmse_over_std(x, torch.as_tensor(dequantize(q, X.float().reshape(-1, 1)))
+                                .float())
+    round_up_error = rmse_over_std(x, mx_dequantize(*mx_round_up_quantize(x, e4m3)))
+    return clipped, floor_error, round_up_error
+
+
 def mx_dequantize(q, X, block=MX_BLOCK):
     """fp8 (..., d) and block scales (..., n_blocks) -> float32 (..., d)."""
     d = q.shape[-1]
@@ -499,6 +541,21 @@ BETA_TABLE_ROWS = ("LayerNorm + beta", "RMSNorm")
 def learned_beta(d=256, seed=BETA_SEED):
     """A beta of BETA_MEAN +- BETA_SPREAD per channel, as a trained layer might learn."""
     return BETA_MEAN + BETA_SPREAD * torch.randn(d, generator=torch.Generator().manual_seed(seed))
+
+
+def beta_folded_error(on_output_with_beta=True):
+    """The e4m3 error of LayerNorm + beta when beta is folded into the next
+    layer's bias: LayerNorm's output is stored without beta (per-tensor e4m3)
+    and beta added back, measured on the output with beta. With
+    on_output_with_beta=False it is measured on LayerNorm's output alone, the
+    slip the grader recognises."""
+    tokens = experiment_tokens()
+    beta = learned_beta(tokens.shape[-1])
+    plain_ln = layer_norm_output(tokens)
+    stored = fp8_round_trip(plain_ln, torch.float8_e4m3fn)
+    if not on_output_with_beta:
+        return rmse_over_std(plain_ln, stored)
+    return rmse_over_std(plain_ln + beta, stored + beta)
 
 
 def beta_table(beta_after_round_trip=False):

@@ -8,7 +8,6 @@ import torch
 from normref import quant
 from normref.checks._registry import Check
 from normref.checks.quant_probes import (
-    BEST_SCHEME_CASES,
     MATMUL_SCHEMES,
     as_choice,
     experiment_token_sets,
@@ -919,22 +918,171 @@ def _judge_rms_case(answer, per_tensor, per_token, reference):
     return f"ANSWER_BEST_SCHEME['RMSNorm, mu = 20'] is not yet right: {hint}"
 
 
-def _judge_best_schemes(case, output):
-    answers = dict(zip(BEST_SCHEME_CASES,
-                       (as_choice(a) for a in np.ravel(output["answers"]))))
-    outlier = _own_or_reference(output["outlier"], _reference_matmul())
-    loud = _own_or_reference(output["loud_tokens"], _reference_loud_tokens())
-    rms_row = _own_or_reference(output["rms_row"], _reference_rms_row())
-    problems = [
-        _judge_scheme_case("loud channel", answers["loud channel"],
-                           dict(zip(MATMUL_SCHEMES, outlier)), "MATMUL_ERRORS",
-                           dict(zip(MATMUL_SCHEMES, _reference_matmul()))),
-        _judge_scheme_case("loud token", answers["loud token"],
-                           dict(zip(MATMUL_SCHEMES, loud)), "LOUD_TOKEN_ERRORS",
-                           dict(zip(MATMUL_SCHEMES, _reference_loud_tokens()))),
-        _judge_rms_case(answers["RMSNorm, mu = 20"], *rms_row, _reference_rms_row()),
+def _judge_best_scheme_case(name):
+    """A judge for ANSWER_BEST_SCHEME[name] alone, read against the figures the
+    student's functions measure for that case (the reference where they raised)."""
+
+    def judge(case, output):
+        answer = as_choice(np.ravel(output["answer"])[0])
+        if name == "RMSNorm, mu = 20":
+            reference = _reference_rms_row()
+            return _judge_rms_case(answer, *_own_or_reference(output["rms_row"], reference),
+                                   reference)
+        reference, table = ((_reference_matmul(), "MATMUL_ERRORS") if name == "loud channel"
+                            else (_reference_loud_tokens(), "LOUD_TOKEN_ERRORS"))
+        errors = _own_or_reference(output["errors"], reference)
+        return _judge_scheme_case(name, answer, dict(zip(MATMUL_SCHEMES, errors)), table,
+                                  dict(zip(MATMUL_SCHEMES, reference)))
+
+    return judge
+
+
+# -- question 4: which scales a matmul can take -------------------------------
+
+FACTOR_OUT_CHOICES = ("per-token", "per-output-column", "per-channel")
+FACTORS_OUT = {"per-token", "per-output-column"}  # constant over the sum over c
+_FACTOR_OUT_SLIPS = {
+    "per-token": ("a scale per token, s_t, is one number for the whole of token t's "
+                  "row: does it change as c runs over z_tj's sum?"),
+    "per-output-column": ("W's scale per output column, r_j, is one number for the whole "
+                          "of column j: does it change as c runs over z_tj's sum?"),
+    "per-channel": ("A's scale per channel, s_c, is a different number in each term of "
+                    "the sum over c"),
+}
+
+
+def _judge_factor_out(case, output):
+    given = {as_choice(choice) for choice in np.ravel(output["choices"])} - {""}
+    unknown = sorted(given - set(FACTOR_OUT_CHOICES))
+    if unknown:
+        return (f"ANSWER_FACTOR_OUT holds {unknown}: each entry is one of "
+                f"{list(FACTOR_OUT_CHOICES)}")
+    slips = [_FACTOR_OUT_SLIPS[name] for name in FACTOR_OUT_CHOICES
+             if (name in given) != (name in FACTORS_OUT)]
+    if slips:
+        return "ANSWER_FACTOR_OUT is not yet right: " + "; ".join(slips)
+    return None
+
+
+def _per_channel_matmul_case(rng, tokens, channels, outputs, dtype, sizes=None):
+    x = rng.normal(size=(tokens, channels)) * (1.0 if sizes is None else sizes)
+    q, s = quant.per_channel_quantize(torch.from_numpy(_f32(x)), _torch(dtype))
+    return {"q": _f32(q.float().numpy()), "s": _f32(s.float().numpy()),
+            "W": _f32(rng.normal(size=(channels, outputs)) / channels**0.5),
+            "dtype": np.array(dtype)}
+
+
+def _torch(name):
+    return getattr(torch, name)
+
+
+def _per_channel_matmul_cases(rng):
+    e4m3 = "float8_e4m3fn"
+    loud = np.ones((1, 48))
+    loud[0, 5] = 1e4
+    return [
+        ("q (6, 40), W (40, 5), N(0, 1) channels, e4m3",
+         _per_channel_matmul_case(rng, 6, 40, 5, e4m3)),
+        ("channels whose sizes range from 0.001 to 1000, q (8, 24), W (24, 3), e4m3",
+         _per_channel_matmul_case(rng, 8, 24, 3, e4m3,
+                                  10.0 ** rng.uniform(-3, 3, size=(1, 24)))),
+        ("channel 5 is 10^4 times louder, q (16, 48), W (48, 7), e4m3",
+         _per_channel_matmul_case(rng, 16, 48, 7, e4m3, loud)),
+        ("q (4, 30), W (30, 9), e5m2",
+         _per_channel_matmul_case(rng, 4, 30, 9, "float8_e5m2")),
     ]
-    return "; ".join(p for p in problems if p) or None
+
+
+PER_CHANNEL_MATMUL_RTOL = 1e-5  # float32 products and sums of up to 48 terms
+
+
+def _judge_per_channel_matmul(case, output):
+    if "z" not in output:
+        return (f"per_channel_matmul returned {output['dtype']}; return float32: cast q "
+                "to float32 first, torch has no fp8 matmul on the CPU")
+    q, s, W = (case[name].astype(np.float64) for name in ("q", "s", "W"))
+    z = np.asarray(output["z"], np.float64)
+    ref, size = (q / s) @ W, np.abs(q / s) @ np.abs(W)
+
+    def close(reference, scale):
+        return (z.shape == reference.shape and bool(np.all(np.isfinite(z)))
+                and bool(np.all(np.abs(z - reference)
+                                <= PER_CHANNEL_MATMUL_RTOL * scale + 1e-300)))
+
+    if close(ref, size):
+        return None
+    shown = (f"per_channel_matmul gives shape {z.shape} with {_listed(z.ravel()[:4])}...; "
+             f"expected shape {ref.shape}, {_listed(ref.ravel()[:4])}...")
+    slips = {
+        "A = q / s: divide W's row c by s_c, do not multiply it":
+            ((q * s) @ W, np.abs(q * s) @ np.abs(W)),
+        "the scales are left out: fold 1 / s_c into W's row c before the product":
+            (q @ W, np.abs(q) @ np.abs(W)),
+    }
+    for hint, (reference, scale) in slips.items():
+        if close(reference, scale):
+            return f"{shown}. Hint: {hint}"
+    return shown
+
+
+# -- exercise 5, continued: the scale rounded up ------------------------------
+
+MX_RULE_RTOL = 0.01  # the three figures against the grader's own
+
+
+def _mx_rule_reference():
+    return quant.mx_rule_figures()
+
+
+def _judge_mx_clipped(case, output):
+    value, problem = _read_number(output, "clipped", "ANSWER_MX_CLIPPED_FRACTION")
+    if problem:
+        return problem
+    truth = _mx_rule_reference()[0]
+    own = float(np.ravel(output["own"])[0])
+    if any(np.isclose(value, ref, rtol=MX_RULE_RTOL) for ref in (truth, own)):
+        return None
+    if np.isclose(value, 100 * truth, rtol=MX_RULE_RTOL):
+        hint = "that is a percentage; give the fraction, between 0 and 1"
+    elif np.isclose(value, truth * quant.MX_RULE_SHAPE[0], rtol=MX_RULE_RTOL):
+        hint = "that is the number of blocks; divide by how many blocks there are"
+    elif value < truth / 4:
+        hint = ("count blocks, not elements: a block clips when its largest |value| "
+                "over X passes 448")
+    else:
+        hint = ("a block clips when its largest |value| divided by the floor rule's X "
+                "passes 448, e4m3's fmax")
+    return (f"ANSWER_MX_CLIPPED_FRACTION is not yet right (you answered {value:.4g}): "
+            f"{hint}")
+
+
+def _judge_mx_rule_errors(case, output):
+    floor_error, bad_floor = _read_number(output, "floor", "the floor rule's error")
+    round_up, bad_up = _read_number(output, "round_up", "the round-up rule's error")
+    if bad_floor or bad_up:
+        return ("ANSWER_MX_RULE_ERRORS is a pair of numbers (floor rule's error, "
+                f"round-up rule's error): {bad_floor or bad_up}")
+    _, true_floor, true_up = _mx_rule_reference()
+    own_floor = float(np.ravel(output["own"])[1])
+    problems = []
+    if not any(np.isclose(floor_error, ref, rtol=MX_RULE_RTOL)
+               for ref in (true_floor, own_floor)):
+        problems.append("the floor rule's error is not yet right: round-trip the blocks "
+                        "with mx_quantize and mx_dequantize and measure masked_error on "
+                        "every entry")
+    if not np.isclose(round_up, true_up, rtol=MX_RULE_RTOL):
+        if np.isclose(round_up, true_floor, rtol=MX_RULE_RTOL):
+            hint = "it equals the floor rule's: X must be rounded up, not down"
+        else:
+            hint = ("X = 2 ** ceil(log2(amax / 448)) per block, then the same clamp, "
+                    "cast and q * X")
+        problems.append(f"the round-up rule's error is not yet right: {hint}")
+    if (np.isclose(floor_error, true_up, rtol=MX_RULE_RTOL)
+            and np.isclose(round_up, true_floor, rtol=MX_RULE_RTOL)):
+        problems = ["the pair is the wrong way round: (floor rule's, round-up rule's)"]
+    if problems:
+        return "ANSWER_MX_RULE_ERRORS: " + "; ".join(problems)
+    return None
 
 
 # -- exercise 9: the offset, and a zero-point per token ----------------------
@@ -1052,33 +1200,35 @@ def _whole_number(output, key, name):
     return (None if value is None else int(value)), problem
 
 
-def _judge_mx_outlier(case, output):
-    last_exact, first_zero = quant.mx_outlier_thresholds()
-    exact, bad_exact = _whole_number(output, "last_exact_k", "ANSWER_MX_LAST_EXACT_K")
-    zero, bad_zero = _whole_number(output, "first_zero_k", "ANSWER_MX_FIRST_ZERO_K")
-    problems = [p for p in (bad_exact, bad_zero) if p]
-    if exact is not None and exact != last_exact:
-        if exact > last_exact:
-            hint = ("below e4m3's smallest normal value, 2 ** -6, the grid's step stays "
-                    "2 ** -9, and 1.875 needs all three mantissa bits: at your k the "
-                    "others are already rounded")
-        else:
-            hint = ("at your k + 1 the others, 1.875 / X, are still normal in e4m3 "
-                    "(at least 2 ** -6) and so still exact: find X from the outlier's "
-                    "floor(log2), then where 1.875 / X lands")
-        problems.append(f"ANSWER_MX_LAST_EXACT_K is not yet right (you answered {exact}): "
-                        f"{hint}")
-    if zero is not None and zero != first_zero:
-        if zero < first_zero:
-            hint = ("at your k the others are still at least half of e4m3's smallest "
-                    "subnormal, 2 ** -9, so they round up to it, not down to 0 (round "
-                    "to nearest, ties to even)")
-        else:
-            hint = ("at your k - 1 the others already land below half of e4m3's smallest "
-                    "subnormal, 2 ** -9, and round to 0")
-        problems.append(f"ANSWER_MX_FIRST_ZERO_K is not yet right (you answered {zero}): "
-                        f"{hint}")
-    return "; ".join(problems) or None
+def _judge_mx_last_exact(case, output):
+    last_exact = quant.mx_outlier_thresholds()[0]
+    exact, problem = _whole_number(output, "last_exact_k", "ANSWER_MX_LAST_EXACT_K")
+    if problem or exact == last_exact:
+        return problem
+    if exact > last_exact:
+        hint = ("below e4m3's smallest normal value, 2 ** -6, the grid's step stays "
+                "2 ** -9, and 1.875 needs all three mantissa bits: at your k the "
+                "others are already rounded")
+    else:
+        hint = ("at your k + 1 the others, 1.875 / X, are still normal in e4m3 "
+                "(at least 2 ** -6) and so still exact: find X from the outlier's "
+                "floor(log2), then where 1.875 / X lands")
+    return f"ANSWER_MX_LAST_EXACT_K is not yet right (you answered {exact}): {hint}"
+
+
+def _judge_mx_first_zero(case, output):
+    first_zero = quant.mx_outlier_thresholds()[1]
+    zero, problem = _whole_number(output, "first_zero_k", "ANSWER_MX_FIRST_ZERO_K")
+    if problem or zero == first_zero:
+        return problem
+    if zero < first_zero:
+        hint = ("at your k the others are still at least half of e4m3's smallest "
+                "subnormal, 2 ** -9, so they round up to it, not down to 0 (round "
+                "to nearest, ties to even)")
+    else:
+        hint = ("at your k - 1 the others already land below half of e4m3's smallest "
+                "subnormal, 2 ** -9, and round to 0")
+    return f"ANSWER_MX_FIRST_ZERO_K is not yet right (you answered {zero}): {hint}"
 
 
 # -- exercise 10: a learned beta against RMSNorm -----------------------------
@@ -1155,6 +1305,41 @@ def _judge_beta_why(case, output):
     return None
 
 
+BETA_FOLD_WHY = "b"  # the right reason among the choices the assignment lists
+
+
+def _judge_beta_folded_error(case, output):
+    error, problem = _read_number(output, "error", "ANSWER_BETA_FOLDED_ERROR")
+    if problem:
+        return problem
+    if np.isclose(error, quant.beta_folded_error(), rtol=BETA_RTOL):
+        return None
+    if np.isclose(error, quant.beta_table()["LayerNorm + beta"][0], rtol=BETA_RTOL):
+        hint = ("that is the error with beta stored; fold it out first: store "
+                "F.layer_norm(plain, ...) alone and add beta back after the round trip")
+    elif np.isclose(error, quant.beta_folded_error(on_output_with_beta=False),
+                    rtol=BETA_RTOL):
+        hint = ("that is measured on LayerNorm's output without beta; measure on the "
+                "layer's output, LayerNorm + beta, against the round trip plus beta")
+    else:
+        hint = ("store LayerNorm's output without beta with fp8_round_trip(out, E4M3), "
+                "add beta back, and measure with masked_error on LayerNorm + beta")
+    return f"ANSWER_BETA_FOLDED_ERROR is not yet right (you answered {error:.4g}): {hint}"
+
+
+def _judge_beta_fold_why(case, output):
+    answer = as_choice(output["why"])
+    choices = ("a", "b", "c", "d")
+    if answer not in choices:
+        return (f"ANSWER_BETA_FOLD_WHY is one of the letters {list(choices)} "
+                f"(you gave {answer!r})")
+    if answer != BETA_FOLD_WHY:
+        return (f"ANSWER_BETA_FOLD_WHY is not yet right (you answered {answer!r}): a "
+                "bias is one vector, added to every token alike; ask which of the two "
+                "offsets is the same in every token and known before the model runs")
+    return None
+
+
 CHECKS = {
     "quant_per_token": Check(_per_token_cases, _judge_per_token),
     "quant_delayed_scaler": Check(_delayed_cases, _judge_delayed),
@@ -1181,21 +1366,48 @@ CHECKS = {
         lambda rng: [("your ratio of loud to quiet tokens after the fold, and the same "
                       "ratio measured with your smoothquant_fold", {})],
         _judge_loud_token_answers),
-    "quant_best_schemes": Check(
-        lambda rng: [("the scheme you name for each case, and your own measurements "
-                      "of the three cases", {})], _judge_best_schemes),
     "quant_offset_answer": Check(
         lambda rng: [("your offset at which RMSNorm's e4m3 error passes 0.1", {})],
         _judge_offset),
     "quant_zero_point": Check(_zero_point_cases, _judge_zero_point),
-    "quant_mx_outlier_answers": Check(
-        lambda rng: [("your two values of k for a block with one loud entry", {})],
-        _judge_mx_outlier),
+    "quant_factor_out": Check(lambda rng: [("the scales you chose", {})],
+                              _judge_factor_out),
+    "quant_per_channel_matmul": Check(_per_channel_matmul_cases,
+                                      _judge_per_channel_matmul),
+    "quant_mx_clipped_fraction": Check(
+        lambda rng: [("your fraction of clipped blocks, and the same fraction measured "
+                      "with your mx_quantize", {})], _judge_mx_clipped),
+    "quant_mx_rule_errors": Check(
+        lambda rng: [("your two errors, and the floor rule's measured with your "
+                      "mx_quantize and mx_dequantize", {})], _judge_mx_rule_errors),
+    "quant_mx_last_exact_k": Check(
+        lambda rng: [("your largest k at which the block's others stay exact", {})],
+        _judge_mx_last_exact),
+    "quant_mx_first_zero_k": Check(
+        lambda rng: [("your smallest k at which the block's others come back as 0", {})],
+        _judge_mx_first_zero),
+    "quant_best_scheme_loud_channel": Check(
+        lambda rng: [("the scheme you name for the loud channel, and your own "
+                      "measurement of the outlier layer", {})],
+        _judge_best_scheme_case("loud channel")),
+    "quant_best_scheme_loud_token": Check(
+        lambda rng: [("the scheme you name for the loud tokens, and your own "
+                      "measurement of the quiet tokens", {})],
+        _judge_best_scheme_case("loud token")),
+    "quant_best_scheme_rms_offset": Check(
+        lambda rng: [("your answer for RMSNorm at mu = 20, and your own measurement "
+                      "of that batch", {})],
+        _judge_best_scheme_case("RMSNorm, mu = 20")),
     "quant_beta_table": Check(
         lambda rng: [("your BETA_TABLE, against the grader's own measurement", {})],
         _judge_beta_table),
     "quant_beta_loses_more": Check(
         lambda rng: [("which output loses more, and your table's e4m3 column", {})],
         _judge_beta_loses_more),
+    "quant_beta_folded_error": Check(
+        lambda rng: [("your error of LayerNorm + beta with beta folded out", {})],
+        _judge_beta_folded_error),
+    "quant_beta_fold_why": Check(lambda rng: [("the reason you chose", {})],
+                                 _judge_beta_fold_why),
     "quant_beta_why": Check(lambda rng: [("the reason you chose", {})], _judge_beta_why),
 }

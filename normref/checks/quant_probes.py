@@ -6,7 +6,7 @@ normref.checks stays quick for the units that do not use it.
 
 import numpy as np
 
-from normref.checks._runner import run_check
+from normref.checks._runner import CheckFailed, run_check
 
 FLOAT8_HINT = ("arithmetic on float8 tensors is not implemented on the CPU; "
                "cast back with .float() first, then unscale in float32")
@@ -147,8 +147,20 @@ def _table_probe(subject, case):
     return {"table": np.array(rows, np.float64), "measured": np.array(measured, np.float64)}
 
 
+def _as_text(value):
+    """An answer as the text it travels as. A 0-d torch tensor or numpy scalar
+    travels as its Python value: str() of a tensor keeps only 4 decimals."""
+    if type(value).__module__.split(".")[0] in ("torch", "numpy"):
+        try:
+            if getattr(value, "ndim", None) == 0 or getattr(value, "shape", None) == ():
+                value = value.item()
+        except Exception:  # not a scalar after all: send it as it prints
+            pass
+    return str(value)
+
+
 def _answers_as_text(answers, case):
-    return {name: np.array(str(value)) for name, value in answers.items()}
+    return {name: np.array(_as_text(value)) for name, value in answers.items()}
 
 
 def check_per_token_round_trip(per_token_round_trip):
@@ -341,7 +353,7 @@ def _smooth_spread_probe(subject, case):
         measured = float(X_smooth[~quiet].abs().max() / X_smooth[quiet].abs().max())
     except Exception:  # a broken fold is the fold check's to report, not this one's
         measured = float("nan")
-    return {"answer": np.array(str(answer)), "measured": np.array(measured)}
+    return {"answer": np.array(_as_text(answer)), "measured": np.array(measured)}
 
 
 
@@ -370,6 +382,36 @@ def check_mx_blocks(mx_quantize, mx_dequantize):
     """Check mx_quantize(x, dtype) and mx_dequantize(q, X): MX blocks of 32."""
     run_check("quant_mx_blocks", (mx_quantize, mx_dequantize), _call_quantizer)
 
+
+
+def _call_per_channel_matmul(per_channel_matmul, case):
+    """per_channel_matmul(q, s, W) on a q and s quantized by the grader."""
+    import torch
+
+    dtype = _torch_dtype(case["dtype"])
+    q, s, W = _tensor(case["q"]).to(dtype), _tensor(case["s"]), _tensor(case["W"])
+    z = _with_float8_hint(lambda: per_channel_matmul(q.clone(), s.clone(), W.clone()))
+    if "float8" in str(getattr(z, "dtype", "")):
+        return {"dtype": _dtype_name(z)}
+    return {"z": np.asarray(torch.as_tensor(z).detach().double().numpy()),
+            "dtype": _dtype_name(z)}
+
+
+def check_per_channel_matmul(per_channel_matmul):
+    """Check per_channel_matmul(q, s, W): 1 / s folded into W's rows, then q @ W."""
+    run_check("quant_per_channel_matmul", per_channel_matmul, _call_per_channel_matmul)
+
+
+def _choices_probe(answer, case):
+    """A choice or a collection of choices, each as text."""
+    if isinstance(answer, str) or not hasattr(answer, "__iter__"):
+        answer = [answer]
+    return {"choices": np.array([_as_text(choice) for choice in answer] or [""])}
+
+
+def check_factor_out(answer):
+    """Check which scales factor out of the matmul's sum over the channels."""
+    run_check("quant_factor_out", answer, _choices_probe)
 
 
 def check_mx_matmul(mx_block_partials, mx_matmul):
@@ -417,40 +459,87 @@ def _measured_or_nan(measure, size):
         return np.full(size, np.nan)
 
 
-def _best_scheme_probe(subject, case):
-    """The answers as text, and the figures they are read from, measured again
-    with the student's functions: the RMSNorm batch's (per-tensor, per-token)
-    errors, then the five schemes on the outlier layer and on the loud tokens."""
-    import torch
+def _one_case_probe(name):
+    """A probe for the one case `name` of ANSWER_BEST_SCHEME: its answer, and
+    only the figures that case is read from, measured with the student's
+    functions (NaN where their code raises)."""
 
-    answers, per_token_round_trip, *quantizers = subject
-    by_case = _by_choice(answers, BEST_SCHEME_CASES, "ANSWER_BEST_SCHEME",
-                         "{case: scheme}")
-    rms_out, everywhere = experiment_token_sets()["RMSNorm, mu = 20"]
-    e4m3 = torch.float8_e4m3fn
+    def probe(subject, case):
+        import torch
 
-    def rms_row():
-        per_token = torch.as_tensor(per_token_round_trip(rms_out.clone(), e4m3)).float()
-        return [masked_error(rms_out, per_tensor_round_trip(rms_out, e4m3), everywhere),
-                masked_error(rms_out, per_token, everywhere)]
+        answers, per_token_round_trip, *quantizers = subject
+        answer = _by_choice(answers, (name,), "ANSWER_BEST_SCHEME", "{case: scheme}")[name]
+        if name == "RMSNorm, mu = 20":
+            rms_out, everywhere = experiment_token_sets()[name]
+            e4m3 = torch.float8_e4m3fn
 
-    schemes = (per_token_round_trip, *quantizers)
-    A, W = outlier_layer()
-    A_loud, W_plain, quiet = loud_token_layer()
-    size = len(MATMUL_SCHEMES)
-    return {"answers": np.array([str(by_case[name]) for name in BEST_SCHEME_CASES]),
-            "rms_row": _measured_or_nan(rms_row, 2),
-            "outlier": _measured_or_nan(lambda: _measure_schemes(schemes, A, W), size),
-            "loud_tokens": _measured_or_nan(
-                lambda: _measure_schemes(schemes, A_loud, W_plain, quiet), size)}
+            def rms_row():
+                per_token = torch.as_tensor(
+                    per_token_round_trip(rms_out.clone(), e4m3)).float()
+                return [masked_error(rms_out, per_tensor_round_trip(rms_out, e4m3),
+                                     everywhere),
+                        masked_error(rms_out, per_token, everywhere)]
+
+            return {"answer": np.array(str(answer)), "rms_row": _measured_or_nan(rms_row, 2)}
+        schemes = (per_token_round_trip, *quantizers)
+        if name == "loud channel":
+            A, W = outlier_layer()
+            measure = lambda: _measure_schemes(schemes, A, W)  # noqa: E731
+        else:
+            A_loud, W_plain, quiet = loud_token_layer()
+            measure = lambda: _measure_schemes(schemes, A_loud, W_plain, quiet)  # noqa: E731
+        return {"answer": np.array(str(answer)),
+                "errors": _measured_or_nan(measure, len(MATMUL_SCHEMES))}
+
+    return probe
+
+
+def check_best_scheme_loud_channel(answers, per_token_round_trip, per_channel_pair,
+                                   mx_pair, smoothquant_fold):
+    """Check ANSWER_BEST_SCHEME["loud channel"] against your own measurement."""
+    run_check("quant_best_scheme_loud_channel",
+              (answers, per_token_round_trip, per_channel_pair, mx_pair, smoothquant_fold),
+              _one_case_probe("loud channel"))
+
+
+def check_best_scheme_loud_token(answers, per_token_round_trip, per_channel_pair,
+                                 mx_pair, smoothquant_fold):
+    """Check ANSWER_BEST_SCHEME["loud token"] against your own measurement."""
+    run_check("quant_best_scheme_loud_token",
+              (answers, per_token_round_trip, per_channel_pair, mx_pair, smoothquant_fold),
+              _one_case_probe("loud token"))
+
+
+def check_best_scheme_rms_offset(answers, per_token_round_trip, per_channel_pair,
+                                 mx_pair, smoothquant_fold):
+    """Check ANSWER_BEST_SCHEME["RMSNorm, mu = 20"] against your own measurement."""
+    run_check("quant_best_scheme_rms_offset",
+              (answers, per_token_round_trip, per_channel_pair, mx_pair, smoothquant_fold),
+              _one_case_probe("RMSNorm, mu = 20"))
+
+
+BEST_SCHEME_CHECKS = {"loud channel": check_best_scheme_loud_channel,
+                      "loud token": check_best_scheme_loud_token,
+                      "RMSNorm, mu = 20": check_best_scheme_rms_offset}
+
+
+def check_best_scheme(answers, case, per_token_round_trip, per_channel_pair, mx_pair,
+                      smoothquant_fold):
+    """The check of one case by its name (for tests; a grade cell calls the
+    case's own check_best_scheme_* so that the grader knows which it runs)."""
+    if case not in BEST_SCHEME_CHECKS:
+        raise ValueError(f"case is one of {list(BEST_SCHEME_CHECKS)}, not {case!r}")
+    BEST_SCHEME_CHECKS[case](answers, per_token_round_trip, per_channel_pair, mx_pair,
+                             smoothquant_fold)
 
 
 def check_best_schemes(answers, per_token_round_trip, per_channel_pair, mx_pair,
                        smoothquant_fold):
-    """Check the scheme you name for each case against your own measurements."""
-    run_check("quant_best_schemes",
-              (answers, per_token_round_trip, per_channel_pair, mx_pair, smoothquant_fold),
-              _best_scheme_probe)
+    """Check the scheme you name for every case (each case is graded on its own
+    in the assignment: check_best_scheme)."""
+    functions = (per_token_round_trip, per_channel_pair, mx_pair, smoothquant_fold)
+    _all_parts([(check_best_scheme, (answers, case, *functions))
+                for case in BEST_SCHEME_CASES])
 
 
 # -- exercise 9: the offset, and a zero-point per token ----------------------
@@ -475,11 +564,86 @@ def check_zero_point_round_trip(zero_point_round_trip):
     run_check("quant_zero_point", zero_point_round_trip, _call_zero_point)
 
 
+MX_RULE_SHAPE, MX_RULE_SEED = (4096, 32), 0  # exercise 5's blocks for the scale rules
+
+
+def _own_mx_rule_figures(mx_quantize, mx_dequantize):
+    """(fraction of the blocks whose largest |value| clips, floor-rule error),
+    measured with the student's pair; NaN where their code raises or returns
+    scales of the wrong shape."""
+    import torch
+
+    try:
+        x = torch.randn(*MX_RULE_SHAPE,
+                        generator=torch.Generator().manual_seed(MX_RULE_SEED))
+        q, X = mx_quantize(x.clone(), torch.float8_e4m3fn)
+        per_block = torch.as_tensor(X).detach().double().reshape(MX_RULE_SHAPE[0])
+        # a power-of-two X divides exactly; the margin spares an X = amax / 448
+        # computed in float32 the rounding of its division
+        ratio = x.double().abs().amax(dim=-1) / per_block
+        clipped = float((ratio > 448 * (1 + 1e-6)).double().mean())
+        back = torch.as_tensor(mx_dequantize(q, X)).detach().float()
+        everywhere = torch.ones(MX_RULE_SHAPE, dtype=torch.bool)
+        return np.array([clipped, masked_error(x, back, everywhere)], np.float64)
+    except Exception:  # a broken pair is exercise 5's to report, not this one's
+        return np.full(2, np.nan)
+
+
+def _mx_rule_probe(subject, case):
+    answers, mx_quantize, mx_dequantize = subject
+    return {**_answers_as_text(answers, case),
+            "own": _own_mx_rule_figures(mx_quantize, mx_dequantize)}
+
+
+def check_mx_clipped_fraction(fraction, mx_quantize, mx_dequantize):
+    """Check the fraction of blocks whose largest value clips under the floor rule."""
+    run_check("quant_mx_clipped_fraction",
+              ({"clipped": fraction}, mx_quantize, mx_dequantize), _mx_rule_probe)
+
+
+def check_mx_rule_errors(errors, mx_quantize, mx_dequantize):
+    """Check (floor-rule error, round-up-rule error) on the same blocks."""
+    pair = None
+    if not isinstance(errors, str) and hasattr(errors, "__iter__"):
+        try:
+            pair = list(errors)  # a tuple, list, 1-d tensor or array
+        except Exception:  # not iterable after all: read as one value below
+            pair = None
+    if pair is not None and len(pair) == 2:
+        answers = {"floor": pair[0], "round_up": pair[1]}
+    else:
+        answers = {"floor": errors, "round_up": None}
+    run_check("quant_mx_rule_errors", (answers, mx_quantize, mx_dequantize),
+              _mx_rule_probe)
+
+
+def check_mx_last_exact_k(last_exact_k):
+    """Check the largest k at which the others of the MX block stay exact."""
+    run_check("quant_mx_last_exact_k", {"last_exact_k": last_exact_k}, _answers_as_text)
+
+
+def check_mx_first_zero_k(first_zero_k):
+    """Check the smallest k at which the others of the MX block come back as 0."""
+    run_check("quant_mx_first_zero_k", {"first_zero_k": first_zero_k}, _answers_as_text)
+
+
+def _all_parts(checks):
+    """Run every (check, args) pair; one CheckFailed with every part's message."""
+    problems = []
+    for check, args in checks:
+        try:
+            check(*args)
+        except CheckFailed as failure:
+            problems.append(str(failure))
+    if problems:
+        raise CheckFailed("; ".join(problems))
+
+
 def check_mx_outlier_answers(last_exact_k, first_zero_k):
-    """Check where one loud entry starts to cost its MX block's other entries."""
-    run_check("quant_mx_outlier_answers", {"last_exact_k": last_exact_k,
-                                           "first_zero_k": first_zero_k},
-              _answers_as_text)
+    """Check both k of the MX block with one loud entry (each part is graded on
+    its own in the assignment: check_mx_last_exact_k, check_mx_first_zero_k)."""
+    _all_parts([(check_mx_last_exact_k, (last_exact_k,)),
+                (check_mx_first_zero_k, (first_zero_k,))])
 
 
 # -- exercise 10: a learned beta against RMSNorm -----------------------------
@@ -516,6 +680,16 @@ def check_beta_loses_more(answer, table):
     """Check which norm's output loses more when stored, against the true
     measurement or your own table's e4m3 column."""
     run_check("quant_beta_loses_more", (answer, table), _beta_loses_more_probe)
+
+
+def check_beta_folded_error(error):
+    """Check the e4m3 error of LayerNorm + beta with beta folded into the bias."""
+    run_check("quant_beta_folded_error", {"error": error}, _answers_as_text)
+
+
+def check_beta_fold_why(answer):
+    """Check why beta can be folded into the next layer and RMSNorm's offset not."""
+    run_check("quant_beta_fold_why", {"why": answer}, _answers_as_text)
 
 
 def check_beta_why(answer):

@@ -633,12 +633,18 @@ def test_every_quant_check_is_covered_here():
                                      "quant_mx_matmul",
                                      "quant_smoothquant_fold", "quant_matmul_errors",
                                      "quant_loud_token_errors",
-                                     "quant_loud_token_answers", "quant_best_schemes",
+                                     "quant_loud_token_answers",
+                                     "quant_best_scheme_loud_channel",
+                                     "quant_best_scheme_loud_token",
+                                     "quant_best_scheme_rms_offset",
                                      "quant_offset_answer", "quant_zero_point",
-                                     "quant_mx_outlier_answers",
+                                     "quant_mx_last_exact_k", "quant_mx_first_zero_k",
+                                     "quant_factor_out", "quant_per_channel_matmul",
+                                     "quant_mx_clipped_fraction", "quant_mx_rule_errors",
                                      # test_quant_beta.py covers these
                                      "quant_beta_table", "quant_beta_loses_more",
-                                     "quant_beta_why"}
+                                     "quant_beta_why", "quant_beta_folded_error",
+                                     "quant_beta_fold_why"}
 
 
 # Unit 06's checks (fp8 scaling), pinned down to the verdict and the sentence a

@@ -13,6 +13,8 @@ import torch
 from normref import quant
 from normref.checks import (
     CheckFailed,
+    check_beta_fold_why,
+    check_beta_folded_error,
     check_beta_loses_more,
     check_beta_table,
     check_beta_why,
@@ -125,3 +127,58 @@ def test_why_accepts_the_right_letter(answer):
 def test_why_rejects_the_other_letters(answer, words):
     with pytest.raises(CheckFailed, match=words):
         check_beta_why(answer)
+
+
+# ------------------------------ beta folded into the next layer's bias
+
+def _hand_folded_error():
+    """LayerNorm's output without beta, stored in e4m3 by hand in float64,
+    beta added back, measured on the output with beta."""
+    with_beta = _float64_outputs()["LayerNorm + beta"].double()
+    beta = quant.learned_beta().double()
+    plain = (with_beta - beta).float()
+    scale = 448.0 / plain.abs().max()
+    stored = (plain * scale).to(E4M3).float() / scale
+    return _error(with_beta, stored.double() + beta)
+
+
+def test_beta_folded_error_matches_a_float64_computation_written_another_way():
+    assert quant.beta_folded_error() == pytest.approx(_hand_folded_error(), rel=0.01)
+
+
+def test_folding_beta_out_brings_the_error_back_to_rmsnorms_level():
+    folded = quant.beta_folded_error()
+    assert folded < quant.beta_table()["LayerNorm + beta"][0] / 4
+    assert folded < 1.25 * quant.beta_table()["RMSNorm"][0]
+
+
+@pytest.mark.parametrize("as_given", [float, str, np.float32, torch.tensor, Fraction])
+def test_beta_folded_error_accepts_any_numeric_type(as_given):
+    value = quant.beta_folded_error()
+    check_beta_folded_error(as_given(Fraction(value).limit_denominator(10**6))
+                            if as_given is Fraction else as_given(value))
+
+
+@pytest.mark.parametrize("answer, words", [
+    (lambda: quant.beta_table()["LayerNorm + beta"][0], "the error with beta stored"),
+    (lambda: quant.beta_folded_error(on_output_with_beta=False), "without beta"),
+    (lambda: 0.05, "add beta back"),
+    (lambda: "about 0.02", "as a number"),
+])
+def test_beta_folded_error_names_the_slip(answer, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_beta_folded_error(answer())
+
+
+@pytest.mark.parametrize("answer", ["b", " B ", "b"])
+def test_fold_why_accepts_the_right_letter(answer):
+    check_beta_fold_why(answer)
+
+
+@pytest.mark.parametrize("answer, words", [
+    ("a", "same in every token"), ("c", "same in every token"),
+    ("d", "same in every token"), ("e", "one of the letters"), (None, "one of the letters"),
+])
+def test_fold_why_rejects_the_other_letters(answer, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_beta_fold_why(answer)

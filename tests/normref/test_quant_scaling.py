@@ -15,15 +15,22 @@ import torch.nn.functional as F
 from normref import quant
 from normref.checks import (
     CheckFailed,
+    check_best_scheme,
     check_best_schemes,
+    check_factor_out,
     check_loud_token_answers,
     check_loud_token_errors,
     check_matmul_errors,
     check_mx_blocks,
+    check_mx_clipped_fraction,
+    check_mx_first_zero_k,
+    check_mx_last_exact_k,
     check_mx_matmul,
     check_mx_outlier_answers,
+    check_mx_rule_errors,
     check_offset_answer,
     check_per_channel,
+    check_per_channel_matmul,
     check_smoothquant_fold,
     check_zero_point_round_trip,
     quant_judges,
@@ -848,6 +855,24 @@ def test_best_schemes_name_the_slip_and_not_the_answer(case, answer, words):
         assert not any(name in message for name in right)
 
 
+def test_each_best_scheme_case_is_graded_on_its_own():
+    """The assignment grades the three cases in three cells: one wrong or
+    missing case costs that case's quarter point, not the others'."""
+    one_wrong = {**RIGHT_BEST, "loud channel": "per-token"}
+    check_best_scheme(one_wrong, "loud token", *PAIRS)
+    check_best_scheme(one_wrong, "RMSNorm, mu = 20", *PAIRS)
+    with pytest.raises(CheckFailed, match="still sets every token's own scale") as failure:
+        check_best_scheme(one_wrong, "loud channel", *PAIRS)
+    assert "loud token" not in str(failure.value)
+    only_one = {"LOUD_TOKEN": "Per Token"}
+    check_best_scheme(only_one, "loud token", *PAIRS)
+    with pytest.raises(CheckFailed, match="no entry for"):
+        check_best_scheme(only_one, "RMSNorm, mu = 20", *PAIRS)
+    with pytest.raises(CheckFailed, match="not one of"):
+        check_best_scheme({**RIGHT_BEST, "RMSNorm, mu = 20": "per-block"},
+                          "RMSNorm, mu = 20", *PAIRS)
+
+
 def test_best_schemes_need_every_case():
     with pytest.raises(CheckFailed, match="no entry for"):
         check_best_schemes({"loud token": "per-token"}, *PAIRS)
@@ -991,3 +1016,187 @@ def test_mx_outlier_answers_name_the_slip_and_not_the_answer(shift, words):
     message = str(failure.value)
     assert not any(f" {k} " in message or f" {k})" in message or f"{k}:" in message
                    for k in right if k not in answers)
+
+
+def test_each_mx_outlier_k_is_graded_on_its_own():
+    """Two cells, 0.75 points each: a slip in one k costs only that k, and
+    its message names only that k."""
+    last_exact, first_zero = quant.mx_outlier_thresholds()
+    check_mx_last_exact_k(np.int64(last_exact))
+    check_mx_first_zero_k(Fraction(first_zero))
+    with pytest.raises(CheckFailed, match="round up to it") as failure:
+        check_mx_first_zero_k(first_zero - 1)
+    assert "LAST_EXACT" not in str(failure.value)
+    with pytest.raises(CheckFailed, match="already rounded") as failure:
+        check_mx_last_exact_k(last_exact + 3)
+    assert "FIRST_ZERO" not in str(failure.value)
+    with pytest.raises(CheckFailed, match="as a number"):
+        check_mx_last_exact_k(None)
+
+
+@pytest.mark.parametrize("value", [torch.tensor(1.2345678e-3), np.float32(1.2345678e-3),
+                                   np.float64(1.2345678e-3),
+                                   torch.tensor(1.2345678e-3, dtype=torch.float64)])
+def test_scalar_answers_travel_at_full_precision(value):
+    """str() of a 0-d tensor keeps 4 decimals ("tensor(0.0012)"), 3% off here:
+    answers travel as the scalar's Python value instead."""
+    sent = quant_probes._answers_as_text({"answer": value}, {})["answer"]
+    assert float(str(sent)) == pytest.approx(1.2345678e-3, rel=1e-6)
+
+
+def test_answers_that_are_not_scalars_travel_as_they_print():
+    sent = quant_probes._answers_as_text({"a": torch.tensor([14, 19]), "b": "3.6"}, {})
+    assert str(sent["a"]) == str(torch.tensor([14, 19])) and str(sent["b"]) == "3.6"
+
+
+# ------------------------------ question 4: which scales a matmul can take
+
+@pytest.mark.parametrize("answer", [
+    ["per-token", "per-output-column"], ("Per_Output_Column", "PER TOKEN"),
+    {"per-token", "per-output-column"}, np.array(["per-output-column", "per-token"]),
+])
+def test_factor_out_accepts_the_two_scales_in_any_collection_and_spelling(answer):
+    check_factor_out(answer)
+
+
+@pytest.mark.parametrize("answer, words", [
+    (["per-token", "per-output-column", "per-channel"], "a different number in each term"),
+    (["per-token"], "r_j, is one number"),
+    ("per-channel", "s_t, is one number"),
+    ([], "s_t, is one number"),
+    (["per-row"], "each entry is one of"),
+    (None, "each entry is one of"),
+])
+def test_factor_out_names_the_slip(answer, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_factor_out(answer)
+
+
+def _fold_into_w(q, s, W):
+    return q.float() @ (W / s[:, None])
+
+
+@pytest.mark.parametrize("per_channel_matmul", [
+    _fold_into_w,
+    lambda q, s, W: (q.double() / s.double()) @ W.double(),  # dequantize, then float64
+    lambda q, s, W: torch.from_numpy(q.float().numpy() @ (W.numpy() / s.numpy()[:, None])),
+])
+def test_per_channel_matmul_accepts_any_way_to_the_same_product(per_channel_matmul):
+    check_per_channel_matmul(per_channel_matmul)
+
+
+def test_per_channel_matmul_matches_dequantize_then_multiply_in_float64():
+    """The reference written another way: per_channel_quantize's q and s, the
+    product of the dequantized A with W in float64."""
+    A = torch.randn(5, 40, generator=torch.Generator().manual_seed(3))
+    W = torch.randn(40, 6, generator=torch.Generator().manual_seed(4))
+    q, s = quant.per_channel_quantize(A, E4M3)
+    expected = quant.per_channel_dequantize(q, s).double() @ W.double()
+    assert torch.allclose(_fold_into_w(q, s, W).double(), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("per_channel_matmul, words", [
+    (lambda q, s, W: q.float() @ (W * s[:, None]), "do not multiply it"),
+    (lambda q, s, W: q.float() @ W, "the scales are left out"),
+    (lambda q, s, W: q @ (W / s[:, None]), "cast back with .float"),
+    (lambda q, s, W: (q.float() @ (W / s[:, None])).to(E4M3), "return float32"),
+    (lambda q, s, W: (q.float() @ W) / s.mean(), "expected shape"),
+])
+def test_per_channel_matmul_names_the_slip(per_channel_matmul, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_per_channel_matmul(per_channel_matmul)
+
+
+# ------------------------------ exercise 5, continued: the scale rounded up
+
+def _nearest_on_grid(values, grid):
+    """Round each value to the nearest of the sorted grid, ties to the even
+    pattern being irrelevant for random data; clamps at the ends."""
+    idx = np.clip(np.searchsorted(grid, values), 1, len(grid) - 1)
+    lo, hi = grid[idx - 1], grid[idx]
+    return np.where(values - lo <= hi - values, lo, hi)
+
+
+def test_mx_rule_figures_match_a_computation_written_another_way():
+    """Clipping from the mantissa (amax / X > 448 exactly when amax's frexp
+    mantissa passes 0.875), the round-up rule by nearest value on e4m3's list."""
+    x = quant.mx_rule_blocks().double().numpy()
+    amax = np.abs(x).max(axis=1)
+    mantissa, exponent = np.frexp(amax)
+    clipped = float(np.mean(mantissa > 448 / 512))
+    grid = _fp8_grid(E4M3)
+    X = 2.0 ** np.ceil(np.log2(amax / 448))
+    back = _nearest_on_grid(x / X[:, None], grid) * X[:, None]
+    round_up = float(np.sqrt(np.mean((back - x) ** 2)) / x.std())
+    ours = quant.mx_rule_figures()
+    assert ours[0] == pytest.approx(clipped, abs=1e-12)
+    assert ours[2] == pytest.approx(round_up, rel=1e-3)
+    assert ours[1] > 1.05 * ours[2]  # the floor rule loses more, through its clipped blocks
+
+
+def test_the_round_up_rule_never_clips():
+    x = quant.mx_rule_blocks()
+    q, X = quant.mx_round_up_quantize(x, E4M3)
+    assert float((x.abs().amax(-1) / X.squeeze(-1)).max()) <= 448
+
+
+@pytest.mark.parametrize("as_given", [float, str, np.float32, torch.tensor])
+def test_mx_rule_answers_accept_any_numeric_type(as_given):
+    clipped, floor_error, round_up = quant.mx_rule_figures()
+    pair = (quant.mx_quantize, quant.mx_dequantize)
+    check_mx_clipped_fraction(as_given(clipped), *pair)
+    check_mx_rule_errors((as_given(floor_error), as_given(round_up)), *pair)
+    check_mx_clipped_fraction(Fraction(int(round(clipped * 4096)), 4096), *pair)
+    check_mx_rule_errors(torch.tensor([floor_error, round_up]), *pair)
+    check_mx_rule_errors(np.array([floor_error, round_up]), *pair)
+
+
+def test_mx_rule_answers_are_read_against_the_students_own_mx_quantize():
+    """A non-power-of-two X (amax / 448) clips nothing: naming what that
+    function measures passes, and so does the true figure; a broken pair
+    falls back on the reference."""
+    def amax_scale(x, dtype):
+        blocks = x.reshape(*x.shape[:-1], -1, 32)
+        X = blocks.abs().amax(-1) / 448
+        return (blocks / X.unsqueeze(-1)).to(dtype).flatten(-2), X
+
+    def broken(x, dtype):
+        raise NotImplementedError()
+
+    clipped = quant.mx_rule_figures()[0]
+    check_mx_clipped_fraction(0.0, amax_scale, quant.mx_dequantize)
+    check_mx_clipped_fraction(clipped, amax_scale, quant.mx_dequantize)
+    check_mx_clipped_fraction(clipped, broken, quant.mx_dequantize)
+    with pytest.raises(CheckFailed):
+        check_mx_clipped_fraction(0.0, broken, quant.mx_dequantize)
+
+
+@pytest.mark.parametrize("answer, words", [
+    (lambda c, f, u: 100 * c, "a percentage"),
+    (lambda c, f, u: 4096 * c, "the number of blocks"),
+    (lambda c, f, u: c / 32, "count blocks, not elements"),
+])
+def test_mx_clipped_fraction_names_the_slip(answer, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_mx_clipped_fraction(answer(*quant.mx_rule_figures()), quant.mx_quantize,
+                                  quant.mx_dequantize)
+
+
+@pytest.mark.parametrize("answer, words", [
+    (lambda c, f, u: (u, f), "wrong way round"),
+    (lambda c, f, u: (f, f), "rounded up, not down"),
+    (lambda c, f, u: (0.5, u), "floor rule's error is not yet right"),
+    (lambda c, f, u: f, "a pair of numbers"),
+])
+def test_mx_rule_errors_name_the_slip(answer, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_mx_rule_errors(answer(*quant.mx_rule_figures()), quant.mx_quantize,
+                             quant.mx_dequantize)
+
+
+def test_the_students_side_measures_the_reference_pair_as_the_grader_does():
+    """The probe runs in the student's kernel, without normref.quant: its own
+    blocks and measurement, given the reference pair, give the grader's figures."""
+    own = quant_probes._own_mx_rule_figures(quant.mx_quantize, quant.mx_dequantize)
+    assert quant_probes.MX_RULE_SHAPE == quant.MX_RULE_SHAPE
+    assert np.allclose(own, quant.mx_rule_figures()[:2], rtol=1e-9)
