@@ -88,7 +88,8 @@ def to_array(value, *, what="the result"):
     if isinstance(value, _EXACT):
         value = float(value)
     array = np.asarray(value)
-    if array.dtype == object and array.size and all(isinstance(v, _EXACT + (numbers.Real,)) for v in array.flat):
+    numeric = _EXACT + (numbers.Real,)
+    if array.dtype == object and array.size and all(isinstance(v, numeric) for v in array.flat):
         array = array.astype(float)  # a list of Fractions or Decimals
     if array.dtype == object:
         raise TypeError(f"{what} is a {type(value).__name__}, not an array of numbers")
