@@ -16,6 +16,9 @@ the last run's names are left in `last_executed` / `last_recorder_intact`.
 """
 
 import contextlib
+import decimal
+import fractions
+import numbers
 import os
 import socket
 import sys
@@ -67,10 +70,14 @@ def calling_own_functions(subject, names, call):
     return result, bool(seen) or replaced
 
 
+_EXACT = (fractions.Fraction, decimal.Decimal)  # exact numbers: read as floats
+
+
 def to_array(value, *, what="the result"):
     """Turn a student's return value into a plain numpy array, or explain why not.
 
-    torch tensors are detached and moved to the CPU; anything numpy would only
+    torch tensors are detached and moved to the CPU; Fractions and Decimals (numbers numpy
+    holds only as objects) become floats; anything else numpy would only
     hold as an object (a custom class, ragged lists) is refused.
     """
     if hasattr(value, "detach") and hasattr(value, "cpu"):
@@ -78,7 +85,12 @@ def to_array(value, *, what="the result"):
         if str(value.dtype) in ("torch.bfloat16", "torch.float8_e4m3fn", "torch.float8_e5m2"):
             value = value.float()
         value = value.numpy()
+    if isinstance(value, _EXACT):
+        value = float(value)
     array = np.asarray(value)
+    numeric = _EXACT + (numbers.Real,)
+    if array.dtype == object and array.size and all(isinstance(v, numeric) for v in array.flat):
+        array = array.astype(float)  # a list of Fractions or Decimals
     if array.dtype == object:
         raise TypeError(f"{what} is a {type(value).__name__}, not an array of numbers")
     return array.copy()

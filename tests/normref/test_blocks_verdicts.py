@@ -976,7 +976,7 @@ def test_every_check_function_runs_its_check():
     blocks_probes.check_warmup_lr(blocks.warmup_lr)
     with pytest.raises(CheckFailed, match="blocks_warmup_lr, .*divides by zero"):
         blocks_probes.check_warmup_lr(lambda step, lr, warmup: lr * min(1, (step + 1) / warmup))
-    blocks_probes.check_warmup_sweep(blocks.warmup_lr, fails_without=1e-2, fails_with=3e-2)
+    blocks_probes.check_warmup_sweep(blocks.warmup_lr, fails_without=1e-2, fails_with=1e-2)
     with pytest.raises(CheckFailed, match="blocks_warmup_sweep, .*already fails at 0.01"):
         blocks_probes.check_warmup_sweep(blocks.warmup_lr, fails_without=3e-2, fails_with=3e-2)
 
@@ -1291,19 +1291,29 @@ def test_reference_sweep_post_ln_fails_at_1e_2_without_warmup_and_3e_2_with_it()
     assert loss[3e-3, 0] < 2.5 and loss[1e-2, 20] < 1.0
 
 
+def test_reference_sweep_a_10_step_warmup_does_not_move_the_breaking_point():
+    """The assignment's case: with half the lesson's warm-up, Post-LN still
+    fails at 1e-2 and learns at 3e-3, far from the threshold either way."""
+    assert blocks.SWEEP["warmup_steps"] == 10
+    assert blocks.sweep_final_loss(1e-2, 10) > 2.6
+    assert blocks.sweep_final_loss(3e-3, 10) < 1.0
+
+
 @pytest.mark.parametrize("without, with_", [
-    (1e-2, 3e-2), (np.float32(0.01), torch.tensor(0.03)), ("1E-2", " 0.03 "),
-    (__import__("fractions").Fraction(1, 100), 0.03)])
+    (1e-2, 1e-2), (np.float32(0.01), torch.tensor(0.01)), ("1E-2", " 0.01 "),
+    (__import__("fractions").Fraction(1, 100), __import__("decimal").Decimal("0.01"))])
 def test_warmup_sweep_right_answers_of_any_type_pass(without, with_):
     assert _sweep_verdict(fails_without=without, fails_with=with_) is None
 
 
 @pytest.mark.parametrize("answers, hint", [
-    ({"fails_without": 3e-3, "fails_with": 3e-2}, "at that rate Post-LN with no warm-up learns"),
+    ({"fails_without": 3e-3, "fails_with": 1e-2}, "at that rate Post-LN with no warm-up learns"),
+    ({"fails_without": 1e-2, "fails_with": 3e-2},  # the lesson's 20-step answer
+     "Post-LN with 10-step warm-up already fails at 0.01"),
     ({"fails_without": 3e-2, "fails_with": 3e-2}, "already fails at 0.01"),
     ({"fails_without": 1e-2, "fails_with": 1e-1}, "already fails at 0.03"),
     ({"fails_without": 1e-2, "fails_with": None}, "answer with one of the rates"),
-    ({"fails_without": "fast", "fails_with": 3e-2}, "fails_without is fast"),
+    ({"fails_without": "fast", "fails_with": 1e-2}, "fails_without is fast"),
     ({"fails_without": 1e-2}, "no answer given for fails_with"),
 ])
 def test_warmup_sweep_mistakes_are_named(answers, hint):
@@ -1506,11 +1516,14 @@ def _warmup_lr_from_zero(step, lr, warmup_steps):
     return lr * min(1.0, step / warmup_steps) if warmup_steps else lr
 
 
-def test_a_slip_in_warmup_lr_costs_only_its_own_cell():
-    # with that schedule the toy already fails at 1e-2 with warm-up (the
-    # reference's fails from 3e-2): the student's own correct sweep passes
+def test_a_slip_in_warmup_lr_costs_only_its_own_cell(monkeypatch):
+    # the mechanism, shown with the lesson's 20-step warm-up (with the
+    # assignment's 10 steps this slip gives the same answers): with that
+    # schedule the toy already fails at 1e-2 with warm-up (the reference's
+    # fails from 3e-2): the student's own correct sweep passes
     with pytest.raises(CheckFailed, match="blocks_warmup_lr, .*step counts from 0"):
         blocks_probes.check_warmup_lr(_warmup_lr_from_zero)
+    monkeypatch.setitem(blocks.SWEEP, "warmup_steps", 20)
     blocks_probes.check_warmup_sweep(_warmup_lr_from_zero, fails_without=1e-2, fails_with=1e-2)
     with pytest.raises(CheckFailed, match="blocks_warmup_sweep, .*your warmup_lr's rates"):
         blocks_probes.check_warmup_sweep(_warmup_lr_from_zero, fails_without=1e-2,
@@ -1524,6 +1537,6 @@ def test_the_sweep_is_judged_on_the_reference_schedule_when_warmup_lr_fails():
     def unwritten(step, lr, warmup_steps):
         raise NotImplementedError()
 
-    blocks_probes.check_warmup_sweep(unwritten, fails_without=1e-2, fails_with=3e-2)
-    with pytest.raises(CheckFailed, match="blocks_warmup_sweep, .*fails_with is 0.01, but"):
-        blocks_probes.check_warmup_sweep(unwritten, fails_without=1e-2, fails_with=1e-2)
+    blocks_probes.check_warmup_sweep(unwritten, fails_without=1e-2, fails_with=1e-2)
+    with pytest.raises(CheckFailed, match="blocks_warmup_sweep, .*fails_with is 0.03, but"):
+        blocks_probes.check_warmup_sweep(unwritten, fails_without=1e-2, fails_with=3e-2)

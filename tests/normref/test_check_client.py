@@ -128,6 +128,22 @@ def test_numbers_lists_and_arrays_are_copied():
     assert _runner.to_array(3.5) == 3.5
 
 
+def test_fractions_and_decimals_are_read_as_floats():
+    """Exact numbers are numbers: a Fraction or a Decimal, alone or in a list,
+    arrives as float64, not refused as an object."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    assert _runner.to_array(Fraction(1, 4)) == 0.25
+    assert _runner.to_array(Fraction(1, 4)).dtype == np.float64
+    assert _runner.to_array(Decimal("0.125")) == 0.125
+    array = _runner.to_array([Fraction(1, 2), Decimal("1.5"), 2.0])
+    assert array.dtype == np.float64
+    np.testing.assert_array_equal(array, [0.5, 1.5, 2.0])
+    with pytest.raises(TypeError, match="not an array of numbers"):
+        _runner.to_array([Fraction(1, 2), "x"])
+
+
 class OnlyDetach:
     """Looks a little like a tensor: a detach() method but no cpu()."""
 
