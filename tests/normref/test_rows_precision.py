@@ -99,3 +99,36 @@ def test_rms_norm_computed_in_float32_after_reading_eps_keeps_its_points():
     assert "passed" in passes(check_rms_norm, rms_norm_float32)
     message = fails(lambda f: check_precision_kept(**f), {**RIGHT, "rms_norm": rms_norm_float32})
     assert "your rms_norm returned float32" in message
+
+
+def _eval_eps_outside(x, gamma, beta, running_mean, running_var, eps=1e-5):
+    shape = (1, -1) + (1,) * (np.ndim(x) - 2)
+    def line(v):
+        return np.reshape(np.asarray(v, np.float32), shape)
+    x = np.asarray(x, np.float32)
+    y = (x - line(running_mean)) / (np.sqrt(line(running_var)) + eps)
+    return (y * line(gamma) + line(beta)).astype(np.float32)
+
+
+def _spatial_eps_outside(x, gamma, beta, eps=1e-5):
+    x = np.asarray(x, np.float32)
+    mean, std = x.mean((0, 2, 3), keepdims=True), x.std((0, 2, 3), keepdims=True)
+    y = (x - mean) / (std + eps)
+    return (y * np.reshape(gamma, (1, -1, 1, 1)) + np.reshape(beta, (1, -1, 1, 1))
+            ).astype(np.float32)
+
+
+def _fold_eps_outside(weight, bias, gamma, beta, running_mean, running_var, eps=1e-5):
+    scale = np.asarray(gamma) / (np.sqrt(running_var) + eps)
+    return ((weight * scale[:, None]).astype(np.float32),
+            ((bias - running_mean) * scale + beta).astype(np.float32))
+
+
+@pytest.mark.parametrize("check, slip", [(check_batch_norm_eval, _eval_eps_outside),
+                                         (check_spatial_batch_norm, _spatial_eps_outside),
+                                         (check_fold_batch_norm, _fold_eps_outside)])
+def test_an_eps_slip_in_float32_is_still_caught(check, slip):
+    """Judged at float32 precision, eps added outside the root still fails: each
+    check holds a case with a large eps, where the slip is far above float32's
+    tolerance."""
+    fails(check, slip)
