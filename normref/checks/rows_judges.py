@@ -4,6 +4,7 @@ import numpy as np
 
 from normref import batchnorm
 from normref.checks._registry import Check
+from normref.checks.rows_probes import GROUP_NORM_MARK
 from normref.checks.tolerances import matches, mismatch, number_from_answer
 
 # nn.GroupNorm raises ValueError for indivisible channels, F.group_norm RuntimeError;
@@ -29,6 +30,17 @@ def _first_matching_hint(y, candidates, dtype):
 
 def _with_hint(problem, hint):
     return problem + (f". Hint: {hint}" if hint else "")
+
+
+def _judged_at(dtype, *outputs):
+    """The precision a result is judged at: the input's, or float32's where the input
+    is float64 and the result came back in float32. Returning float32 for float64
+    input breaks the unit's precision rule, and that slip is charged once, by
+    rows_precision_kept, not again by every function's own check."""
+    if np.dtype(dtype) == np.float64 and any(
+            np.asarray(output).dtype == np.float32 for output in outputs):
+        return np.dtype(np.float32)
+    return dtype
 
 
 # ---------------------------------------------------------------- group norm
@@ -88,7 +100,8 @@ def _judge_group_norm(case, output):
                 f"raise a ValueError, as torch does (your code {what})")
     x, gamma, beta, eps = case["x"], case["gamma"], case["beta"], float(case["eps"])
     expected = batchnorm.group_norm(x, num_groups, gamma, beta, eps)
-    problem = mismatch(output["y"], expected, dtype=x.dtype)
+    dtype = _judged_at(x.dtype, output["y"])
+    problem = mismatch(output["y"], expected, dtype=dtype)
     if problem is None:
         return None
     x64 = x.astype(np.float64)
@@ -114,7 +127,7 @@ def _judge_group_norm(case, output):
         "eps goes inside the square root: sqrt(var + eps)":
             _normalize_blocks(x64, (n, num_groups, -1), (2,), eps, eps_outside_root=True) * g + b,
     }
-    return _with_hint(problem, _first_matching_hint(output["y"], candidates, x.dtype))
+    return _with_hint(problem, _first_matching_hint(output["y"], candidates, dtype))
 
 
 # ---------------------------------------------------------------- layer norm over channels
@@ -137,13 +150,18 @@ def _channel_cases(rng):
 
 def _judge_channel_layer_norm(case, output):
     x, eps = case["x"], float(case["eps"])
-    problem = mismatch(output["y"], batchnorm.channel_layer_norm(x, eps), dtype=x.dtype,
-                       what="your channel_layer_norm")
+    dtype = _judged_at(x.dtype, output["y"])
+    # the mark, where the grader's group_norm could be swapped in (calls -1: it could not)
+    mark = 1 + GROUP_NORM_MARK if int(output["group_norm_calls"]) != -1 else 1.0
+    unmarked = batchnorm.channel_layer_norm(x, eps)
+    problem = mismatch(output["y"], unmarked * mark, dtype=dtype, what="your channel_layer_norm")
     if problem is None:
-        if int(output["group_norm_calls"]) == 0:
-            return ("your channel_layer_norm gives the right output but never calls "
-                    "group_norm: the exercise asks for it written with group_norm")
         return None
+    if mark != 1.0 and matches(output["y"], unmarked, dtype=dtype):
+        return ("your channel_layer_norm gives layer norm over the channels, but not "
+                "through group_norm: the grader's group_norm marks what it returns, and "
+                "your output does not carry the mark. Let one call of group_norm do the "
+                "normalizing, with no mean or variance of your own")
     x64 = x.astype(np.float64)
     c = x.shape[1]
     candidates = {
@@ -157,7 +175,8 @@ def _judge_channel_layer_norm(case, output):
         "reshape, and move it back at the end":
             batchnorm.group_norm(x64.reshape(-1, c, 1), 1, eps=eps).reshape(x.shape),
     }
-    return _with_hint(problem, _first_matching_hint(output["y"], candidates, x.dtype))
+    candidates = {hint: wrong * mark for hint, wrong in candidates.items()}
+    return _with_hint(problem, _first_matching_hint(output["y"], candidates, dtype))
 
 
 # ---------------------------------------------------------------- batch norm, running stats
@@ -305,7 +324,8 @@ def _judge_batch_norm_train(case, output):
         what = "returned normally" if raised == "nothing" else f"raised {raised}"
         return ("one value per channel has no variance to measure: raise a ValueError, as "
                 f"torch does (your code {what})")
-    dtype = case["x"].dtype
+    dtype = _judged_at(case["x"].dtype, output["y"], output["running_mean"],
+                       output["running_var"])
     ys, means, variances = _reference_train(case)
     problem = mismatch(output["y"], ys, dtype=dtype, what="your y")
     if problem:
@@ -494,11 +514,12 @@ def _spatial_bn_slips(case):
 
 def _judge_spatial(case, output):
     expected = _torch_spatial(case)
-    problem = mismatch(output["y"], expected, dtype=case["x"].dtype)
+    dtype = _judged_at(case["x"].dtype, output["y"])
+    problem = mismatch(output["y"], expected, dtype=dtype)
     if problem is None:
         return None
     slips = _spatial_bn_slips(case)
-    return _with_hint(problem, _first_matching_hint(output["y"], slips, case["x"].dtype))
+    return _with_hint(problem, _first_matching_hint(output["y"], slips, dtype))
 
 
 # ---------------------------------------------------------------- batch norm in eval mode
@@ -575,7 +596,7 @@ def _eval_slips(case):
 
 
 def _judge_batch_norm_eval(case, output):
-    dtype = case["x"].dtype
+    dtype = _judged_at(case["x"].dtype, output["y"])
     for key in ("running_mean", "running_var"):
         if not np.array_equal(output[f"{key}_after"], case[key]):
             return (f"your batch_norm_eval changed the {key} it was given: eval mode reads the "
@@ -644,7 +665,7 @@ def _fold_slips(case):
 
 
 def _judge_fold_batch_norm(case, output):
-    dtype = case["weight"].dtype
+    dtype = _judged_at(case["weight"].dtype, output["weight"], output["bias"])
     weight, bias = batchnorm.fold_batch_norm(*(case[key] for key in (
         "weight", "bias", "gamma", "beta", "running_mean", "running_var")), float(case["eps"]))
     problem = (mismatch(output["weight"], weight, dtype=dtype, what="your folded_weight")
@@ -729,7 +750,7 @@ def _rms_slips(case):
 
 
 def _judge_rms_norm(case, output):
-    dtype = case["x"].dtype
+    dtype = _judged_at(case["x"].dtype, output["y"])
     problem = mismatch(output["y"], _torch_rms(case), dtype=dtype)
     if problem is None:
         return None
@@ -774,23 +795,25 @@ def _judge_rms_offset_answer(case, output):
                               "square, which counts their mean as well as their spread")
 
 
-# ---------------------------------------------------------------- which norms see the batch
+# ---------------------------------------------------------------- which norms mix positions
 
 
 EXERCISE_FUNCTIONS = ("group_norm", "channel_layer_norm", "batch_norm_train",
                       "spatial_batch_norm_forward", "batch_norm_eval", "rms_norm")
-_SEES_THE_BATCH = {"batch_norm_train", "spatial_batch_norm_forward"}
+# the output at one position moves when other positions of the same example move
+_MIXES_POSITIONS = {"group_norm", "batch_norm_train", "spatial_batch_norm_forward"}
 _WHY = {
-    "group_norm": "group norm's statistics stay inside one example",
+    "group_norm": "a group's statistics cover its channels at every position of the "
+                  "example, so every position has a say",
     "channel_layer_norm": "layer norm over the channels looks at one position of one "
                           "example only",
     "batch_norm_eval": "in eval mode batch norm normalizes with the running statistics, "
-                       "fixed numbers: the batch-mates do not enter",
-    "rms_norm": "RMSNorm, like layer norm, looks only at one token's own features",
-    "batch_norm_train": "in training, batch norm's statistics are the batch's own: every "
-                        "batch-mate has a say",
+                       "fixed numbers: no other value enters",
+    "rms_norm": "RMSNorm looks only at one token's own features, the last axis",
+    "batch_norm_train": "for x (N, C, L) a channel's statistics in training cover every "
+                        "position of every example",
     "spatial_batch_norm_forward": "spatial batch norm takes each channel's statistics over "
-                                  "all N images of the batch",
+                                  "all H x W positions (and all N images)",
 }
 
 
@@ -798,15 +821,15 @@ def _judge_batch_dependence_answer(case, output):
     names = [str(name).strip().lower() for name in np.atleast_1d(output.get("names"))]
     unknown = sorted(set(names) - set(EXERCISE_FUNCTIONS))
     if unknown:
-        return (f"BATCH_DEPENDENT names {', '.join(repr(n) for n in unknown)}, which is not "
-                "one of this assignment's functions: choose among "
+        return (f"POSITION_DEPENDENT names {', '.join(repr(n) for n in unknown)}, which is "
+                "not one of this assignment's functions: choose among "
                 + ", ".join(EXERCISE_FUNCTIONS))
     given = set(names)
-    wrong = [f"{name} is listed but does not depend on the batch ({_WHY[name]})"
-             for name in EXERCISE_FUNCTIONS if name in given - _SEES_THE_BATCH]
+    wrong = [f"{name} is listed but mixes no positions ({_WHY[name]})"
+             for name in EXERCISE_FUNCTIONS if name in given - _MIXES_POSITIONS]
     wrong += [f"{name} is missing ({_WHY[name]})"
-              for name in EXERCISE_FUNCTIONS if name in _SEES_THE_BATCH - given]
-    return "BATCH_DEPENDENT is not yet right: " + "; ".join(wrong) if wrong else None
+              for name in EXERCISE_FUNCTIONS if name in _MIXES_POSITIONS - given]
+    return "POSITION_DEPENDENT is not yet right: " + "; ".join(wrong) if wrong else None
 
 
 # ---------------------------------------------------------------- a batch of two
@@ -879,21 +902,63 @@ def _judge_sign_only_gap_answer(case, output):
                                        "0.99, with eps inside the square root?"))
 
 
+_GROUPS_OF_TWO = 32  # GroupNorm(32, 64): 2 values a group
+
+
 def _judge_pair_information_answers(case, output):
-    """With eps = 0 a channel's two outputs are (+1, -1) or (-1, +1) whenever the
-    two values differ: two patterns, one bit."""
-    bits = number_from_answer(output.get("bits_per_feature"))
-    if bits is not None and abs(bits - 1) <= 1e-9:
+    """Group norm with 32 groups of 2 values and eps = 0: each group's outputs are
+    (+1, -1) or (-1, +1) whenever its two values differ, one bit; the groups are
+    normalized apart, so the 64 outputs carry 32 bits."""
+    given = output.get("bits_per_example")
+    bits = number_from_answer(given)
+    if bits is not None and abs(bits - _GROUPS_OF_TWO) <= 1e-9:
         return None
     slips = {
-        2.0: "the two outputs are not independent: one is minus the other, so the "
-             "pair of them takes only two patterns",
-        0.0: "the outputs still say something: which of the two examples is larger",
+        1.0: "that is one group's share: each of the 32 groups is normalized on its own, "
+             "and each keeps its own bit",
+        float(2 * _GROUPS_OF_TWO): "the two outputs of a group are not independent: one is "
+                                   "minus the other, so a group shows only two patterns",
+        2.0: "count every group: the 64 features make 32 groups of 2",
+        0.0: "the outputs still say something: which of each group's two values is larger",
     }
-    return (f"BITS_PER_FEATURE (you answered {output.get('bits_per_feature')}) is not yet "
-            "right: " + (_named_slip(bits, slips, within=1e-9)
-                         or "with eps = 0, count how many different output patterns one "
-                            "feature of the pair can show, and take the base-2 logarithm"))
+    return (f"BITS_PER_EXAMPLE (you answered {given}) is not yet right: "
+            + (_named_slip(bits, slips, within=1e-9)
+               or "with eps = 0, count how many output patterns one group of two values "
+                  "can show, take the base-2 logarithm, and add over the groups"))
+
+
+# ---------------------------------------------------------------- the precision rule
+
+PRECISION_FUNCTIONS = ("group_norm", "channel_layer_norm", "batch_norm_train",
+                       "spatial_batch_norm_forward", "batch_norm_eval", "fold_batch_norm",
+                       "rms_norm")
+
+
+def _precision_cases(rng):
+    """One float64 call of each function: (N, C, L) for the channel norms, an image
+    batch for spatial batch norm, (N, C) for the rest."""
+    def args(name):
+        c = 4
+        x = rng.normal(1.0, 2.0, size=(4, c, 3, 3) if name == "spatial_batch_norm_forward"
+                       else (3, c, 5) if name in ("group_norm", "channel_layer_norm")
+                       else (6, c))
+        return {"function": np.array(name), "x": x, "gamma": rng.uniform(0.5, 2.0, c),
+                "beta": rng.normal(size=c), "running_mean": rng.normal(size=c),
+                "running_var": rng.uniform(0.5, 2.0, c), "weight": rng.normal(size=(c, 3)),
+                "bias": rng.normal(size=c)}
+    return [(f"your {name} on float64 input", args(name)) for name in PRECISION_FUNCTIONS]
+
+
+def _judge_precision_kept(case, output):
+    name = str(case["function"])
+    given = [str(dtype) for dtype in np.atleast_1d(output["dtypes"])]
+    lower = [dtype for dtype in given if dtype != "float64"]
+    if not lower:
+        return None
+    return (f"your {name} returned {lower[0]} for float64 input: keep the input's "
+            "precision (compute in float64 and return float64, as torch's norms keep "
+            "their input's dtype; torch.as_tensor(x).float() or torch.tensor(x) of a "
+            "list computes in float32, which loses about 1e-7 of every value)")
 
 
 CHECKS = {
@@ -916,4 +981,5 @@ CHECKS = {
                                        _judge_sign_only_gap_answer),
     "rows_pair_information_answers": Check(lambda rng: [("your answer", {})],
                                            _judge_pair_information_answers),
+    "rows_precision_kept": Check(_precision_cases, _judge_precision_kept),
 }

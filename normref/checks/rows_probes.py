@@ -59,15 +59,20 @@ def _group_norm_exactly(x, num_groups, gamma=None, beta=None, eps=1e-5):
     return y
 
 
+# The group_norm swapped in for channel_layer_norm scales its output by 1 + this: an
+# output that came through it carries the mark, one computed by hand does not.
+GROUP_NORM_MARK = 1e-3
+
+
 def _call_channel_layer_norm(channel_layer_norm, case):
     """Call channel_layer_norm(x, eps) with the notebook's group_norm swapped for an
-    exact one that counts its calls (-1: the function's globals could not be
-    reached, so the calls are not known)."""
+    exact one that counts its calls and marks its output (-1 calls: the function's
+    globals could not be reached, so the calls are not known)."""
     calls = []
 
     def group_norm(x, num_groups, gamma=None, beta=None, eps=1e-5):
         calls.append(int(num_groups))
-        return _group_norm_exactly(x, num_groups, gamma, beta, eps)
+        return _group_norm_exactly(x, num_groups, gamma, beta, eps) * (1 + GROUP_NORM_MARK)
 
     found = getattr(channel_layer_norm, "__globals__", None)
     if not isinstance(found, dict):
@@ -146,6 +151,31 @@ def _call_rms_norm(rms_norm, case):
     return {"y": to_array(rms_norm(case["x"].copy(), case["gamma"].copy(), eps))}
 
 
+def _call_for_precision(functions, case):
+    """Call the function the case names on float64 copies; send back the dtype of
+    every array it returns."""
+    name = str(case["function"])
+    function = functions[name]
+    x, gamma, beta = case["x"].copy(), case["gamma"].copy(), case["beta"].copy()
+    mean, var = case["running_mean"].copy(), case["running_var"].copy()
+    if name == "group_norm":
+        returned = [function(x, 2, gamma, beta, 1e-5)]
+    elif name == "channel_layer_norm":
+        returned = [function(x, 1e-5)]
+    elif name == "batch_norm_train":
+        returned = list(function(x, gamma, beta, mean, var, 0.1, "pytorch", 1e-5))
+    elif name == "spatial_batch_norm_forward":
+        returned = [function(x, gamma, beta, 1e-5)]
+    elif name == "batch_norm_eval":
+        returned = [function(x, gamma, beta, mean, var, 1e-5)]
+    elif name == "fold_batch_norm":
+        returned = list(function(case["weight"].copy(), case["bias"].copy(), gamma, beta,
+                                 mean, var, 1e-5))
+    else:
+        returned = [function(x, gamma, None)]
+    return {"dtypes": np.array([str(to_array(value).dtype) for value in returned])}
+
+
 def _names_as_text(answers, case):
     """A name, or a collection of names (list, tuple, set), as an array of text."""
     names = answers["names"]
@@ -155,7 +185,10 @@ def _names_as_text(answers, case):
 
 
 def _answers_as_text(answers, case):
-    return {name: np.array(str(value)) for name, value in answers.items()}
+    """Each answer as its str(); a tensor that carries grad_fn (requires_grad) is
+    detached first, so that its text is the number alone."""
+    return {name: np.array(str(value.detach() if hasattr(value, "detach") else value))
+            for name, value in answers.items()}
 
 
 def check_group_norm(group_norm):
@@ -231,3 +264,8 @@ def check_pair_information_answers(**answers):
     """Check the answer on how many bits per feature survive a batch of two when
     eps is 0."""
     run_check("rows_pair_information_answers", answers, _answers_as_text)
+
+
+def check_precision_kept(**functions):
+    """Check that each of the unit's functions returns float64 for float64 input."""
+    run_check("rows_precision_kept", functions, _call_for_precision)

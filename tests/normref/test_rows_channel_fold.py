@@ -83,6 +83,13 @@ def by_hand(x, eps):
     return (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + eps)
 
 
+def by_hand_with_a_decoy_call(x, eps):
+    """Wrong: layer norm by hand, with a call of group_norm whose output is thrown
+    away; the grader's group_norm marks its output, and this one lacks the mark."""
+    group_norm(np.zeros((1, 1, 2)), 1, np.ones(1), np.zeros(1))
+    return by_hand(x, eps)
+
+
 @pytest.mark.parametrize("right", [through_group_norm, through_group_norm_in_torch])
 def test_channel_layer_norm_written_with_group_norm_passes(right):
     assert "all 4 cases passed" in passes(check_channel_layer_norm, right)
@@ -91,7 +98,8 @@ def test_channel_layer_norm_written_with_group_norm_passes(right):
 @pytest.mark.parametrize("slip, hint", [
     (whole_example, "normalizes everything one example holds"),
     (reshaped_in_place, "move the channel axis last first"),
-    (by_hand, "never calls group_norm"),
+    (by_hand, "not through group_norm"),
+    (by_hand_with_a_decoy_call, "not through group_norm"),
 ])
 def test_each_channel_layer_norm_slip_is_named(slip, hint):
     assert hint in fails(check_channel_layer_norm, slip)

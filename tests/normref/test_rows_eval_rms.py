@@ -2,6 +2,8 @@
 references against torch, and their checks against right code written other
 ways and the slips."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import torch
@@ -94,13 +96,44 @@ def test_the_offset_answer_passes_in_any_numeric_type(answer):
         lambda a: check_rms_offset_answer(rms_offset_for_half_spread=a), answer)
 
 
-@pytest.mark.parametrize("names", [["batch_norm_train", "spatial_batch_norm_forward"],
-                                   {"BATCH_NORM_TRAIN", " Spatial_Batch_Norm_Forward"},
-                                   ("spatial_batch_norm_forward", "batch_norm_train"),
-                                   np.array(["batch_norm_train",
-                                             "spatial_batch_norm_forward"])])
-def test_the_batch_answer_passes_in_any_collection_and_case(names):
+RIGHT_POSITIONS = ["group_norm", "batch_norm_train", "spatial_batch_norm_forward"]
+
+
+@pytest.mark.parametrize("names", [RIGHT_POSITIONS,
+                                   {"GROUP_NORM", "BATCH_NORM_TRAIN",
+                                    " Spatial_Batch_Norm_Forward"},
+                                   tuple(reversed(RIGHT_POSITIONS)),
+                                   np.array(RIGHT_POSITIONS),
+                                   (name for name in RIGHT_POSITIONS)])
+def test_the_positions_answer_passes_in_any_collection_and_case(names):
     assert "passed" in passes(check_batch_dependence_answer, names)
+
+
+def test_the_positions_answer_is_what_the_reference_functions_do():
+    """Nudge x[0, 0, 0] (example 0, channel 0, position 0) and see which reference
+    functions move the output at another position of example 0."""
+    from normref import batchnorm
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 4, 5))
+    nudged = x.copy()
+    nudged[0, 0, 0] += 1.0
+    c, ones, zeros = 4, np.ones(4), np.zeros(4)
+    calls = {
+        "group_norm": lambda v: batchnorm.group_norm(v, 2, ones, zeros),
+        "channel_layer_norm": lambda v: batchnorm.channel_layer_norm(v),
+        "batch_norm_train": lambda v: batchnorm.batch_norm_train(
+            v, ones, zeros, zeros, ones, 0.1)[0],
+        "spatial_batch_norm_forward": lambda v: batchnorm.spatial_batch_norm_forward(
+            v[..., None], ones, zeros)[..., 0],
+        "batch_norm_eval": lambda v: batchnorm.batch_norm_eval(v, ones, zeros, zeros, ones),
+        # rms_norm over the last axis: positions are the axes before it, (N, L, C)
+        "rms_norm": lambda v: np.moveaxis(rms_norm(np.moveaxis(v, 1, -1), ones), -1, 1),
+    }
+    moved = {name for name, call in calls.items()
+             if not np.allclose(call(x)[0, :, 1:], call(nudged)[0, :, 1:], rtol=0, atol=1e-12)}
+    assert c == 4 and moved == set(RIGHT_POSITIONS)
+    check_batch_dependence_answer(sorted(moved))
 
 
 # ---------------------------------------------------------------- slips are named
@@ -166,11 +199,13 @@ def test_each_offset_slip_is_named(answer, hint):
 
 
 @pytest.mark.parametrize("names, said", [
-    (["batch_norm_train"], "spatial_batch_norm_forward is missing"),
-    (["batch_norm_train", "spatial_batch_norm_forward", "batch_norm_eval"],
-     "batch_norm_eval is listed but does not depend on the batch"),
-    (["batch_norm_train", "spatial_batch_norm_forward", "group_norm"],
-     "group norm's statistics stay inside one example"),
+    (["batch_norm_train", "group_norm"], "spatial_batch_norm_forward is missing"),
+    (RIGHT_POSITIONS + ["batch_norm_eval"],
+     "batch_norm_eval is listed but mixes no positions"),
+    (["batch_norm_train", "spatial_batch_norm_forward"],  # the batch answer
+     "a group's statistics cover its channels at every position"),
+    (["group_norm", "spatial_batch_norm_forward"], "for x (N, C, L) a channel's"),
+    (RIGHT_POSITIONS + ["rms_norm"], "one token's own features"),
     (["batch_norm"], "not one of this assignment's functions"),
     (None, "not one of this assignment's functions"),
 ])
@@ -203,17 +238,22 @@ def test_the_sign_only_gap_is_where_torchs_output_reaches_099():
     assert sign_only_gap() == pytest.approx(high, rel=1e-6)
 
 
-def test_one_bit_per_feature_survives_a_batch_of_two_with_eps_0():
-    """With eps = 0, count the patterns one feature's two outputs take over many
-    random pairs of different values: two, so log2(2) = 1 bit."""
+def test_group_norm_with_groups_of_two_keeps_one_bit_a_group_with_eps_0():
+    """GroupNorm(32, 64) with eps = 0 on examples of 64 different features: count
+    the patterns each group's two outputs take over many examples: two, one bit a
+    group, and the 32 groups are normalized apart: 32 bits an example."""
     rng = np.random.default_rng(0)
-    pairs = rng.normal(size=(2, 2000)) * 5.0  # 2 examples, channels
-    with pytest.raises(ValueError, match="eps must be positive"):  # torch refuses eps 0
-        F.batch_norm(torch.from_numpy(pairs), None, None, training=True, eps=0.0)
-    outputs = (pairs - pairs.mean(axis=0)) / np.sqrt(pairs.var(axis=0))  # biased, no eps
-    patterns = {tuple(np.round(pair, 9)) for pair in outputs.T}
+    examples = rng.normal(size=(2000, 64)) * 5.0
+    groups = examples.reshape(2000, 32, 2)
+    outputs = (groups - groups.mean(-1, keepdims=True)) / np.sqrt(groups.var(-1, keepdims=True))
+    patterns = {tuple(np.round(pair, 9)) for pair in outputs.reshape(-1, 2)}
     assert patterns == {(1.0, -1.0), (-1.0, 1.0)}
-    check_pair_information_answers(bits_per_feature=np.log2(len(patterns)))
+    # every group's sign is free: the 32 of them show up in all combinations
+    signs = outputs[..., 0] > 0
+    assert len({tuple(row) for row in signs}) == 2000
+    torch_out = F.group_norm(torch.from_numpy(examples[:, :, None]), 32, eps=0.0)
+    assert np.allclose(torch_out.numpy()[:, :, 0], outputs.reshape(2000, 64))
+    check_pair_information_answers(bits_per_example=32 * np.log2(len(patterns)))
 
 
 def test_with_eps_the_gap_can_be_read_back_from_the_output():
@@ -238,9 +278,10 @@ def test_the_sign_only_gap_passes_in_any_numeric_type(gap):
     assert "passed" in passes(lambda a: check_sign_only_gap_answer(sign_only_gap=a), gap)
 
 
-@pytest.mark.parametrize("bits", [1, 1.0, np.int64(1), torch.tensor(1)])
+@pytest.mark.parametrize("bits", [32, 32.0, np.int64(32), torch.tensor(32), "32",
+                                  np.float32(32), Fraction(64, 2)])
 def test_the_bits_answer_passes_in_any_numeric_type(bits):
-    assert "passed" in passes(lambda a: check_pair_information_answers(bits_per_feature=a),
+    assert "passed" in passes(lambda a: check_pair_information_answers(bits_per_example=a),
                               bits)
 
 
@@ -265,9 +306,20 @@ def test_each_sign_only_gap_slip_is_named(gap, hint):
     assert str(round(sign_only_gap(), 4)) not in message  # the answer stays unsaid
 
 
-@pytest.mark.parametrize("bits, hint", [(2, "one is minus the other"),
-                                        (0, "which of the two examples is larger"),
-                                        (64, "base-2 logarithm")])
+@pytest.mark.parametrize("bits, hint", [(1, "one group's share"),
+                                        (64, "one is minus the other"),
+                                        (2, "32 groups of 2"),
+                                        (0, "which of each group's two values"),
+                                        (16, "base-2 logarithm")])
 def test_each_bits_slip_is_named(bits, hint):
-    message = fails(lambda a: check_pair_information_answers(bits_per_feature=a), bits)
+    message = fails(lambda a: check_pair_information_answers(bits_per_example=a), bits)
     assert hint in message, message
+
+
+def test_a_number_answer_that_carries_grad_fn_is_read():
+    """torch.tensor(12., requires_grad=True).sqrt() prints with grad_fn=...: the
+    probe detaches it, so the number alone is judged."""
+    answer = torch.tensor(12.0, requires_grad=True).sqrt()
+    assert "grad_fn" in str(answer)
+    assert "passed" in passes(lambda a: check_pair_output_answer(pair_output_close=a),
+                              torch.tensor(pair_output(0.005), requires_grad=True) * 1)
