@@ -115,6 +115,23 @@ def _forward_cases(rng):
             ),
         ),
         (
+            "MyLayerNorm(8, eps=1e-5) on tokens of small spread (about 0.003), where "
+            "eps is not negligible",
+            _case(
+                8,
+                "int",
+                eps=1e-5,
+                x=(0.003 * rng.normal(size=(3, 8))).astype(np.float32),
+                **_random_affine(rng, 8),
+            ),
+        ),
+    ]
+
+
+def _float64_cases(rng):
+    """The precision policy's cases: a float64 input is normalized in float64."""
+    return [
+        (
             "MyLayerNorm(16, eps=1e-5) in float64 on tokens around 1000, whose spread "
             "float32 keeps to about 4 decimals only",
             _case(
@@ -478,6 +495,8 @@ UNBIASED_VARIANCE_HINT = (
     "(torch.var's default is unbiased: pass correction=0 or unbiased=False)"
 )
 
+EPS_OUTSIDE_HINT = "eps goes inside the square root: (x - mean) / sqrt(var + eps)"
+
 
 def _likely_forward_mistake(case, y):
     """Name the slip whose output `y` reproduces, if any."""
@@ -501,9 +520,7 @@ def _likely_forward_mistake(case, y):
     var = x.var(axis=trailing, keepdims=True)
     candidates = {
         UNBIASED_VARIANCE_HINT: affine(_normalized(x, trailing, eps, correction=1)),
-        "eps goes inside the square root: (x - mean) / sqrt(var + eps)": affine(
-            (x - mu) / (np.sqrt(var) + eps)
-        ),
+        EPS_OUTSIDE_HINT: affine((x - mu) / (np.sqrt(var) + eps)),
         "eps is missing: add it to the variance before the square root": affine(
             (x - mu) / np.sqrt(var)
         ),
@@ -600,6 +617,16 @@ def _judge_forward(case, output):
     return _output_problem(case, output)
 
 
+def _judge_float64(case, output):
+    """A float64 input, judged like the forward; a slip the forward check names
+    (the unbiased variance, eps outside the square root) is charged there only,
+    so this check charges the precision alone."""
+    problem = _output_problem(case, output)
+    if problem is None or "Hint:" not in problem:
+        return problem
+    return None if _likely_forward_mistake(case, output["y"]) else problem
+
+
 def _unbiased_output(case):
     """The case's layer norm with the unbiased variance (n - 1), float64."""
     x = np.asarray(case["x"], np.float64)
@@ -645,9 +672,10 @@ def _judge_flags(case, output):
     if len(_split(_text(output, "names"))) != len(wanted):
         return _naming_problem(case, output)
     problem = _output_problem(case, output)
-    # flags handled right around an unbiased variance: the forward check charges
-    # and names that slip, once
-    if problem and _likely_forward_mistake(case, output["y"]) == UNBIASED_VARIANCE_HINT:
+    # flags handled right around an unbiased variance or eps outside the square
+    # root: the forward check charges and names those slips, once
+    if problem and _likely_forward_mistake(case, output["y"]) in (
+            UNBIASED_VARIANCE_HINT, EPS_OUTSIDE_HINT):
         return None
     return problem
 
@@ -701,22 +729,47 @@ def _reference_gradients(case):
     }
 
 
-def _unbiased_gradients(case):
-    """The gradients of sum(upstream * y) for a layer norm whose variance divides
-    by n - 1 (torch.var's default), computed by torch's autograd in float64."""
+def _variant_gradients(x, gamma, beta, upstream, dims, eps, correction=0,
+                       eps_outside=False, affine_shape=None):
+    """The output and the gradients of sum(upstream * y) for a layer norm over
+    `dims` that may carry a forward slip (the variance's correction, eps outside
+    the square root), by torch's autograd in float64. gamma and beta are
+    reshaped to `affine_shape` (when given) to broadcast against x."""
     import torch
 
-    x = torch.from_numpy(np.asarray(case["x"], np.float64)).requires_grad_(True)
-    gamma = torch.from_numpy(np.asarray(case["set_weight"], np.float64)).requires_grad_(True)
-    beta = torch.from_numpy(np.asarray(case["set_bias"], np.float64)).requires_grad_(True)
-    _, flags = _constructor_arguments(case)
-    dims = tuple(range(-len(case["normalized_shape"]), 0))
-    x_hat = (x - x.mean(dims, keepdim=True)) / torch.sqrt(
-        x.var(dims, keepdim=True, correction=1) + flags.get("eps", 1e-5))
-    upstream = torch.from_numpy(np.asarray(case["upstream"], np.float64))
-    ((gamma * x_hat + beta) * upstream).sum().backward()
+    def leaf(values):
+        return torch.from_numpy(np.asarray(values, np.float64)).requires_grad_(True)
+
+    x, gamma, beta = leaf(x), leaf(gamma), leaf(beta)
+    centred = x - x.mean(dims, keepdim=True)
+    var = x.var(dims, keepdim=True, correction=correction)
+    x_hat = (centred / (torch.sqrt(var) + eps) if eps_outside
+             else centred / torch.sqrt(var + eps))
+    g = gamma if affine_shape is None else gamma.reshape(affine_shape)
+    b = beta if affine_shape is None else beta.reshape(affine_shape)
+    y = g * x_hat + b
+    (y * torch.from_numpy(np.asarray(upstream, np.float64))).sum().backward()
     return {"x_grad": x.grad.numpy(), "weight_grad": gamma.grad.numpy(),
             "bias_grad": beta.grad.numpy()}
+
+
+def _matches_all(output, expected, dtype):
+    return all(not mismatch(output[key], expected[key], dtype=dtype) for key in expected)
+
+
+def _forward_slip_gradients(case):
+    """The gradients of each forward slip that mln_forward or mln_flags charges
+    and names (the unbiased variance, eps outside the square root, a default eps
+    other than 1e-5): right gradients of such a forward are not charged again."""
+    _, flags = _constructor_arguments(case)
+    eps = flags.get("eps", 1e-5)
+    dims = tuple(range(-len(case["normalized_shape"]), 0))
+    data = (case["x"], case["set_weight"], case["set_bias"], case["upstream"], dims)
+    variants = [dict(eps=eps, correction=1), dict(eps=eps, eps_outside=True),
+                dict(eps=eps, correction=1, eps_outside=True)]
+    if "eps" not in flags:
+        variants += [dict(eps=wrong) for wrong in (0.0, 1e-6, 1e-8, 1e-12, 1e-3)]
+    return [_variant_gradients(*data, **variant) for variant in variants]
 
 
 _NO_GRADIENT = {
@@ -738,10 +791,10 @@ def _judge_autograd(case, output):
         return _NO_GRADIENT[_split(missing)[0]]
     expected = _reference_gradients(case)
     dtype = np.asarray(case["x"]).dtype
-    unbiased = _unbiased_gradients(case)
-    if all(not mismatch(output[key], unbiased[key], dtype=dtype) for key in unbiased):
-        # right gradients of a forward with the unbiased variance: the forward
-        # check charges and names that slip, once
+    if not _matches_all(output, expected, dtype) and any(
+            _matches_all(output, slipped, dtype) for slipped in _forward_slip_gradients(case)):
+        # right gradients of a forward that carries a slip the forward checks
+        # charge and name: charged once, there
         return None
     for key, what in (
         ("x_grad", "the gradient with respect to x"),
@@ -1327,6 +1380,22 @@ def _ln2d_constant_statistics_grad(case):
     return np.asarray(case["upstream"], np.float64) * gamma.reshape(1, -1, 1, 1) * rstd
 
 
+def _ln2d_slip_gradients(case):
+    """The gradients of sum(upstream * y) for each LayerNorm2d forward slip that
+    _likely_ln2d_mistake names, computed by autograd through that same slip."""
+    eps = _ln2d_eps(case)
+    gamma, beta = _ln2d_affine(case)
+    data = (case["x"], gamma, beta, case["upstream"])
+    variants = [dict(dims=dims, eps=eps) for dims in ((2, 3), (1, 2, 3), (0, 2, 3))]
+    variants += [dict(dims=(1,), eps=eps, correction=1),
+                 dict(dims=(1,), eps=eps, eps_outside=True)]
+    wrong_eps = ((LN2D_DEFAULT_EPS,) if "eps" in case
+                 else (1e-5, 0.0, 1e-8, 1e-12, 1e-3))
+    variants += [dict(dims=(1,), eps=wrong) for wrong in wrong_eps]
+    return [_variant_gradients(*data, affine_shape=(1, -1, 1, 1), **variant)
+            for variant in variants]
+
+
 def _judge_ln2d_backward(case, output):
     if "forward_error" in output:
         return _ln2d_error_hint(_text(output, "forward_error"))
@@ -1338,6 +1407,12 @@ def _judge_ln2d_backward(case, output):
         return _NO_GRADIENT[_split(missing)[0]]
     _, expected = _ln2d_reference(case)
     dtype = np.asarray(case["x"]).dtype
+    if not _matches_all(output, expected, dtype) and any(
+            _matches_all(output, slipped, dtype) for slipped in _ln2d_slip_gradients(case)):
+        # right gradients of a forward that carries a slip ln2d_forward charges and
+        # names (statistics over other dims, the unbiased variance, eps outside the
+        # square root or a wrong eps): charged once, there
+        return None
     if not mismatch(output["weight_grad"], expected["weight_grad"], dtype=dtype) and matches(
             output["x_grad"], _ln2d_constant_statistics_grad(case), dtype=dtype):
         return (
@@ -1441,21 +1516,25 @@ def _judge_image_shapes(case, output):
 
 
 # Question 2: three edits of image 0 of a (2, C, H, W) batch, each made on a
-# fresh copy, and the number of the batch's outputs each edit changes.
+# fresh copy, and the number of the batch's outputs each edit changes under the
+# two other members of the GroupNorm family (the lesson's one-pixel example
+# shows LayerNorm2d and GroupNorm(1, C)).
 EDITED_BATCH = (2, 8, 5, 5)
 INVARIANCE_EDITS = (
-    "image 0 multiplied by 3, then 5 added",
+    "channel 0 of image 0 multiplied by 3",
     "a different offset added at each pixel of image 0, the same for its C channels",
-    "a different offset added to each channel of image 0, the same at every pixel",
+    "channels 4 to 7 of image 0 multiplied by 3, then 5 added",
 )
 CHANGED_BY_MORE_THAN = 1e-4
 _INVARIANCE_LAYERS = {
-    "LN2D_CHANGED": ("LayerNorm2d(8)", "normalizes each pixel's 8 channels on their own: "
-                     "it removes any shift and scale that is the same for a pixel's "
-                     "channels, and nothing else"),
-    "GROUPNORM_CHANGED": ("GroupNorm(1, 8)", "normalizes each image's 8 x 5 x 5 numbers "
-                          "together: it removes a shift or a scale only when it is the "
-                          "same for the whole image"),
+    "INSTANCENORM_CHANGED": ("InstanceNorm2d(8)", "normalizes each channel's 5 x 5 "
+                             "plane of each image on its own: it removes any shift and "
+                             "scale that is the same over a channel's plane, and "
+                             "nothing else"),
+    "GROUPNORM2_CHANGED": ("GroupNorm(2, 8)", "normalizes each image's channels 0-3 "
+                           "together and its channels 4-7 together (groups are runs of "
+                           "consecutive channels): it removes a shift or a scale only "
+                           "when it is the same for a whole group"),
 }
 
 
@@ -1464,28 +1543,26 @@ def _edited_copies(x):
     import torch
 
     n, c, h, w = x.shape
-    whole = x.clone()
-    whole[0] = 3 * whole[0] + 5
+    one_channel = x.clone()
+    one_channel[0, 0] = 3 * one_channel[0, 0]
     per_pixel = x.clone()
     per_pixel[0] += torch.arange(h * w, dtype=x.dtype).reshape(1, h, w)
-    per_channel = x.clone()
-    per_channel[0] += torch.arange(c, dtype=x.dtype).reshape(c, 1, 1)
-    return whole, per_pixel, per_channel
+    second_group = x.clone()
+    second_group[0, c // 2:] = 3 * second_group[0, c // 2:] + 5
+    return one_channel, per_pixel, second_group
 
 
 def _invariance_truths():
-    """Counted by running torch's layer norm over dim 1 and its group norm on a
-    random batch, in float64, not typed in."""
+    """Counted by running torch's instance norm and group norm on a random batch,
+    in float64, not typed in."""
     import torch
     import torch.nn.functional as F
 
     x = torch.randn(EDITED_BATCH, dtype=torch.float64,
                     generator=torch.Generator().manual_seed(0))
-    channels = EDITED_BATCH[1]
     layers = {
-        "LN2D_CHANGED": lambda t: F.layer_norm(
-            t.permute(0, 2, 3, 1), (channels,), eps=LN2D_DEFAULT_EPS).permute(0, 3, 1, 2),
-        "GROUPNORM_CHANGED": lambda t: F.group_norm(t, 1),
+        "INSTANCENORM_CHANGED": F.instance_norm,
+        "GROUPNORM2_CHANGED": lambda t: F.group_norm(t, 2),
     }
     return {name: [int(((layer(edited) - layer(x)).abs() > CHANGED_BY_MORE_THAN).sum())
                    for edited in _edited_copies(x)]
@@ -1671,6 +1748,7 @@ CHECKS = {
         lambda rng: [("your two dtypes", {})], _judge_autocast),
     "my_layer_norm_parameters": Check(_parameter_cases, _judge_parameters),
     "my_layer_norm_forward": Check(_forward_cases, _judge_forward),
+    "my_layer_norm_float64": Check(_float64_cases, _judge_float64),
     "my_layer_norm_low_precision": Check(_low_precision_cases, _judge_low_precision),
     "my_layer_norm_flags": Check(_flag_cases, _judge_flags),
     "my_layer_norm_state_dict": Check(_state_dict_cases, _judge_state_dict),

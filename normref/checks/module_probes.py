@@ -405,6 +405,11 @@ def check_my_layer_norm_forward(MyLayerNorm):
     run_check("my_layer_norm_forward", MyLayerNorm, _probe_module)
 
 
+def check_my_layer_norm_float64(MyLayerNorm):
+    """Check MyLayerNorm on float64 inputs: normalized in float64, not narrower."""
+    run_check("my_layer_norm_float64", MyLayerNorm, _probe_module)
+
+
 def check_my_layer_norm_low_precision(MyLayerNorm):
     """Check MyLayerNorm on bfloat16 and float16 inputs: float32 statistics,
     the output in the input's dtype."""
@@ -458,8 +463,8 @@ def check_image_layer_norm_shapes(**answers):
 
 
 def check_channel_norm_invariances(**answers):
-    """Check the predicted counts of outputs that three edits change, under a
-    per-pixel layer norm and under GroupNorm with one group."""
+    """Check the predicted counts of outputs that three edits change, under
+    instance norm and under GroupNorm with two groups."""
     run_check("channel_norm_invariances", answers, _sequences_as_text)
 
 

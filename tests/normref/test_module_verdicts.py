@@ -384,6 +384,10 @@ FORWARD_LABELS = [
     "MyLayerNorm((3, 4)) on (2, 3, 4) with random gamma, beta",
     "MyLayerNorm([2, 3, 4]) on (2, 2, 3, 4), a list",
     "MyLayerNorm(torch.Size([5, 6])) on (2, 3, 5, 6) with an offset of 10",
+    "MyLayerNorm(8, eps=1e-5) on tokens of small spread (about 0.003), where eps is not "
+    "negligible",
+]
+FLOAT64_LABELS = [
     "MyLayerNorm(16, eps=1e-5) in float64 on tokens around 1000, whose spread float32 "
     "keeps to about 4 decimals only",
     "MyLayerNorm((4, 5), eps=1e-5) in float64 on (3, 4, 5)",
@@ -428,14 +432,20 @@ def test_forward_cases_are_what_their_labels_say():
         ((3, 4), "tuple", {}, (2, 3, 4), "float32", both),
         ((2, 3, 4), "list", {}, (2, 2, 3, 4), "float32", both),
         ((5, 6), "size", {}, (2, 3, 5, 6), "float32", both),
+        ((8,), "int", {"eps": 1e-5}, (3, 8), "float32", both),
+    ]
+    assert 0.001 < cases[7][1]["x"].std() < 0.01  # "small spread", eps not negligible
+    float64_cases = _cases("my_layer_norm_float64")
+    assert [label for label, _ in float64_cases] == FLOAT64_LABELS
+    assert [_describe(case) for _, case in float64_cases] == [
         ((16,), "int", {"eps": 1e-5}, (3, 16), "float64", both),
         ((4, 5), "tuple", {"eps": 1e-5}, (3, 4, 5), "float64", both),
     ]
-    around_1000 = cases[7][1]["x"]
+    around_1000 = float64_cases[0][1]["x"]
     assert abs(around_1000.mean() - 1000) < 1
     # float32 keeps about 4 decimals of a unit spread around 1000: its spacing there
     assert np.spacing(np.float32(1000)) == 2.0 ** -14 and 1e-5 < 2.0 ** -14 < 1e-4
-    for label, case in cases:
+    for label, case in cases + float64_cases:
         for key in both:
             assert case[key].shape == tuple(case["normalized_shape"]), label
             assert case[key].dtype == case["x"].dtype, label
@@ -502,7 +512,8 @@ def test_low_precision_cases_are_what_their_labels_say():
 
 
 @pytest.mark.parametrize("name, labels", [
-    ("my_layer_norm_forward", FORWARD_LABELS), ("my_layer_norm_flags", FLAG_LABELS),
+    ("my_layer_norm_forward", FORWARD_LABELS), ("my_layer_norm_float64", FLOAT64_LABELS),
+    ("my_layer_norm_flags", FLAG_LABELS),
     ("my_layer_norm_low_precision", LOW_PRECISION_LABELS)])
 def test_torchs_module_passes_forward_and_flags(name, labels):
     """nn.LayerNorm itself passes every case, and the message lists them all."""
@@ -587,7 +598,7 @@ H_FIRST = ("take the statistics over the trailing normalized_shape dims only, no
 @pytest.mark.parametrize("name, index, slip, hint", [
     ("my_layer_norm_forward", 2, "n - 1", H_UNBIASED),
     ("my_layer_norm_forward", 4, "n - 1", H_UNBIASED),
-    ("my_layer_norm_flags", 0, "eps outside", H_EPS_INSIDE),
+    ("my_layer_norm_forward", 7, "eps outside", H_EPS_INSIDE),
     ("my_layer_norm_flags", 0, "no eps", H_NO_EPS),
     ("my_layer_norm_forward", 2, "swap", H_SWAP),
     ("my_layer_norm_forward", 7, "swap", H_SWAP),
@@ -615,14 +626,25 @@ def test_forward_slips_get_the_hint_that_names_them(name, index, slip, hint):
 
 
 @pytest.mark.parametrize("index", [0, 3, 6])
-def test_the_flags_check_leaves_an_unbiased_variance_to_the_forward_check(index):
-    """The flags handled right around n - 1: the forward check charges that."""
+@pytest.mark.parametrize("slip", ["n - 1", "eps outside"])
+def test_the_flags_check_leaves_the_variance_and_eps_place_to_the_forward_check(index, slip):
+    """The flags handled right around n - 1, or around eps outside the square
+    root: the forward check charges those."""
     case = _case("my_layer_norm_flags", index)
-    assert _judge("my_layer_norm_flags", case, _slipped_output(case, "n - 1")) is None
+    assert _judge("my_layer_norm_flags", case, _slipped_output(case, slip)) is None
 
 
-@pytest.mark.parametrize("name", ["my_layer_norm_forward", "my_layer_norm_flags",
-                                  "my_layer_norm_low_precision"])
+@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("slip", ["n - 1", "eps outside", "swap"])
+def test_the_float64_check_leaves_forward_slips_to_the_forward_check(index, slip):
+    """A float64 output carrying a slip the forward check names is not charged
+    again: the float64 check grades the precision alone."""
+    case = _case("my_layer_norm_float64", index)
+    assert _judge("my_layer_norm_float64", case, _slipped_output(case, slip)) is None
+
+
+@pytest.mark.parametrize("name", ["my_layer_norm_forward", "my_layer_norm_float64",
+                                  "my_layer_norm_flags", "my_layer_norm_low_precision"])
 def test_a_right_output_in_any_form_passes_every_case(name):
     """The slip-free output, computed in torch, passes each case (float64 included)."""
     for _, case in _cases(name):
@@ -670,13 +692,14 @@ def test_elementwise_affine_false_ignores_gamma_and_beta_in_the_slips():
     assert J._likely_forward_mistake(case, _slipped_output(clean, "n - 1")["y"]) == H_UNBIASED
 
 
-@pytest.mark.parametrize("index, y_dtype, shown", [
-    (0, "torch.float64", "torch.float64"), (0, "float32", "float32"),
-    (7, "torch.float32", "torch.float32"),
+@pytest.mark.parametrize("name, index, y_dtype, shown", [
+    ("my_layer_norm_forward", 0, "torch.float64", "torch.float64"),
+    ("my_layer_norm_forward", 0, "float32", "float32"),
+    ("my_layer_norm_float64", 0, "torch.float32", "torch.float32"),
 ])
-def test_the_output_dtype_must_be_the_inputs(index, y_dtype, shown):
+def test_the_output_dtype_must_be_the_inputs(name, index, y_dtype, shown):
     """Right numbers in another dtype (or a numpy array) still fail, with the dtype named."""
-    case = _case("my_layer_norm_forward", index)
+    case = _case(name, index)
     output = _slipped_output(case, None)
     output["y_dtype"] = np.array(y_dtype)
     want = f"torch.{case['x'].dtype.name}"
@@ -1375,40 +1398,43 @@ def test_image_shape_answers_are_judged_with_the_wrong_ones_named():
 
 
 def test_the_invariance_truths_follow_from_what_each_layer_normalizes_over():
-    """A per-pixel layer norm ignores a shift or scale shared by a pixel's channels
-    (edits 1 and 2), GroupNorm(1, C) only one shared by the whole image (edit 1);
-    every other edit moves all 8 * 5 * 5 outputs of image 0 and none of image 1."""
+    """Instance norm ignores a shift or scale shared by a channel's plane (edits 1
+    and 3), GroupNorm(2, 8) only one shared by a group of four consecutive channels
+    (edit 3); edit 1 moves the first group only (4 * 5 * 5 outputs), edit 2 all
+    8 * 5 * 5 of image 0; none moves image 1."""
     image = J.EDITED_BATCH[1] * J.EDITED_BATCH[2] * J.EDITED_BATCH[3]
     assert image == 200
-    assert J._invariance_truths() == {"LN2D_CHANGED": [0, 0, image],
-                                      "GROUPNORM_CHANGED": [0, image, image]}
+    assert J._invariance_truths() == {"INSTANCENORM_CHANGED": [0, image, 0],
+                                      "GROUPNORM2_CHANGED": [image // 2, image, 0]}
     x = torch.randn(J.EDITED_BATCH, dtype=torch.float64)
-    whole, per_pixel, per_channel = J._edited_copies(x)
-    assert torch.equal(whole[1], x[1]) and torch.equal(per_channel[1], x[1])
+    one_channel, per_pixel, second_group = J._edited_copies(x)
+    for edited in (one_channel, per_pixel, second_group):
+        assert torch.equal(edited[1], x[1])
+    assert torch.equal(one_channel[0, 1:], x[0, 1:])
+    assert torch.allclose(one_channel[0, 0], 3 * x[0, 0])
     offsets = per_pixel[0] - x[0]  # C, H, W: one offset per pixel, shared by channels
     assert torch.allclose(offsets, offsets[:1].expand_as(offsets))
     assert offsets[0].unique().numel() == 25
-    offsets = per_channel[0] - x[0]  # one offset per channel, shared by pixels
-    assert torch.allclose(offsets, offsets[:, :1, :1].expand_as(offsets))
-    assert offsets[:, 0, 0].unique().numel() == 8
+    assert torch.equal(second_group[0, :4], x[0, :4])
+    assert torch.allclose(second_group[0, 4:], 3 * x[0, 4:] + 5)
 
 
 def test_invariance_answers_name_the_layer_and_the_edit():
     judge = _registry._get("channel_norm_invariances").judge
-    right = {"LN2D_CHANGED": np.array(["0", "0", "200"]),
-             "GROUPNORM_CHANGED": np.array(["tensor(0)", "200.0", "200"])}
+    right = {"INSTANCENORM_CHANGED": np.array(["0", "200", "0"]),
+             "GROUPNORM2_CHANGED": np.array(["tensor(100)", "200.0", "0"])}
     assert judge({}, right) is None
-    swapped = {"LN2D_CHANGED": right["GROUPNORM_CHANGED"],
-               "GROUPNORM_CHANGED": right["LN2D_CHANGED"]}
-    message = judge({}, swapped)
+    one_group = {**right, "GROUPNORM2_CHANGED": np.array(["200", "200", "200"])}
+    message = judge({}, one_group)
     assert message.startswith(
-        "not yet right: LayerNorm2d(8): a different offset added at each pixel of image 0, "
-        "the same for its C channels (you answered 200.0). LayerNorm2d(8) normalizes")
-    assert "| GroupNorm(1, 8): a different offset added at each pixel" in message
-    assert judge({}, {**right, "LN2D_CHANGED": np.array("200")}) == (
-        "not yet right: LN2D_CHANGED holds one count per edit, 3 in all (you answered 200)")
-    assert judge({}, {"LN2D_CHANGED": right["LN2D_CHANGED"]}) == (
-        "no answer given for GROUPNORM_CHANGED")
+        "not yet right: GroupNorm(2, 8): channel 0 of image 0 multiplied by 3 (you "
+        "answered 200); channels 4 to 7 of image 0 multiplied by 3, then 5 added (you "
+        "answered 200). GroupNorm(2, 8) normalizes")
+    assert judge({}, {**right, "INSTANCENORM_CHANGED": np.array("200")}) == (
+        "not yet right: INSTANCENORM_CHANGED holds one count per edit, 3 in all (you "
+        "answered 200)")
+    assert judge({}, {"INSTANCENORM_CHANGED": right["INSTANCENORM_CHANGED"]}) == (
+        "no answer given for GROUPNORM2_CHANGED")
 
 
 def test_memory_byte_answers_are_judged_from_torchs_element_sizes():
@@ -1618,7 +1644,7 @@ class ReturnsList(nn.LayerNorm):
 def test_forward_probe_runs_float64_in_float64_with_the_cases_gamma_and_beta():
     """A float64 case runs the module in float64 (its float32 parameters would not
     mix); gamma and beta come from the case; no graph is kept."""
-    case = _case("my_layer_norm_forward", 7)
+    case = _case("my_layer_norm_float64", 0)
     report = P._probe_module(TorchLayerNorm, case)
     assert report["y"].dtype == torch.float64 and not report["y"].requires_grad
     assert str(report["y_dtype"]) == "torch.float64"
@@ -1960,8 +1986,11 @@ def test_forward_cases_draw_inputs_of_the_documented_offset_and_spread():
         (4, "x", 0.0, 1.0), *_affine(4),
         (5, "x", -1.0, 2.0), *_affine(5),
         (6, "x", 10.0, 1.0), *_affine(6, (1.0, 0.0), (0.0, 0.0)),
-        (7, "x", 1000.0, 1.0), *_affine(7),
-        (8, "x", 0.0, 1.0), *_affine(8),
+        (7, "x", 0.0, 0.003), *_affine(7),
+    ])
+    _assert_drawn(J._float64_cases(StandardDraws()), [
+        (0, "x", 1000.0, 1.0), *_affine(0),
+        (1, "x", 0.0, 1.0), *_affine(1),
     ])
     constant = cases[3][1]["x"]  # the other two tokens ~ N(0, 1)
     np.testing.assert_allclose(constant[[0, 2]], _standard_pattern((3, 8))[[0, 2]], rtol=1e-6)
@@ -2214,9 +2243,10 @@ class Float32Everywhere(StatisticsInInputDtype):
         return super().forward(x.float()).to(x.dtype)
 
 
-def test_float64_computed_in_float32_fails_forward_with_the_float64_hint():
-    verdict = _verdict("my_layer_norm_forward", Float32Everywhere, P._probe_module)
-    assert verdict["case"] == FORWARD_LABELS[7]
+def test_float64_computed_in_float32_fails_float64_alone_with_the_float64_hint():
+    assert _verdict("my_layer_norm_forward", Float32Everywhere, P._probe_module)["passed"]
+    verdict = _verdict("my_layer_norm_float64", Float32Everywhere, P._probe_module)
+    assert verdict["case"] == FLOAT64_LABELS[0]
     assert verdict["message"].endswith(HINT + J.FLOAT64_HINT)
 
 
