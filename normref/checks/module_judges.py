@@ -1431,90 +1431,6 @@ def _judge_ln2d_backward(case, output):
 
 # ----- the inline questions -------------------------------------------------------
 
-# Question 1's batch of feature maps, (N, C, H, W), and its channels-last view.
-FEATURE_MAPS = (8, 96, 14, 14)
-_MAPS_DIMS = ("N", "C", "H", "W")
-_CHANNELS_LAST = (0, 2, 3, 1)  # maps.permute(0, 2, 3, 1): N, H, W, C
-# Each answer: the tensor it is applied to (the permutation of maps, its dims
-# named), the dims the asked-for normalization takes its statistics over, and
-# the question in words.
-_SHAPE_QUESTIONS = {
-    "PLANE_SHAPE": ((0, 1, 2, 3), ("H", "W"),
-                    "the normalized_shape that normalizes each channel's H x W plane "
-                    "of maps on its own"),
-    "IMAGE_SHAPE_CHANNELS_LAST": (_CHANNELS_LAST, ("C", "H", "W"),
-                                  "the normalized_shape that normalizes each image of "
-                                  "the channels-last view as a whole"),
-}
-_SHAPE_ENTRY = re.compile(r"\d+")
-
-
-def _shape_from_answer(answer):
-    """A normalized_shape as a tuple of positive ints, from an int, a sequence of
-    ints (sent as one string per entry) or the text of one; None if it is not
-    one."""
-    entries = [str(entry) for entry in np.atleast_1d(answer)]
-    if len(entries) == 1 and number_from_answer(entries[0]) is None:
-        text = entries[0].strip()
-        if not re.fullmatch(r"(torch\.Size\()?[(\[]?[\d,\s]*[)\]]?\)?", text):
-            return None
-        entries = _SHAPE_ENTRY.findall(text)
-    numbers = [number_from_answer(entry) for entry in entries]
-    if not numbers or any(n is None or not n.is_integer() or n < 1 for n in numbers):
-        return None
-    return tuple(int(n) for n in numbers)
-
-
-def _normalized_over(x, axes):
-    """x normalized over `axes` (mean, biased variance), in float64 numpy: the
-    normalization each question describes, computed without torch."""
-    mean = x.mean(axis=axes, keepdims=True)
-    return (x - mean) / np.sqrt(x.var(axis=axes, keepdims=True) + 1e-5)
-
-
-def _shape_slip(name, shape):
-    """What `shape` does to the question's tensor, in words, or None when it
-    gives the normalization asked for. Runs torch's layer norm with it."""
-    import torch
-    import torch.nn.functional as F
-
-    order, over, _ = _SHAPE_QUESTIONS[name]
-    dims = [_MAPS_DIMS[i] for i in order]
-    maps = np.random.default_rng(0).normal(3.0, 2.0, FEATURE_MAPS)
-    view = maps.transpose(order)
-    tensor_shape = tuple(view.shape)
-    if shape is None:
-        return "give an int or a tuple of ints"
-    if tuple(shape) != tensor_shape[len(tensor_shape) - len(shape):]:
-        right_dims = tuple(view.shape[dims.index(d)] for d in over)
-        if sorted(shape) == sorted(right_dims) and len(shape) == len(over):
-            return ("the right sizes in another order: normalized_shape lists the "
-                    "trailing dims in the order the tensor has them")
-        return ("nn.LayerNorm refuses it: normalized_shape must equal trailing dims of "
-                f"the tensor it is applied to, here {'(' + ', '.join(dims) + ')'}")
-    got = F.layer_norm(torch.from_numpy(np.ascontiguousarray(view)), shape).numpy()
-    axes = tuple(dims.index(d) for d in over)
-    if np.allclose(got, _normalized_over(view, axes), atol=1e-6):
-        return None
-    spans = dims[len(dims) - len(shape):]
-    return (f"that takes one mean over each group spanning {', '.join(spans)}, "
-            "which is not the group the question describes")
-
-
-def _judge_image_shapes(case, output):
-    missing = [name for name in _SHAPE_QUESTIONS if name not in output]
-    if missing:
-        return f"no answer given for {', '.join(missing)}"
-    wrong = []
-    for name, (_, _, question) in _SHAPE_QUESTIONS.items():
-        slip = _shape_slip(name, _shape_from_answer(output[name]))
-        if slip:
-            entries = [str(entry) for entry in np.atleast_1d(output[name])]
-            given = entries[0] if len(entries) == 1 else f"({', '.join(entries)})"
-            wrong.append(f"{question} (you answered {given}: {slip})")
-    return "not yet right: " + "; ".join(wrong) if wrong else None
-
-
 # Question 2: three edits of image 0 of a (2, C, H, W) batch, each made on a
 # fresh copy, and the number of the batch's outputs each edit changes under the
 # two other members of the GroupNorm family (the lesson's one-pixel example
@@ -1666,86 +1582,13 @@ def _judge_memory_bytes(case, output):
     return "not yet right: " + "; ".join(wrong) if wrong else None
 
 
-# Question 4: nn.LayerNorm under CPU autocast to bfloat16, on tokens around 300
-# where neighbouring bfloat16 numbers are 2 apart, so that statistics taken in
-# bfloat16 and in float32 give visibly different outputs.
-_DTYPE_NAMES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16",
-                "half": "float16", "fp16": "float16", "float32": "float32",
-                "float": "float32", "fp32": "float32", "single": "float32",
-                "float64": "float64", "double": "float64", "fp64": "float64"}
-_AUTOCAST_QUESTIONS = {
-    "AUTOCAST_OUTPUT_DTYPE": "the dtype of nn.LayerNorm's output under CPU autocast",
-    "AUTOCAST_STATISTICS_DTYPE": "the precision its mean and variance are computed in",
-}
-
-
-def _dtype_from_answer(answer):
-    """A dtype's name (bfloat16, float16, float32, float64) from a torch or numpy
-    dtype or its name, as sent (its str()); None if it names none."""
-    text = str(answer).strip().strip("'\"").lower()
-    text = re.sub(r"^<class '(.*)'>$", r"\1", text)  # np.float32 itself
-    text = re.sub(r"^(torch|numpy|np)\.|^dtype\('?|'?\)$", "", text)
-    return _DTYPE_NAMES.get(text)
-
-
-def _statistics_in(x, dtype):
-    """Layer norm of bfloat16 x over its last dim with the mean and variance
-    taken in `dtype` (every step rounded to it), the output rounded to bfloat16."""
-    import torch
-
-    wide = x.to(dtype)
-    centred = wide - wide.mean(-1, keepdim=True)
-    var = (centred * centred).mean(-1, keepdim=True)
-    return (centred / torch.sqrt(var + 1e-5)).to(torch.bfloat16)
-
-
-def _autocast_truths():
-    """Measured on this machine's torch, not typed in: the output dtype under
-    torch.autocast("cpu", bfloat16), and which statistics (float32 or bfloat16)
-    reproduce its output more closely."""
-    import torch
-
-    x = (300 + torch.randn(16, 1024, generator=torch.Generator().manual_seed(0),
-                           dtype=torch.float64)).bfloat16()
-    with torch.no_grad(), torch.autocast(device_type="cpu", dtype=torch.bfloat16):
-        out = torch.nn.LayerNorm(1024)(x)
-    gaps = {str(dtype).removeprefix("torch."):
-            (_statistics_in(x, dtype).double() - out.double()).abs().max().item()
-            for dtype in (torch.float32, torch.bfloat16)}
-    return {"AUTOCAST_OUTPUT_DTYPE": str(out.dtype).removeprefix("torch."),
-            "AUTOCAST_STATISTICS_DTYPE": min(gaps, key=gaps.get)}
-
-
-def _judge_autocast(case, output):
-    truths = _autocast_truths()
-    missing = [name for name in truths if name not in output]
-    if missing:
-        return f"no answer given for {', '.join(missing)}"
-    wrong = []
-    for name, truth in truths.items():
-        given = _dtype_from_answer(output[name])
-        if given is None:
-            wrong.append(f"{_AUTOCAST_QUESTIONS[name]} (you answered {output[name]}: "
-                         "give a dtype, such as torch.float16)")
-        elif given != truth:
-            wrong.append(f"{_AUTOCAST_QUESTIONS[name]} (you answered {output[name]}; "
-                         "autocast's op lists differ by device, so check what the CPU "
-                         "one does, and the lesson's section 9 for what the kernel "
-                         "does with a low-precision input)")
-    return "not yet right: " + "; ".join(wrong) if wrong else None
-
-
 CHECKS = {
     "add_layer_norm_module": Check(_add_cases, _judge_add_layer_norm),
     "add_layer_norm_fp32_residual": Check(_fp32_residual_cases, _judge_add_fp32_residual),
-    "image_layer_norm_shapes": Check(
-        lambda rng: [("your two normalized_shapes", {})], _judge_image_shapes),
     "channel_norm_invariances": Check(
         lambda rng: [("your six counts", {})], _judge_invariances),
     "add_norm_memory_bytes": Check(
         lambda rng: [("your two byte counts", {})], _judge_memory_bytes),
-    "autocast_layer_norm": Check(
-        lambda rng: [("your two dtypes", {})], _judge_autocast),
     "my_layer_norm_parameters": Check(_parameter_cases, _judge_parameters),
     "my_layer_norm_forward": Check(_forward_cases, _judge_forward),
     "my_layer_norm_float64": Check(_float64_cases, _judge_float64),

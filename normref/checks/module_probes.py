@@ -456,12 +456,6 @@ def check_layer_norm_2d_backward(LayerNorm2d):
     run_check("layer_norm_2d_backward", LayerNorm2d, _probe_layer_norm_2d)
 
 
-def check_image_layer_norm_shapes(**answers):
-    """Check the normalized_shapes predicted for two normalizations of an image
-    batch, one on (N, C, H, W) and one on its channels-last view."""
-    run_check("image_layer_norm_shapes", answers, _sequences_as_text)
-
-
 def check_channel_norm_invariances(**answers):
     """Check the predicted counts of outputs that three edits change, under
     instance norm and under GroupNorm with two groups."""
@@ -471,9 +465,3 @@ def check_channel_norm_invariances(**answers):
 def check_add_norm_memory_bytes(**answers):
     """Check the bytes moved by the unfused and the fused add + norm."""
     run_check("add_norm_memory_bytes", answers, _answers_as_text)
-
-
-def check_autocast_layer_norm(**answers):
-    """Check the predicted output dtype and statistics precision of nn.LayerNorm
-    under CPU autocast to bfloat16."""
-    run_check("autocast_layer_norm", answers, _answers_as_text)

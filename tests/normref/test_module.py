@@ -853,50 +853,6 @@ def _answer_outcome(check, **answers):
     return None
 
 
-def test_the_image_shapes_give_torchs_instance_norm_and_group_norm():
-    """The right answers, checked against the normalizations the question names:
-    a layer norm over (H, W) of (N, C, H, W) is InstanceNorm2d's, one over the
-    channels-last view's (H, W, C) is GroupNorm(1, C)'s, permuted."""
-    maps = torch.randn(8, 96, 14, 14, dtype=torch.float64)
-    planes = nn.functional.layer_norm(maps, RIGHT_IMAGE["PLANE_SHAPE"])
-    assert torch.allclose(planes, nn.functional.instance_norm(maps), atol=1e-9)
-    maps_last = maps.permute(0, 2, 3, 1)
-    images = nn.functional.layer_norm(maps_last, RIGHT_IMAGE["IMAGE_SHAPE_CHANNELS_LAST"])
-    assert torch.allclose(images, nn.functional.group_norm(maps, 1).permute(0, 2, 3, 1),
-                          atol=1e-9)
-
-
-RIGHT_IMAGE = dict(PLANE_SHAPE=(14, 14), IMAGE_SHAPE_CHANNELS_LAST=(14, 14, 96))
-
-
-@pytest.mark.parametrize(
-    "answers, right",
-    [
-        (RIGHT_IMAGE, True),
-        (dict(PLANE_SHAPE=[14, 14],
-              IMAGE_SHAPE_CHANNELS_LAST=torch.empty(8, 96, 14, 14).permute(0, 2, 3, 1).shape[1:]),
-         True),
-        (dict(PLANE_SHAPE=torch.tensor([14, 14]),
-              IMAGE_SHAPE_CHANNELS_LAST=(np.int64(14), 14.0, np.array(96))), True),
-        (dict(PLANE_SHAPE="(14, 14)", IMAGE_SHAPE_CHANNELS_LAST="torch.Size([14, 14, 96])"),
-         True),
-        ({**RIGHT_IMAGE, "PLANE_SHAPE": 14}, False),  # each row of a plane
-        ({**RIGHT_IMAGE, "PLANE_SHAPE": (96, 14, 14)}, False),  # the whole image
-        ({**RIGHT_IMAGE, "PLANE_SHAPE": 96}, False),  # not the trailing dims: refused
-        ({**RIGHT_IMAGE, "IMAGE_SHAPE_CHANNELS_LAST": (96, 14, 14)}, False),  # maps' order
-        ({**RIGHT_IMAGE, "IMAGE_SHAPE_CHANNELS_LAST": 96}, False),  # each pixel
-        ({**RIGHT_IMAGE, "IMAGE_SHAPE_CHANNELS_LAST": (14.5, 14, 96)}, False),
-        ({**RIGHT_IMAGE, "IMAGE_SHAPE_CHANNELS_LAST": ()}, False),
-        ({**RIGHT_IMAGE, "IMAGE_SHAPE_CHANNELS_LAST": "the whole image"}, False),
-        ({**RIGHT_IMAGE, "PLANE_SHAPE": None}, False),
-        ({"PLANE_SHAPE": (14, 14)}, False),
-    ],
-)
-def test_image_shapes_question(answers, right, capsys):
-    message = _answer_outcome(checks.check_image_layer_norm_shapes, **answers)
-    assert (message is None) == right, message
-
-
 @pytest.mark.parametrize(
     "answers, right",
     [
@@ -911,25 +867,6 @@ def test_image_shapes_question(answers, right, capsys):
 )
 def test_memory_bytes_question(answers, right, capsys):
     message = _answer_outcome(checks.check_add_norm_memory_bytes, **answers)
-    assert (message is None) == right, message
-
-
-@pytest.mark.parametrize(
-    "answers, right",
-    [
-        (dict(AUTOCAST_OUTPUT_DTYPE=torch.bfloat16, AUTOCAST_STATISTICS_DTYPE=torch.float32),
-         True),
-        (dict(AUTOCAST_OUTPUT_DTYPE="bf16", AUTOCAST_STATISTICS_DTYPE=np.float32), True),
-        (dict(AUTOCAST_OUTPUT_DTYPE=torch.float32, AUTOCAST_STATISTICS_DTYPE=torch.float32),
-         False),  # the CUDA list's answer
-        (dict(AUTOCAST_OUTPUT_DTYPE=torch.bfloat16, AUTOCAST_STATISTICS_DTYPE="bfloat16"),
-         False),
-        (dict(AUTOCAST_OUTPUT_DTYPE=torch.bfloat16, AUTOCAST_STATISTICS_DTYPE=None), False),
-        (dict(AUTOCAST_OUTPUT_DTYPE=torch.bfloat16), False),
-    ],
-)
-def test_autocast_question(answers, right, capsys):
-    message = _answer_outcome(checks.check_autocast_layer_norm, **answers)
     assert (message is None) == right, message
 
 
@@ -962,7 +899,7 @@ def test_invariance_question(answers, right, capsys):
 
 def test_new_cases_cross_the_wire_as_plain_arrays():
     for name in ("add_layer_norm_module", "add_layer_norm_fp32_residual",
-                 "image_layer_norm_shapes", "add_norm_memory_bytes", "autocast_layer_norm",
+                 "add_norm_memory_bytes",
                  "channel_norm_invariances", "my_layer_norm_low_precision",
                  "layer_norm_2d_forward", "layer_norm_2d_backward"):
         for _, case in _registry.make_cases(name):
