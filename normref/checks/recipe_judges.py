@@ -302,8 +302,9 @@ GAP_REASONS = {
     "b": "the shortcut's error hardly depends on the spread (it rounds numbers near "
          "1e8 whatever the spread): measure a token's error at spreads 4, 8 and 16",
     "c": None,
-    "d": "np.spacing(np.float32(1e8)) is float32's gap there, exactly: np.nextafter from "
-         "np.float32(1e8) lands on the same neighbour",
+    "d": "measure it: the median token's error is about one gap (np.median of the errors "
+         "over np.spacing(np.float32(1e8))) at every spread; only some tokens miss by "
+         "several",
 }
 
 
@@ -677,6 +678,41 @@ def _judge_tiled_method(case, output):
     return None if hint is None else f"not yet right (you answered {given}): {hint}"
 
 
+# Inline question 5: layer_norm(k * x + c) = beta + a * (y - beta) for a token x of
+# variance 1; a = k / sqrt(k**2 + eps) * sqrt(1 + eps).
+SCALE_EPS = 1e-5
+SCALE_KS = {"scale_positive": 5.0, "scale_negative": -5.0, "scale_tiny": 1e-6}
+SCALE_TOLERANCE = 1e-3  # three decimal places
+
+
+def scale_factor(k):
+    return k / np.sqrt(k * k + SCALE_EPS) * np.sqrt(1 + SCALE_EPS)
+
+
+def _judge_scale_factors(case, output):
+    for name, k in SCALE_KS.items():
+        given = str(output.get(name))
+        value = number_from_answer(given)
+        label = name.upper()
+        if value is None:
+            return f"{label}: give a number (you answered {given})"
+        truth = scale_factor(k)
+        if abs(value - truth) <= SCALE_TOLERANCE:
+            continue
+        wrong = f"{label} is not yet right (you answered {given}) for k = {k:g}"
+        if k < 0 and abs(value + truth) <= SCALE_TOLERANCE:
+            return (f"{wrong}: the variance k**2 forgets the sign of k, but x - mean does "
+                    "not: follow the sign of each deviation through the formula")
+        if k < 1e-3 and abs(abs(value) - 1) <= SCALE_TOLERANCE:
+            return (f"{wrong}: at k = 1e-6 the scaled token's variance is 1e-12; compare "
+                    "it with eps = 1e-5 beside it inside the square root")
+        if any(abs(value - w) <= SCALE_TOLERANCE * max(1, abs(w)) for w in (k, 1 / k, k * k)):
+            return (f"{wrong}: compare how x - mean and the square root in the "
+                    "denominator each change when x is scaled by k")
+        return f"{wrong}: try it with your layer_norm on a token of variance 1"
+    return None
+
+
 CHECKS = {
     "token_mean": Check(_mean_cases, _judge_mean),
     "token_var": Check(_var_cases, _judge_var),
@@ -695,6 +731,8 @@ CHECKS = {
         lambda rng: [("your answer to inline question 1.3", {})], _judge_spread_gap_reason),
     "recipe_breaking_offset": Check(lambda rng: [("your answer to inline question 2", {})],
                                     _judge_breaking_offset),
+    "recipe_scale_factors": Check(
+        lambda rng: [("your answers to inline question 5", {})], _judge_scale_factors),
     "recipe_eps_halving_spread": Check(
         lambda rng: [("your answer to inline question 4", {})], _judge_eps_halving_spread),
 }

@@ -303,6 +303,12 @@ def check_eps_halving_spread(answer):
               _answers_as_text)
 
 
+def check_scale_factors(positive, negative, tiny):
+    """Check inline question 5: layer norm of k * x + c for k = 5, -5 and 1e-6."""
+    run_check("recipe_scale_factors", {"scale_positive": positive, "scale_negative": negative,
+                                       "scale_tiny": tiny}, _answers_as_text)
+
+
 def check_layer_norm_token(layer_norm):
     """Check layer_norm(x, gamma, beta, eps) on single tokens (1-D x)."""
     run_check("layer_norm_token", layer_norm, _call_layer_norm)

@@ -34,10 +34,10 @@ from conftest import GRADING_ENGINE, REPO
 ASSIGNMENT = "01_the_recipe"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
 GRADE_CELLS = {"token_mean_correct": 0.5, "spacing_estimate_correct": 0.5,
-               "safe_spread_correct": 0.5, "spread_gap_correct": 1, "offset_correct": 0.5,
-               "token_var_correct": 1, "merge_stats_correct": 0.5, "chunked_var_correct": 1,
-               "chunked_var_merges": 1, "tiled_correct": 1, "ln_single_token": 0.5,
-               "ln_handles_batches": 0.5, "eps_correct": 0.5}
+               "safe_spread_correct": 0.5, "spread_gap_correct": 0.5, "offset_correct": 0.5,
+               "token_var_correct": 1, "merge_stats_correct": 0.5, "chunked_var_correct": 1.5,
+               "chunked_var_merges": 1, "tiled_correct": 0.5, "ln_single_token": 0.5,
+               "ln_handles_batches": 0.5, "eps_correct": 0.5, "scale_correct": 0.5}
 # Short, but not so short that a busy machine (2 cores, shared) times out honest cells.
 SETTINGS = RunSettings(cell_timeout=15, handin_timeout=60)
 
@@ -86,6 +86,7 @@ def chunked_var(x, chunk):
     "offset_answer": "SHORTCUT_BREAKS_AT = 1e8",
     "tiled_answer": 'TILED_KERNEL_METHOD = "c"',
     "eps_answer": "EPS_HALVING_SPREAD = 0.001826",
+    "scale_answer": "SCALE_POSITIVE, SCALE_NEGATIVE, SCALE_TINY = 1, -1, 0",
     "scratch_answer": "# nothing to try",
 }
 

@@ -525,3 +525,32 @@ def test_inline_question_3_two_float32_numbers_per_token_suffice_for_chans_merge
     assert np.all(np.abs(naive - truth) > 0.25 * truth)
     with pytest.raises(CheckFailed, match="check that claim for each of a, b and c"):
         check_tiled_method("d")
+
+
+def test_inline_question_5_scale_factors_match_torch_layer_norm_and_name_the_slips():
+    """a in layer_norm(k * x + c) = beta + a * (y - beta), from torch's layer norm."""
+    from fractions import Fraction
+
+    from normref.checks import check_scale_factors
+    from normref.checks.recipe_judges import SCALE_KS, scale_factor
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(16, dtype=torch.float64, generator=g)
+    x = (x - x.mean()) / x.var(unbiased=False).sqrt()
+    gamma = torch.linspace(0.5, 2.0, 16, dtype=torch.float64)
+    beta = torch.linspace(-1.0, 1.0, 16, dtype=torch.float64)
+    y = torch.nn.functional.layer_norm(x, (16,), gamma, beta, 1e-5) - beta
+    for k in SCALE_KS.values():
+        moved = torch.nn.functional.layer_norm(k * x + 3, (16,), gamma, beta, 1e-5) - beta
+        assert float(moved @ y / (y @ y)) == pytest.approx(scale_factor(k), abs=1e-9)
+    for right in [(1, -1, 0), (Fraction(1), np.int64(-1), np.float32(3.16e-4)),
+                  (torch.tensor(1.0), -1.0, 0.0)]:
+        check_scale_factors(*right)
+    with pytest.raises(CheckFailed, match="forgets the sign of k"):
+        check_scale_factors(1, 1, 0)
+    with pytest.raises(CheckFailed, match="compare it with eps = 1e-5"):
+        check_scale_factors(1, -1, 1)
+    with pytest.raises(CheckFailed, match="denominator each change"):
+        check_scale_factors(5, -1, 0)
+    with pytest.raises(CheckFailed, match="give a number"):
+        check_scale_factors(1, -1, None)

@@ -703,7 +703,7 @@ def test_the_gap_between_estimate_and_measurement_is_the_worst_of_256_tokens():
     for letter_c in (" 'C' ", "(c)", "c.", "C"):  # as the choice list writes it, or bare
         assert _answer(_judge_spread_gap_reason, "spread_gap_reason", letter_c) is None
     for wrong, hint in (("a", "exact to far below"), ("b", "hardly depends on the spread"),
-                        ("d", "lands on the same neighbour")):
+                        ("d", "median token's error is about one gap")):
         assert hint in _answer(_judge_spread_gap_reason, "spread_gap_reason", wrong)
     assert "give one of a, b, c, d" in _answer(_judge_spread_gap_reason, "spread_gap_reason",
                                                None)
