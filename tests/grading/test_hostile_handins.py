@@ -474,7 +474,7 @@ sys.excepthook = lambda *args: None
         "exits": (dict(cells={
             "token_mean_answer": "import sys\nsys.exit()\n" + HONEST["token_mean_answer"],
             "eps_answer": "import os\nos._exit(0)\n" + HONEST["eps_answer"]}),
-            points(token_mean_correct=0, eps_correct=0)),
+            points(token_mean_correct=0, eps_correct=0, scale_correct=0)),
         "crasher": (dict(cells={
             # The kernel is PID 1 of its namespace, which ignores SIGKILL from
             # inside; the segfault after it crashes the kernel for sure.
@@ -483,7 +483,8 @@ import os, signal, ctypes
 os.kill(os.getpid(), signal.SIGKILL)
 ctypes.string_at(0)
 ''' + HONEST["layer_norm_answer"]}),
-            points(ln_single_token=0, ln_handles_batches=0, eps_correct=0)),
+            points(ln_single_token=0, ln_handles_batches=0, eps_correct=0,
+                   scale_correct=0)),
         "looper": (dict(cells={
             "token_mean_answer": "while True:\n    pass\n" + HONEST["token_mean_answer"]}),
             points(token_mean_correct=0)),
@@ -494,7 +495,7 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)
 while True:
     pass
 '''}),
-            points(eps_correct=0)),
+            points(eps_correct=0, scale_correct=0)),
         "memory_hog": (dict(cells={
             "token_var_answer": '''
 def hog():
@@ -514,7 +515,7 @@ while True:
     except OSError:
         pass
 '''}),
-            points(eps_correct=0)),
+            points(eps_correct=0, scale_correct=0)),
         "flooder": (dict(cells={
             "token_mean_answer": '''
 import sys
