@@ -302,8 +302,9 @@ GAP_REASONS = {
     "b": "the shortcut's error hardly depends on the spread (it rounds numbers near "
          "1e8 whatever the spread): measure a token's error at spreads 4, 8 and 16",
     "c": None,
-    "d": "np.spacing(np.float32(1e8)) is float32's gap there, exactly: np.nextafter from "
-         "np.float32(1e8) lands on the same neighbour",
+    "d": "measure it: the median token's error is about one gap (np.median of the errors "
+         "over np.spacing(np.float32(1e8))) at every spread; only some tokens miss by "
+         "several",
 }
 
 
@@ -531,19 +532,60 @@ _REUSE = ("the variance is right (that earns its own point), but the exercise as
           "reuse your merge_stats")
 
 
-def _not_tiled(d, chunk, output):
+def _run_means(x, count):
+    """The means of every run of `count` neighbouring features of every token of x,
+    in float64 (empty when count is not a whole number from 1 to d)."""
+    d = x.shape[-1]
+    if count != int(count) or not 1 <= count <= d:
+        return np.zeros(0)
+    count = int(count)
+    rows = x.astype(np.float64).reshape(-1, d)
+    sums = np.concatenate([np.zeros((len(rows), 1)), np.cumsum(rows, axis=-1)], axis=-1)
+    return ((sums[:, count:] - sums[:, :-count]) / count).ravel()
+
+
+def _not_neighbours(x, output):
+    """None when the mean of every merged piece is the mean of a run of as many
+    neighbouring features of a token as the piece counts; else a sentence."""
+    counts = np.asarray(output.get("side_counts", np.zeros(0)), dtype=np.float64).ravel()
+    means = np.asarray(output.get("side_means", np.zeros(0)), dtype=np.float64).ravel()
+    if counts.shape != means.shape:
+        return None
+    tol = 64 * np.finfo(x.dtype).eps * float(np.max(np.abs(x))) + 1e-12
+    runs = {}
+    for count, mean in zip(counts.tolist(), means.tolist()):
+        if not (count > 0 and np.isfinite(mean)):
+            continue  # an empty piece (a start, padding) holds no mean
+        if count not in runs:
+            runs[count] = np.sort(_run_means(x, count))
+        options = runs[count]
+        at = np.searchsorted(options, mean)
+        near = options[max(at - 1, 0):at + 1]
+        if not len(near) or np.min(np.abs(near - mean)) > tol:
+            return (f"{_REUSE} on each chunk's own statistics: one merge took a piece of "
+                    f"{count:g} features whose mean, {mean:.6g}, is not the mean of any "
+                    f"{count:g} neighbouring features of a token. Each piece's mean is the "
+                    "mean of its own features (not of the whole token, which would need a "
+                    "first pass), and a merge combines neighbouring pieces")
+    return None
+
+
+def _not_tiled(x, chunk, output):
     """None when chunked_var combined tiles of at most `chunk` features with
     merge_stats into the statistics of all d features, one after another or as a
-    tree; else what it did instead. (The grader makes the student's merge_stats an
-    exact merge and notes the counts of the two sides of every call.)"""
+    tree of neighbouring pieces, and its variance follows those merges; else what
+    it did instead. (The grader makes the student's merge_stats an exact merge,
+    notes the counts and means of the two sides of every call, and calls chunked_var
+    again with a merge that doubles M2.)"""
+    d = x.shape[-1]
     counts = np.asarray(output.get("merge_counts", np.zeros((0, 2))), dtype=np.int64)
     counts = counts.reshape(-1, 2)
     needed = -(-d // chunk) - 1
-    if len(counts) < needed:
-        return (f"{_REUSE}: chunked_var called it {len(counts)} time(s), and {d} features "
-                f"in chunks of {chunk} need at least {needed} merge(s). Merging inline, "
-                "with a copy of its formula, does not count: merge each chunk's (n, mean, "
-                "m2) into the running statistics by calling merge_stats")
+    if needed and not len(counts):
+        return (f"{_REUSE}: chunked_var never called it, and {d} features in chunks of "
+                f"{chunk} need merges. Merging inline, with a copy of its formula, does not "
+                "count: merge each chunk's (n, mean, m2) into the running statistics by "
+                "calling merge_stats")
     merged = set()
     for n_a, n_b in counts.tolist():
         for side in (n_a, n_b):
@@ -556,6 +598,20 @@ def _not_tiled(d, chunk, output):
     if len(counts) and int(counts[-1].sum()) != d:
         return (f"{_REUSE} to merge every chunk once: the last merge counted "
                 f"{int(counts[-1].sum())} features, not the token's {d}")
+    apart = _not_neighbours(x, output)
+    if apart:
+        return apart
+    if needed:
+        y = np.asarray(output["y"], dtype=np.float64)
+        tainted = np.asarray(output.get("y_tainted", np.nan), dtype=np.float64)
+        with np.errstate(all="ignore"):
+            followed = (tainted.shape == y.shape
+                        and bool(np.all(np.abs(tainted - y) > 0.25 * np.abs(y))))
+        if not followed:
+            return (f"{_REUSE} and to return what the merges give: when the grader's "
+                    "merge_stats returned twice the M2, your chunked_var returned the "
+                    "same variance, so the variance does not come from the merges. Return "
+                    "M2 / n of the merged statistics")
     return None
 
 
@@ -594,7 +650,7 @@ def _judge_chunked_merges(case, output):
         return ("chunked_var's variance is not right yet (the cell above says why); this "
                 "point is for reaching the right variance by merging chunks with your "
                 "merge_stats")
-    return _not_tiled(case["x"].shape[-1], int(case["chunk"]), output)
+    return _not_tiled(case["x"], int(case["chunk"]), output)
 
 
 # Inline question 3: a kernel that streams tiles of 16 features and keeps two
@@ -622,6 +678,41 @@ def _judge_tiled_method(case, output):
     return None if hint is None else f"not yet right (you answered {given}): {hint}"
 
 
+# Inline question 5: layer_norm(k * x + c) = beta + a * (y - beta) for a token x of
+# variance 1; a = k / sqrt(k**2 + eps) * sqrt(1 + eps).
+SCALE_EPS = 1e-5
+SCALE_KS = {"scale_positive": 5.0, "scale_negative": -5.0, "scale_tiny": 1e-6}
+SCALE_TOLERANCE = 1e-3  # three decimal places
+
+
+def scale_factor(k):
+    return k / np.sqrt(k * k + SCALE_EPS) * np.sqrt(1 + SCALE_EPS)
+
+
+def _judge_scale_factors(case, output):
+    for name, k in SCALE_KS.items():
+        given = str(output.get(name))
+        value = number_from_answer(given)
+        label = name.upper()
+        if value is None:
+            return f"{label}: give a number (you answered {given})"
+        truth = scale_factor(k)
+        if abs(value - truth) <= SCALE_TOLERANCE:
+            continue
+        wrong = f"{label} is not yet right (you answered {given}) for k = {k:g}"
+        if k < 0 and abs(value + truth) <= SCALE_TOLERANCE:
+            return (f"{wrong}: the variance k**2 forgets the sign of k, but x - mean does "
+                    "not: follow the sign of each deviation through the formula")
+        if k < 1e-3 and abs(abs(value) - 1) <= SCALE_TOLERANCE:
+            return (f"{wrong}: at k = 1e-6 the scaled token's variance is 1e-12; compare "
+                    "it with eps = 1e-5 beside it inside the square root")
+        if any(abs(value - w) <= SCALE_TOLERANCE * max(1, abs(w)) for w in (k, 1 / k, k * k)):
+            return (f"{wrong}: compare how x - mean and the square root in the "
+                    "denominator each change when x is scaled by k")
+        return f"{wrong}: try it with your layer_norm on a token of variance 1"
+    return None
+
+
 CHECKS = {
     "token_mean": Check(_mean_cases, _judge_mean),
     "token_var": Check(_var_cases, _judge_var),
@@ -640,6 +731,8 @@ CHECKS = {
         lambda rng: [("your answer to inline question 1.3", {})], _judge_spread_gap_reason),
     "recipe_breaking_offset": Check(lambda rng: [("your answer to inline question 2", {})],
                                     _judge_breaking_offset),
+    "recipe_scale_factors": Check(
+        lambda rng: [("your answers to inline question 5", {})], _judge_scale_factors),
     "recipe_eps_halving_spread": Check(
         lambda rng: [("your answer to inline question 4", {})], _judge_eps_halving_spread),
 }

@@ -140,28 +140,65 @@ def _merge_replaced(own, graded):
         found.pop(_GRADED_MERGE, None)
 
 
+def _side_values(n, mean):
+    """(counts, means) of one side of a merge, one entry per statistic it holds,
+    as flat float64 arrays; empty when they cannot be read (then nothing is checked
+    about that side)."""
+    try:
+        mean = to_array(mean).astype(np.float64)
+        counts = to_array(n).astype(np.float64)
+        if counts.ndim and counts.ndim < mean.ndim and counts.shape != mean.shape[-counts.ndim:]:
+            counts = counts.reshape(counts.shape + (1,) * (mean.ndim - counts.ndim))
+        counts = np.broadcast_to(counts, mean.shape)
+        return counts.ravel(), mean.ravel()
+    except Exception:  # noqa: BLE001 (a side the grader cannot read is not checked)
+        return np.zeros(0), np.zeros(0)
+
+
 def _call_chunked_var_watched(chunked_var, case):
     """Call chunked_var(x, chunk) with the notebook's merge_stats made an exact
-    merge that notes the counts of the two sides of each merge. Notes too whether
-    a library variance ran."""
+    merge that notes the counts and means of the two sides of each merge. Notes
+    too whether a library variance ran. Then calls it once more with a merge that
+    doubles every merged M2 (y_tainted): a variance built from the merges follows."""
     chunk = int(case["chunk"])
-    merges = []
+    merges, counts, means = [], [], []
+    taint = []
 
     def graded_merge(a, b):
+        merged = _merge_exactly(a, b)
+        if taint:
+            return merged[0], merged[1], merged[2] * 2
         merges.append((_count(a[0]), _count(b[0])))
-        return _merge_exactly(a, b)
+        for side in (a, b):
+            side_counts, side_means = _side_values(side[0], side[1])
+            counts.append(side_counts)
+            means.append(side_means)
+        return merged
 
-    found = getattr(chunked_var, "__globals__", None)
-    own = found.get("merge_stats") if isinstance(found, dict) else None
-    with _merge_replaced(own, graded_merge) as rewired:
-        if own is not None and not rewired:
-            found["merge_stats"] = graded_merge
-        try:
-            outputs = _call_var_watched(lambda x: chunked_var(x, chunk), case)
-        finally:
+    def watched():
+        found = getattr(chunked_var, "__globals__", None)
+        own = found.get("merge_stats") if isinstance(found, dict) else None
+        with _merge_replaced(own, graded_merge) as rewired:
             if own is not None and not rewired:
-                found["merge_stats"] = own
+                found["merge_stats"] = graded_merge
+            try:
+                return _call_var_watched(lambda x: chunked_var(x, chunk), case)
+            finally:
+                if own is not None and not rewired:
+                    found["merge_stats"] = own
+
+    outputs = watched()
+    taint.append(True)
+    try:
+        tainted = watched()
+        outputs["y_tainted"] = tainted["y"]
+        outputs["library_variance"] = np.array(
+            bool(outputs["library_variance"]) or bool(tainted["library_variance"]))
+    except Exception:  # noqa: BLE001 (judged: the variance did not follow the merges)
+        outputs["y_tainted"] = np.array(np.nan)
     outputs["merge_counts"] = np.array(merges, dtype=np.int64).reshape(-1, 2)
+    outputs["side_counts"] = np.concatenate(counts) if counts else np.zeros(0)
+    outputs["side_means"] = np.concatenate(means) if means else np.zeros(0)
     return outputs
 
 
@@ -264,6 +301,12 @@ def check_eps_halving_spread(answer):
     """Check inline question 4: the spread at which eps halves layer norm's output."""
     run_check("recipe_eps_halving_spread", {"eps_halving_spread": answer},
               _answers_as_text)
+
+
+def check_scale_factors(positive, negative, tiny):
+    """Check inline question 5: layer norm of k * x + c for k = 5, -5 and 1e-6."""
+    run_check("recipe_scale_factors", {"scale_positive": positive, "scale_negative": negative,
+                                       "scale_tiny": tiny}, _answers_as_text)
 
 
 def check_layer_norm_token(layer_norm):

@@ -34,10 +34,10 @@ from conftest import GRADING_ENGINE, REPO
 ASSIGNMENT = "01_the_recipe"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
 GRADE_CELLS = {"token_mean_correct": 0.5, "spacing_estimate_correct": 0.5,
-               "safe_spread_correct": 0.5, "spread_gap_correct": 1, "offset_correct": 0.5,
-               "token_var_correct": 1, "merge_stats_correct": 0.5, "chunked_var_correct": 1,
-               "chunked_var_merges": 1, "tiled_correct": 1, "ln_single_token": 0.5,
-               "ln_handles_batches": 0.5, "eps_correct": 0.5}
+               "safe_spread_correct": 0.5, "spread_gap_correct": 0.5, "offset_correct": 0.5,
+               "token_var_correct": 1, "merge_stats_correct": 0.5, "chunked_var_correct": 1.5,
+               "chunked_var_merges": 1, "tiled_correct": 0.5, "ln_single_token": 0.5,
+               "ln_handles_batches": 0.5, "eps_correct": 0.5, "scale_correct": 0.5}
 # Short, but not so short that a busy machine (2 cores, shared) times out honest cells.
 SETTINGS = RunSettings(cell_timeout=15, handin_timeout=60)
 
@@ -86,6 +86,7 @@ def chunked_var(x, chunk):
     "offset_answer": "SHORTCUT_BREAKS_AT = 1e8",
     "tiled_answer": 'TILED_KERNEL_METHOD = "c"',
     "eps_answer": "EPS_HALVING_SPREAD = 0.001826",
+    "scale_answer": "SCALE_POSITIVE, SCALE_NEGATIVE, SCALE_TINY = 1, -1, 0",
     "scratch_answer": "# nothing to try",
 }
 
@@ -473,7 +474,7 @@ sys.excepthook = lambda *args: None
         "exits": (dict(cells={
             "token_mean_answer": "import sys\nsys.exit()\n" + HONEST["token_mean_answer"],
             "eps_answer": "import os\nos._exit(0)\n" + HONEST["eps_answer"]}),
-            points(token_mean_correct=0, eps_correct=0)),
+            points(token_mean_correct=0, eps_correct=0, scale_correct=0)),
         "crasher": (dict(cells={
             # The kernel is PID 1 of its namespace, which ignores SIGKILL from
             # inside; the segfault after it crashes the kernel for sure.
@@ -482,7 +483,8 @@ import os, signal, ctypes
 os.kill(os.getpid(), signal.SIGKILL)
 ctypes.string_at(0)
 ''' + HONEST["layer_norm_answer"]}),
-            points(ln_single_token=0, ln_handles_batches=0, eps_correct=0)),
+            points(ln_single_token=0, ln_handles_batches=0, eps_correct=0,
+                   scale_correct=0)),
         "looper": (dict(cells={
             "token_mean_answer": "while True:\n    pass\n" + HONEST["token_mean_answer"]}),
             points(token_mean_correct=0)),
@@ -493,7 +495,7 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)
 while True:
     pass
 '''}),
-            points(eps_correct=0)),
+            points(eps_correct=0, scale_correct=0)),
         "memory_hog": (dict(cells={
             "token_var_answer": '''
 def hog():
@@ -513,7 +515,7 @@ while True:
     except OSError:
         pass
 '''}),
-            points(eps_correct=0)),
+            points(eps_correct=0, scale_correct=0)),
         "flooder": (dict(cells={
             "token_mean_answer": '''
 import sys

@@ -419,12 +419,77 @@ def test_chunked_checks_pass_right_answers_and_name_the_mistakes(capsys):
         check_merge_stats(no_delta)
     with pytest.raises(CheckFailed, match="naive one-pass formula"):
         check_chunked_var(recipe.naive_chunked_var)
-    with pytest.raises(CheckFailed, match="reuse your merge_stats: chunked_var called it 0"):
+    with pytest.raises(CheckFailed, match="reuse your merge_stats: chunked_var never called it"):
         check_chunked_var_merges(lambda x, chunk: recipe.naive_chunked_var(
             np.asarray(x, np.float64) - np.asarray(x, np.float64).mean(-1, keepdims=True),
             chunk))
     with pytest.raises(CheckFailed, match="two-pass needs the mean"):
         check_tiled_method("a")
+
+
+def _stats_of(part):
+    mean = part.mean(-1)
+    return part.shape[-1], mean, ((part - mean[..., None]) ** 2).sum(-1)
+
+
+def merge_stats(a, b):  # the name the grader rewires while chunked_var runs
+    return recipe.merge_stats(a, b)
+
+
+def test_chunked_merges_needs_the_variance_from_the_merges_of_each_chunks_own_stats():
+    def for_show(x, chunk):  # merges, then returns a two-pass variance
+        x = np.asarray(x, dtype=np.float64)
+        stats = None
+        for s in range(0, x.shape[-1], chunk):
+            here = _stats_of(x[..., s:s + chunk])
+            stats = here if stats is None else merge_stats(stats, here)
+        return recipe.token_var(x)
+
+    def global_mean(x, chunk):  # two passes: each chunk's M2 about the token's mean
+        x = np.asarray(x, dtype=np.float64)
+        mu, stats = x.mean(-1), None
+        for s in range(0, x.shape[-1], chunk):
+            part = x[..., s:s + chunk]
+            here = (part.shape[-1], mu, ((part - mu[..., None]) ** 2).sum(-1))
+            stats = here if stats is None else merge_stats(stats, here)
+        return stats[2] / stats[0]
+
+    def skipping(x, chunk):  # merges chunk 0 with chunk 2, then chunk 1: not neighbours
+        x = np.asarray(x, dtype=np.float64)
+        pieces = [_stats_of(x[..., s:s + chunk]) for s in range(0, x.shape[-1], chunk)]
+        stats = pieces[0]
+        for here in pieces[2:] + pieces[1:2]:
+            stats = merge_stats(stats, here)
+        return stats[2] / stats[0]
+
+    def vector_tree(x, chunk):  # every pair of a level in one call, counts as arrays
+        x = np.asarray(x, dtype=np.float64)
+        pieces = [_stats_of(x[..., s:s + chunk]) for s in range(0, x.shape[-1], chunk)]
+        n = np.array([p[0] for p in pieces], dtype=float)
+        mean = np.stack([p[1] for p in pieces], -1)
+        m2 = np.stack([p[2] for p in pieces], -1)
+        while n.shape[-1] > 1:
+            if n.shape[-1] % 2:  # an odd piece out waits for the next level
+                n_odd, mean_odd, m2_odd = n[-1:], mean[..., -1:], m2[..., -1:]
+                n, mean, m2 = n[:-1], mean[..., :-1], m2[..., :-1]
+            else:
+                n_odd = None
+            n, mean, m2 = merge_stats((n[0::2], mean[..., 0::2], m2[..., 0::2]),
+                                      (n[1::2], mean[..., 1::2], m2[..., 1::2]))
+            if n_odd is not None:
+                n, mean = np.append(n, n_odd), np.concatenate([mean, mean_odd], -1)
+                m2 = np.concatenate([m2, m2_odd], -1)
+        return m2[..., 0] / n[0]
+
+    for right in (for_show, global_mean, skipping, vector_tree):
+        check_chunked_var(right)
+    check_chunked_var_merges(vector_tree)
+    with pytest.raises(CheckFailed, match="returned the same variance"):
+        check_chunked_var_merges(for_show)
+    with pytest.raises(CheckFailed, match="not the mean of any 3 neighbouring features"):
+        check_chunked_var_merges(global_mean)
+    with pytest.raises(CheckFailed, match="neighbouring features of a token"):
+        check_chunked_var_merges(skipping)
 
 
 def _streamed_in_float32(x, tile, merge):
@@ -460,3 +525,32 @@ def test_inline_question_3_two_float32_numbers_per_token_suffice_for_chans_merge
     assert np.all(np.abs(naive - truth) > 0.25 * truth)
     with pytest.raises(CheckFailed, match="check that claim for each of a, b and c"):
         check_tiled_method("d")
+
+
+def test_inline_question_5_scale_factors_match_torch_layer_norm_and_name_the_slips():
+    """a in layer_norm(k * x + c) = beta + a * (y - beta), from torch's layer norm."""
+    from fractions import Fraction
+
+    from normref.checks import check_scale_factors
+    from normref.checks.recipe_judges import SCALE_KS, scale_factor
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(16, dtype=torch.float64, generator=g)
+    x = (x - x.mean()) / x.var(unbiased=False).sqrt()
+    gamma = torch.linspace(0.5, 2.0, 16, dtype=torch.float64)
+    beta = torch.linspace(-1.0, 1.0, 16, dtype=torch.float64)
+    y = torch.nn.functional.layer_norm(x, (16,), gamma, beta, 1e-5) - beta
+    for k in SCALE_KS.values():
+        moved = torch.nn.functional.layer_norm(k * x + 3, (16,), gamma, beta, 1e-5) - beta
+        assert float(moved @ y / (y @ y)) == pytest.approx(scale_factor(k), abs=1e-9)
+    for right in [(1, -1, 0), (Fraction(1), np.int64(-1), np.float32(3.16e-4)),
+                  (torch.tensor(1.0), -1.0, 0.0)]:
+        check_scale_factors(*right)
+    with pytest.raises(CheckFailed, match="forgets the sign of k"):
+        check_scale_factors(1, 1, 0)
+    with pytest.raises(CheckFailed, match="compare it with eps = 1e-5"):
+        check_scale_factors(1, -1, 1)
+    with pytest.raises(CheckFailed, match="denominator each change"):
+        check_scale_factors(5, -1, 0)
+    with pytest.raises(CheckFailed, match="give a number"):
+        check_scale_factors(1, -1, None)
