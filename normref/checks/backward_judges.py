@@ -859,6 +859,13 @@ def _bn_stage_reference(case):
     return {key: value.grad.numpy() for key, value in stages.items()}
 
 
+_TABLE_GRAPH = (
+    "each value is graded as the table of Exercise 6 computes it (mean = x.mean(axis=0), "
+    "xc = x - mean, sq = xc ** 2, var = sq.mean(axis=0), then std, rstd, x_hat): a "
+    "value's gradient depends on the graph it sits in, so stages that compute var "
+    "another way, as mean(x ** 2) - mean ** 2 say, give xc and mean other gradients")
+
+
 def _bn_stage_mistakes(case, key):
     """{hint: a wrong gradient for stage `key`} for the usual slips of the walk."""
     c = _float64(case)
@@ -887,8 +894,8 @@ def _bn_stage_mistakes(case, key):
     if key == "xc":
         return {
             "grads['xc'] holds only the gradient that comes back through x_hat = xc * "
-            "rstd; xc is used twice (also by sq = xc ** 2), so it collects the sum of "
-            "both, and the one through sq is 2 * xc * grads['var'] / N":
+            "rstd; in the table's graph xc is used twice (also by sq = xc ** 2), so it "
+            "collects the sum of both, and the one through sq is 2 * xc * grads['var'] / N":
                 dx_hat * rstd,
             "grads['xc'] holds only the gradient that comes back through sq = xc ** 2; "
             "xc is also used by x_hat = xc * rstd, and it collects the sum of both":
@@ -939,7 +946,7 @@ def _judge_bn_stages(case, output):
         problem = mismatch(yours, reference[key], dtype=x.dtype, what=f"grads[{key!r}]")
         if problem:
             hint = _first_hint(yours, _bn_stage_mistakes(case, key), x.dtype)
-            return _with_hint(problem, hint)
+            return _with_hint(problem, hint or (_TABLE_GRAPH if key in ("xc", "mean") else None))
     return None
 
 
