@@ -4,6 +4,8 @@ differences and the course's worked facts; the checks against right and wrong co
 
 import re
 import warnings
+from decimal import Decimal
+from fractions import Fraction
 
 import nbformat
 import numpy as np
@@ -2576,6 +2578,14 @@ def test_the_dx_dot_x_check_names_the_slip_without_the_answer(wrong, hint):
     assert label in str(failed.value)
     if hint != "check the sign":  # there the student's own number is the answer negated
         assert f"{right:.6g}" not in str(failed.value)
+
+
+@pytest.mark.parametrize("exact", [Fraction, Decimal, np.float64,
+                                   lambda v: torch.tensor(v, dtype=torch.float64)])
+def test_a_right_dx_dot_x_in_any_exact_number_type_passes(exact):
+    """The assignment allows the standard library's maths modules: a right formula
+    in Fractions or Decimals (or numpy scalars, 0-d tensors) earns its points."""
+    check_rms_dx_dot_x(lambda L, ms, eps: exact(L) * exact(eps) / (exact(ms) + exact(eps)))
 
 
 @pytest.mark.parametrize("answer, problem", [
