@@ -1244,8 +1244,11 @@ def _accumulation_truth():
 # ---------------------------------------------------------------- inline answers
 
 def _letters(text):
-    """'(b), C' -> 'bc': the chosen letters a to d, sorted, each once."""
-    return "".join(sorted({ch for ch in str(text).lower() if ch in "abcd"}))
+    """'(b), C' -> 'bc', '(d) neither' -> 'd': the chosen letters a to d, sorted, each
+    once, read from the words made of those letters alone (as the visible checks
+    read them: "and" is a word, not an a and a d)."""
+    words = "".join(ch if ch.isalpha() else " " for ch in str(text).lower()).split()
+    return "".join(sorted({ch for word in words if set(word) <= set("abcd") for ch in word}))
 
 
 def _letter_for(first, second):

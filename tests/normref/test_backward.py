@@ -616,9 +616,11 @@ def _visible_answer_test(grade_id):
 
 
 @pytest.mark.parametrize("grade_id, name, right, wrong", [
-    ("rms_zero_correct", "rms_zero", ["b", "B", "(b)", " b "], [None, "", "ab"]),
-    ("gn_zero_sums_correct", "gn_zero_sums", ["bc", "cb", "b, c", "B C", ["b", "c"]],
-     [None, "", "b and c"]),
+    ("rms_zero_correct", "rms_zero", ["b", "B", "(b)", " b ", "(b) dx . x"],
+     [None, "", "ab"]),
+    ("gn_zero_sums_correct", "gn_zero_sums", ["bc", "cb", "b, c", "B C", ["b", "c"],
+                                              "b and c", "(b), (c)"],
+     [None, "", "both"]),
     ("blind_check_correct", "blind_check", ["b", " b ", "B", "(b)"], [None, "", "bc"]),
     ("bn_shift_correct", "bn_shift", ["d", " (d) ", "D"], [None, "", "ab"]),
     ("acc_prediction_correct", "accumulation", ["c", " (C) "], [None, "", "cd"]),
@@ -1558,7 +1560,8 @@ def test_token_sum_and_float64():
 
 def test_letters_and_letter_for():
     assert J._letters("(b), C") == "bc"
-    assert J._letters("B and b") == "abd"  # "and" holds an a and a d
+    assert J._letters("B and b") == "b"  # "and" is a word, not an a and a d
+    assert J._letters("(d) neither") == "d"
     assert J._letters(["c", "a"]) == "ac"
     assert J._letters("efg") == ""
     assert [J._letter_for(a, b) for a, b in ((1, 0), (0, 1), (1, 1), (0, 0))] == [
