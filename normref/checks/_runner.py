@@ -17,7 +17,6 @@ the last run's names are left in `last_executed` / `last_recorder_intact`.
 
 import contextlib
 import decimal
-import fractions
 import numbers
 import os
 import socket
@@ -70,30 +69,42 @@ def calling_own_functions(subject, names, call):
     return result, bool(seen) or replaced
 
 
-_EXACT = (fractions.Fraction, decimal.Decimal)  # exact numbers: read as floats
-
-
 def to_array(value, *, what="the result"):
     """Turn a student's return value into a plain numpy array, or explain why not.
 
-    torch tensors are detached and moved to the CPU; Fractions and Decimals (numbers numpy
-    holds only as objects) become floats; anything else numpy would only
-    hold as an object (a custom class, ragged lists) is refused.
+    The one conversion every probe uses, for arrays and single numbers alike.
+    torch tensors (0-d ones too) are detached and moved to the CPU; numpy
+    scalars are read as they are; the standard library's exact numbers (a
+    Fraction, a Decimal, a large int), alone or in a list, become float64.
+    Anything else numpy would only hold as an object (a custom class, ragged
+    lists, None) is refused.
     """
     if hasattr(value, "detach") and hasattr(value, "cpu"):
         value = value.detach().cpu()
         if str(value.dtype) in ("torch.bfloat16", "torch.float8_e4m3fn", "torch.float8_e5m2"):
             value = value.float()
         value = value.numpy()
-    if isinstance(value, _EXACT):
-        value = float(value)
     array = np.asarray(value)
-    numeric = _EXACT + (numbers.Real,)
-    if array.dtype == object and array.size and all(isinstance(v, numeric) for v in array.flat):
-        array = array.astype(float)  # a list of Fractions or Decimals
     if array.dtype == object:
-        raise TypeError(f"{what} is a {type(value).__name__}, not an array of numbers")
+        numbers_read = _exact_numbers_as_floats(array)
+        if numbers_read is None:
+            raise TypeError(f"{what} is a {type(value).__name__}, not an array of numbers")
+        return numbers_read
     return array.copy()
+
+
+def _exact_numbers_as_floats(array):
+    """An object array whose entries are all real numbers (Fraction, Decimal, int,
+    float, numpy scalars), as float64; None when any entry is something else."""
+    entries = array.ravel()
+    if entries.size == 0 or not all(
+            isinstance(entry, (numbers.Real, decimal.Decimal)) for entry in entries):
+        return None
+    try:
+        return np.array([float(entry) for entry in entries],
+                        dtype=np.float64).reshape(array.shape)
+    except (ArithmeticError, TypeError, ValueError):  # an int past float64's range
+        return None
 
 
 # --- the recorder -------------------------------------------------------------------------

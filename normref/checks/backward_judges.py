@@ -887,6 +887,13 @@ def _bn_stage_reference(case):
     return {key: value.grad.numpy() for key, value in stages.items()}
 
 
+_TABLE_GRAPH = (
+    "each value is graded as the table of Exercise 6 computes it (mean = x.mean(axis=0), "
+    "xc = x - mean, sq = xc ** 2, var = sq.mean(axis=0), then std, rstd, x_hat): a "
+    "value's gradient depends on the graph it sits in, so stages that compute var "
+    "another way, as mean(x ** 2) - mean ** 2 say, give xc and mean other gradients")
+
+
 def _bn_stage_mistakes(case, key):
     """{hint: a wrong gradient for stage `key`} for the usual slips of the walk."""
     c = _float64(case)
@@ -915,8 +922,8 @@ def _bn_stage_mistakes(case, key):
     if key == "xc":
         return {
             "grads['xc'] holds only the gradient that comes back through x_hat = xc * "
-            "rstd; xc is used twice (also by sq = xc ** 2), so it collects the sum of "
-            "both, and the one through sq is 2 * xc * grads['var'] / N":
+            "rstd; in the table's graph xc is used twice (also by sq = xc ** 2), so it "
+            "collects the sum of both, and the one through sq is 2 * xc * grads['var'] / N":
                 dx_hat * rstd,
             "grads['xc'] holds only the gradient that comes back through sq = xc ** 2; "
             "xc is also used by x_hat = xc * rstd, and it collects the sum of both":
@@ -967,7 +974,7 @@ def _judge_bn_stages(case, output):
         problem = mismatch(yours, reference[key], dtype=x.dtype, what=f"grads[{key!r}]")
         if problem:
             hint = _first_hint(yours, _bn_stage_mistakes(case, key), x.dtype)
-            return _with_hint(problem, hint)
+            return _with_hint(problem, hint or (_TABLE_GRAPH if key in ("xc", "mean") else None))
     return None
 
 
@@ -1027,8 +1034,8 @@ def _judge_rms_function(case, output):
             return _with_hint(problem, hint)
     if not bool(np.asarray(output["gradcheck"])):
         return ("torch.autograd.gradcheck fails on your Function in float64, though one "
-                "backward call agreed: does forward save copies of x and gamma (gradcheck "
-                "nudges its inputs in place), and does backward use the dy it is given?")
+                "backward call agreed: does backward use the dy it is given? gradcheck "
+                "calls it with many different ones")
     if not (bool(np.asarray(output["saved_x"])) and bool(np.asarray(output["saved_gamma"]))):
         return ("forward saves on ctx what the backward pass needs, x and gamma (x_hat "
                 "with rstd would do for x), and backward takes them from there; your "
@@ -1273,8 +1280,11 @@ def _accumulation_truth():
 # ---------------------------------------------------------------- inline answers
 
 def _letters(text):
-    """'(b), C' -> 'bc': the chosen letters a to d, sorted, each once."""
-    return "".join(sorted({ch for ch in str(text).lower() if ch in "abcd"}))
+    """'(b), C' -> 'bc', '(d) neither' -> 'd': the chosen letters a to d, sorted, each
+    once, read from the words made of those letters alone (as the visible checks
+    read them: "and" is a word, not an a and a d)."""
+    words = "".join(ch if ch.isalpha() else " " for ch in str(text).lower()).split()
+    return "".join(sorted({ch for word in words if set(word) <= set("abcd") for ch in word}))
 
 
 def _letter_for(first, second):

@@ -4,6 +4,8 @@ differences and the course's worked facts; the checks against right and wrong co
 
 import re
 import warnings
+from decimal import Decimal
+from fractions import Fraction
 
 import nbformat
 import numpy as np
@@ -614,9 +616,11 @@ def _visible_answer_test(grade_id):
 
 
 @pytest.mark.parametrize("grade_id, name, right, wrong", [
-    ("rms_zero_correct", "rms_zero", ["b", "B", "(b)", " b "], [None, "", "ab"]),
-    ("gn_zero_sums_correct", "gn_zero_sums", ["bc", "cb", "b, c", "B C", ["b", "c"]],
-     [None, "", "b and c"]),
+    ("rms_zero_correct", "rms_zero", ["b", "B", "(b)", " b ", "(b) dx . x"],
+     [None, "", "ab"]),
+    ("gn_zero_sums_correct", "gn_zero_sums", ["bc", "cb", "b, c", "B C", ["b", "c"],
+                                              "b and c", "(b), (c)"],
+     [None, "", "both"]),
     ("blind_check_correct", "blind_check", ["b", " b ", "B", "(b)"], [None, "", "bc"]),
     ("bn_shift_correct", "bn_shift", ["d", " (d) ", "D"], [None, "", "ab"]),
     ("acc_prediction_correct", "accumulation", ["c", " (C) "], [None, "", "cd"]),
@@ -1556,7 +1560,8 @@ def test_token_sum_and_float64():
 
 def test_letters_and_letter_for():
     assert J._letters("(b), C") == "bc"
-    assert J._letters("B and b") == "abd"  # "and" holds an a and a d
+    assert J._letters("B and b") == "b"  # "and" is a word, not an a and a d
+    assert J._letters("(d) neither") == "d"
     assert J._letters(["c", "a"]) == "ac"
     assert J._letters("efg") == ""
     assert [J._letter_for(a, b) for a, b in ((1, 0), (0, 1), (1, 1), (0, 0))] == [
@@ -2619,6 +2624,14 @@ def test_the_dx_dot_x_check_names_the_slip_without_the_answer(wrong, hint):
     assert label in str(failed.value)
     if hint != "check the sign":  # there the student's own number is the answer negated
         assert f"{right:.6g}" not in str(failed.value)
+
+
+@pytest.mark.parametrize("exact", [Fraction, Decimal, np.float64,
+                                   lambda v: torch.tensor(v, dtype=torch.float64)])
+def test_a_right_dx_dot_x_in_any_exact_number_type_passes(exact):
+    """The assignment allows the standard library's maths modules: a right formula
+    in Fractions or Decimals (or numpy scalars, 0-d tensors) earns its points."""
+    check_rms_dx_dot_x(lambda L, ms, eps: exact(L) * exact(eps) / (exact(ms) + exact(eps)))
 
 
 @pytest.mark.parametrize("answer, problem", [

@@ -13,6 +13,8 @@ import socket
 import subprocess
 import sys
 import threading
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -163,6 +165,25 @@ def test_an_object_is_refused_with_its_class_named(thing):
         _runner.to_array(thing)
     with pytest.raises(TypeError, match=f"^the new mean is a {name}, not an array"):
         _runner.to_array(thing, what="the new mean")
+
+
+@pytest.mark.parametrize("number, expected", [
+    (Fraction(1, 3), 1 / 3), (Decimal("1.5"), 1.5), (np.float32(2.5), 2.5),
+    (np.int64(7), 7.0), (torch.tensor(3.25), 3.25), (torch.tensor(0.5).double(), 0.5),
+    ([Fraction(1, 2), Decimal("0.25"), 1], [0.5, 0.25, 1.0]),
+])
+def test_every_exact_number_type_a_student_may_return_is_read(number, expected):
+    """One conversion for every probe: the standard library's exact numbers (alone or
+    in a list), numpy scalars and 0-d tensors all become plain numbers."""
+    array = _runner.to_array(number)
+    assert array.dtype != object
+    np.testing.assert_allclose(array.astype(np.float64), expected, rtol=1e-7)
+
+
+@pytest.mark.parametrize("thing", [[Fraction(1, 2), "a"], [Decimal(1), None], 10**400])
+def test_a_list_mixing_numbers_with_other_things_is_still_refused(thing):
+    with pytest.raises(TypeError, match="not an array of numbers"):
+        _runner.to_array(thing)
 
 
 # ---------------------------------------------------------------- names
