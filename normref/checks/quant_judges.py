@@ -1334,9 +1334,20 @@ def _judge_beta_fold_why(case, output):
         return (f"ANSWER_BETA_FOLD_WHY is one of the letters {list(choices)} "
                 f"(you gave {answer!r})")
     if answer != BETA_FOLD_WHY:
-        return (f"ANSWER_BETA_FOLD_WHY is not yet right (you answered {answer!r}): a "
-                "bias is one vector, added to every token alike; ask which of the two "
-                "offsets is the same in every token and known before the model runs")
+        slip = {
+            "a": ("RMSNorm has no beta, but its output still carries an offset, and a "
+                  "constant added back after storing folds into a bias whatever put "
+                  "it there"),
+            "c": ("the offset is about 1, smaller than this exercise's beta of about "
+                  "5, which folded without trouble; size is not what limits the "
+                  "fold"),
+            "d": ("subtracting a constant and adding it back is exact for a constant "
+                  "of any size; what limits the fold is whether the constant is "
+                  "known in advance and shared by every token"),
+        }[answer]
+        return (f"ANSWER_BETA_FOLD_WHY is not yet right (you answered {answer!r}): "
+                f"{slip}. A bias is one vector, added to every token alike; ask what "
+                "RMSNorm's offset depends on, and when it is known")
     return None
 
 

@@ -688,7 +688,7 @@ def check_beta_folded_error(error):
 
 
 def check_beta_fold_why(answer):
-    """Check why beta can be folded into the next layer and RMSNorm's offset not."""
+    """Check what folding RMSNorm's offset into the next layer would take."""
     run_check("quant_beta_fold_why", {"why": answer}, _answers_as_text)
 
 
