@@ -1034,14 +1034,33 @@ def _mx_rule_reference():
     return quant.mx_rule_figures()
 
 
+def _own_is_other_rule(output):
+    return float(np.ravel(output["own"])[2]) == 0.0
+
+
+def _own_if_floor_rule(output, index):
+    """The student's own figure, read only where their X is the floor rule's:
+    an X from another rule measures another rule; NaN otherwise."""
+    own = np.ravel(output["own"])
+    if len(own) < 3 or own[2] != 1.0:
+        return float("nan")
+    return float(own[index])
+
+
 def _judge_mx_clipped(case, output):
     value, problem = _read_number(output, "clipped", "ANSWER_MX_CLIPPED_FRACTION")
     if problem:
         return problem
     truth = _mx_rule_reference()[0]
-    own = float(np.ravel(output["own"])[0])
+    own = _own_if_floor_rule(output, 0)
     if any(np.isclose(value, ref, rtol=MX_RULE_RTOL) for ref in (truth, own)):
         return None
+    if _own_is_other_rule(output) and np.isclose(
+            value, float(np.ravel(output["own"])[0]), rtol=MX_RULE_RTOL):
+        return ("ANSWER_MX_CLIPPED_FRACTION is not yet right (you answered "
+                f"{value:.4g}): that is what your mx_quantize's X clips, and that X "
+                "is not the floor rule's, X = 2 ** (floor(log2(amax)) - 8); count "
+                "the blocks that clip under the floor rule")
     if np.isclose(value, 100 * truth, rtol=MX_RULE_RTOL):
         hint = "that is a percentage; give the fraction, between 0 and 1"
     elif np.isclose(value, truth * quant.MX_RULE_SHAPE[0], rtol=MX_RULE_RTOL):
@@ -1063,7 +1082,7 @@ def _judge_mx_rule_errors(case, output):
         return ("ANSWER_MX_RULE_ERRORS is a pair of numbers (floor rule's error, "
                 f"round-up rule's error): {bad_floor or bad_up}")
     _, true_floor, true_up = _mx_rule_reference()
-    own_floor = float(np.ravel(output["own"])[1])
+    own_floor = _own_if_floor_rule(output, 1)
     problems = []
     if not any(np.isclose(floor_error, ref, rtol=MX_RULE_RTOL)
                for ref in (true_floor, own_floor)):
@@ -1334,9 +1353,20 @@ def _judge_beta_fold_why(case, output):
         return (f"ANSWER_BETA_FOLD_WHY is one of the letters {list(choices)} "
                 f"(you gave {answer!r})")
     if answer != BETA_FOLD_WHY:
-        return (f"ANSWER_BETA_FOLD_WHY is not yet right (you answered {answer!r}): a "
-                "bias is one vector, added to every token alike; ask which of the two "
-                "offsets is the same in every token and known before the model runs")
+        slip = {
+            "a": ("RMSNorm has no beta, but its output still carries an offset, and a "
+                  "constant added back after storing folds into a bias whatever put "
+                  "it there"),
+            "c": ("the offset is about 1, smaller than this exercise's beta of about "
+                  "5, which folded without trouble; size is not what limits the "
+                  "fold"),
+            "d": ("subtracting a constant and adding it back is exact for a constant "
+                  "of any size; what limits the fold is whether the constant is "
+                  "known in advance and shared by every token"),
+        }[answer]
+        return (f"ANSWER_BETA_FOLD_WHY is not yet right (you answered {answer!r}): "
+                f"{slip}. A bias is one vector, added to every token alike; ask what "
+                "RMSNorm's offset depends on, and when it is known")
     return None
 
 

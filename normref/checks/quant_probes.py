@@ -568,9 +568,10 @@ MX_RULE_SHAPE, MX_RULE_SEED = (4096, 32), 0  # exercise 5's blocks for the scale
 
 
 def _own_mx_rule_figures(mx_quantize, mx_dequantize):
-    """(fraction of the blocks whose largest |value| clips, floor-rule error),
-    measured with the student's pair; NaN where their code raises or returns
-    scales of the wrong shape."""
+    """(fraction of the blocks whose largest |value| clips, floor-rule error,
+    1 if the student's X is the floor rule's on every block else 0), measured
+    with the student's pair; NaN where their code raises or returns scales of
+    the wrong shape."""
     import torch
 
     try:
@@ -584,9 +585,15 @@ def _own_mx_rule_figures(mx_quantize, mx_dequantize):
         clipped = float((ratio > 448 * (1 + 1e-6)).double().mean())
         back = torch.as_tensor(mx_dequantize(q, X)).detach().float()
         everywhere = torch.ones(MX_RULE_SHAPE, dtype=torch.bool)
-        return np.array([clipped, masked_error(x, back, everywhere)], np.float64)
+        # the floor rule's X, exact: amax = m 2^e with m in [0.5, 1), so
+        # floor(log2(amax)) = e - 1, and e4m3's largest exponent is 8
+        _, exponent = np.frexp(x.double().abs().amax(dim=-1).numpy())
+        floor_rule = float(np.array_equal(per_block.numpy(),
+                                          np.ldexp(1.0, exponent - 1 - 8)))
+        return np.array([clipped, masked_error(x, back, everywhere), floor_rule],
+                        np.float64)
     except Exception:  # a broken pair is exercise 5's to report, not this one's
-        return np.full(2, np.nan)
+        return np.full(3, np.nan)
 
 
 def _mx_rule_probe(subject, case):
@@ -688,7 +695,7 @@ def check_beta_folded_error(error):
 
 
 def check_beta_fold_why(answer):
-    """Check why beta can be folded into the next layer and RMSNorm's offset not."""
+    """Check what folding RMSNorm's offset into the next layer would take."""
     run_check("quant_beta_fold_why", {"why": answer}, _answers_as_text)
 
 

@@ -176,8 +176,9 @@ def test_fold_why_accepts_the_right_letter(answer):
 
 
 @pytest.mark.parametrize("answer, words", [
-    ("a", "same in every token"), ("c", "same in every token"),
-    ("d", "same in every token"), ("e", "one of the letters"), (None, "one of the letters"),
+    ("a", "still carries an offset"), ("c", "size is not what limits"),
+    ("d", "exact for a constant of any size"), ("e", "one of the letters"),
+    (None, "one of the letters"),
 ])
 def test_fold_why_rejects_the_other_letters(answer, words):
     with pytest.raises(CheckFailed, match=words):

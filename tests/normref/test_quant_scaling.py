@@ -1153,8 +1153,8 @@ def test_mx_rule_answers_accept_any_numeric_type(as_given):
 
 def test_mx_rule_answers_are_read_against_the_students_own_mx_quantize():
     """A non-power-of-two X (amax / 448) clips nothing: naming what that
-    function measures passes, and so does the true figure; a broken pair
-    falls back on the reference."""
+    function measures fails, since that X is not the floor rule's, and the
+    true figure passes; a broken pair falls back on the reference."""
     def amax_scale(x, dtype):
         blocks = x.reshape(*x.shape[:-1], -1, 32)
         X = blocks.abs().amax(-1) / 448
@@ -1164,7 +1164,8 @@ def test_mx_rule_answers_are_read_against_the_students_own_mx_quantize():
         raise NotImplementedError()
 
     clipped = quant.mx_rule_figures()[0]
-    check_mx_clipped_fraction(0.0, amax_scale, quant.mx_dequantize)
+    with pytest.raises(CheckFailed, match="not the floor rule's"):
+        check_mx_clipped_fraction(0.0, amax_scale, quant.mx_dequantize)
     check_mx_clipped_fraction(clipped, amax_scale, quant.mx_dequantize)
     check_mx_clipped_fraction(clipped, broken, quant.mx_dequantize)
     with pytest.raises(CheckFailed):
@@ -1199,4 +1200,26 @@ def test_the_students_side_measures_the_reference_pair_as_the_grader_does():
     blocks and measurement, given the reference pair, give the grader's figures."""
     own = quant_probes._own_mx_rule_figures(quant.mx_quantize, quant.mx_dequantize)
     assert quant_probes.MX_RULE_SHAPE == quant.MX_RULE_SHAPE
-    assert np.allclose(own, quant.mx_rule_figures()[:2], rtol=1e-9)
+    assert np.allclose(own[:2], quant.mx_rule_figures()[:2], rtol=1e-9)
+    assert own[2] == 1.0  # the reference's X is the floor rule's
+
+
+def test_a_round_up_mx_quantize_earns_nothing_for_the_floor_rules_figures():
+    """An mx_quantize with the round-up rule clips nothing, and its round trip
+    is the round-up rule's: neither figure is the floor rule's, so naming
+    them as the floor rule's fails."""
+    def round_up(x, dtype):
+        blocks = x.reshape(*x.shape[:-1], -1, 32)
+        amax = blocks.abs().amax(-1).double()
+        X = torch.exp2(torch.ceil(torch.log2(amax / 448))).float()
+        q = (blocks / X.unsqueeze(-1)).clamp(-448, 448).to(dtype)
+        return q.flatten(-2), X
+
+    clipped, floor_error, round_up_error = quant.mx_rule_figures()
+    with pytest.raises(CheckFailed, match="not the floor rule's"):
+        check_mx_clipped_fraction(0.0, round_up, quant.mx_dequantize)
+    check_mx_clipped_fraction(clipped, round_up, quant.mx_dequantize)
+    with pytest.raises(CheckFailed, match="floor rule's error is not yet right"):
+        check_mx_rule_errors((round_up_error, round_up_error), round_up,
+                             quant.mx_dequantize)
+    check_mx_rule_errors((floor_error, round_up_error), round_up, quant.mx_dequantize)
