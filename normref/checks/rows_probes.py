@@ -67,7 +67,9 @@ GROUP_NORM_MARK = 1e-3
 def _call_channel_layer_norm(channel_layer_norm, case):
     """Call channel_layer_norm(x, eps) with the notebook's group_norm swapped for an
     exact one that counts its calls and marks its output (-1 calls: the function's
-    globals could not be reached, so the calls are not known)."""
+    globals could not be reached, so the calls are not known). The student's own
+    group_norm is swapped wherever the function holds it: under its name or another
+    global name (an alias), as a default argument, or in a closure cell."""
     calls = []
 
     def group_norm(x, num_groups, gamma=None, beta=None, eps=1e-5):
@@ -79,10 +81,37 @@ def _call_channel_layer_norm(channel_layer_norm, case):
         return {"y": to_array(channel_layer_norm(case["x"].copy(), float(case["eps"]))),
                 "group_norm_calls": np.array(-1)}
     had, own = "group_norm" in found, found.get("group_norm")
+    undo = []
+    if callable(own):
+        for name, value in list(found.items()):
+            if value is own and name != "group_norm":
+                found[name] = group_norm
+                undo.append(lambda name=name: found.__setitem__(name, own))
+        defaults = getattr(channel_layer_norm, "__defaults__", None)
+        if defaults and any(value is own for value in defaults):
+            channel_layer_norm.__defaults__ = tuple(
+                group_norm if value is own else value for value in defaults)
+            undo.append(lambda: setattr(channel_layer_norm, "__defaults__", defaults))
+        keywords = getattr(channel_layer_norm, "__kwdefaults__", None)
+        if keywords and any(value is own for value in keywords.values()):
+            channel_layer_norm.__kwdefaults__ = {
+                key: group_norm if value is own else value
+                for key, value in keywords.items()}
+            undo.append(lambda: setattr(channel_layer_norm, "__kwdefaults__", keywords))
+        for cell in getattr(channel_layer_norm, "__closure__", None) or ():
+            try:
+                held = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if held is own:
+                cell.cell_contents = group_norm
+                undo.append(lambda cell=cell: setattr(cell, "cell_contents", own))
     found["group_norm"] = group_norm
     try:
         y = to_array(channel_layer_norm(case["x"].copy(), float(case["eps"])))
     finally:
+        for step in reversed(undo):
+            step()
         if had:
             found["group_norm"] = own
         else:

@@ -165,3 +165,41 @@ def test_each_fold_slip_is_named(slip, hint):
 
 def test_a_fold_that_returns_no_pair_is_told_what_to_return():
     assert "a pair" in fails(check_fold_batch_norm, one_array)
+
+
+ALIASED = {
+    "a default argument": ("def channel_layer_norm(x, eps, _norm=group_norm):\n"
+                           "    c = x.shape[1]\n"
+                           "    y = _norm(np.moveaxis(x, 1, -1).reshape(-1, c, 1), 1, eps=eps)\n"
+                           "    return np.moveaxis(y.reshape(np.moveaxis(x, 1, -1).shape),"
+                           " -1, 1)\n"),
+    "a module-level alias": ("gn = group_norm\n"
+                             "def channel_layer_norm(x, eps):\n"
+                             "    c = x.shape[1]\n"
+                             "    y = gn(np.moveaxis(x, 1, -1).reshape(-1, c, 1), 1, eps=eps)\n"
+                             "    return np.moveaxis(y.reshape(np.moveaxis(x, 1, -1).shape),"
+                             " -1, 1)\n"),
+    "a closure": ("def make(norm):\n"
+                  "    def channel_layer_norm(x, eps):\n"
+                  "        c = x.shape[1]\n"
+                  "        y = norm(np.moveaxis(x, 1, -1).reshape(-1, c, 1), 1, eps=eps)\n"
+                  "        return np.moveaxis(y.reshape(np.moveaxis(x, 1, -1).shape), -1, 1)\n"
+                  "    return channel_layer_norm\n"
+                  "channel_layer_norm = make(group_norm)\n"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(ALIASED))
+def test_the_students_own_group_norm_called_under_another_name_counts(how):
+    """A correct channel_layer_norm that holds the student's own group_norm under
+    another name still goes through group_norm; the grader finds it there, and puts
+    it back afterwards."""
+    namespace = {"np": np, "group_norm": group_norm}
+    exec(ALIASED[how], namespace)
+    function = namespace["channel_layer_norm"]
+    assert "all 4 cases passed" in passes(check_channel_layer_norm, function)
+    assert namespace["group_norm"] is group_norm
+    assert namespace.get("gn", group_norm) is group_norm
+    held = list(function.__defaults__ or ()) + [
+        cell.cell_contents for cell in function.__closure__ or ()]
+    assert all(value is group_norm for value in held)
