@@ -6,9 +6,13 @@ the very values the kernel sees (half-precision inputs are rounded first); y
 and dx are held to the tolerance of the input's dtype, the saved rstd and the
 float32 partial sums of dW to float32's.
 
-The backward's dW is judged by what the contract promises the launcher: every
-program wrote its row of PartialDW (and nothing past them), and the rows add
-up to dW. How the rows are split among programs is the kernel's business.
+The backward's dW is judged by what the assignment prescribes: every program
+wrote its row of PartialDW (and nothing past them), and each row is the sum of
+that program's own rows (p * rows_per_program up to the smaller of
+(p + 1) * rows_per_program and M, or the same work dealt out like cards: rows
+p, p + programs, ...), added in float32. A float16 case with 256
+rows in one program makes a half-precision accumulator drift past float32's
+tolerance.
 """
 
 import numpy as np
@@ -49,13 +53,13 @@ def _forward_case(x, gamma=None, eps=1e-5, dtype="float32", pad=0):
     }
 
 
-def _backward_case(rng, m, n, rows_per_program, dtype="float32", pad=0, offset=0.0):
-    x = _rounded(rng.normal(offset, 1.5, (m, n)), dtype)
-    eps = 1e-5
+def _backward_case(rng, m, n, rows_per_program, dtype="float32", pad=0, offset=0.0,
+                   eps=1e-5, scale=1.5, dy_offset=0.0):
+    x = _rounded(rng.normal(offset, scale, (m, n)), dtype)
     rstd = 1 / np.sqrt((x.astype(np.float64) ** 2).mean(-1) + eps)
     return {
         "x": x,
-        "dy": _rounded(rng.normal(0.0, 1.0, (m, n)), dtype),
+        "dy": _rounded(rng.normal(dy_offset, 1.0, (m, n)), dtype),
         "gamma": _rounded(rng.normal(1.0, 0.5, n), dtype),
         "rstd": rstd.astype(np.float32),
         "rows_per_program": np.array(rows_per_program),
@@ -253,6 +257,9 @@ def _dx_cases(rng):
          _backward_case(rng, 4, 96, 3, dtype="float16")),
         ("bfloat16, 2 rows of 128 features, 2 rows a program",
          _backward_case(rng, 2, 128, 2, dtype="bfloat16", pad=2)),
+        ("3 rows of 32 features near 0 (mean square about 0.0001), the rstd saved "
+         "with eps = 0.1, so eps matters",
+         _backward_case(rng, 3, 32, 2, scale=0.01, eps=0.1)),
     ]
 
 
@@ -263,6 +270,10 @@ def _partial_cases(rng):
         ("4 rows of 64 features, 2 rows a program", _backward_case(rng, 4, 64, 2, pad=5)),
         ("6 rows of 20 features, all in one program", _backward_case(rng, 6, 20, 6)),
         ("5 rows of 100 features, one row a program", _backward_case(rng, 5, 100, 1, pad=2)),
+        ("float16, 256 rows of 32 features near 1 with dy near 1, all in one program "
+         "(dW's sums reach about 256, where float16's numbers are 0.25 apart)",
+         _backward_case(rng, 256, 32, 256, dtype="float16", offset=1.0, scale=0.1,
+                        dy_offset=1.0)),
     ]
 
 
@@ -309,6 +320,15 @@ def _dx_mistakes(case):
         mistakes.append(("a mean over the row divides by N, the number of real features, "
                          "not by BLOCK_SIZE",
                          rstd * (g - x_hat * (g * x_hat).sum(-1, keepdims=True) / block)))
+    mean_square = (case["x"].astype(np.float64) ** 2).mean(-1, keepdims=True)
+    for eps, how in ((0.0, "without eps"), (1e-5, "with eps = 1e-5")):
+        with np.errstate(all="ignore"):
+            own = 1 / np.sqrt(mean_square + eps)
+            own_hat = case["x"].astype(np.float64) * own
+            own_dx = own * (g - own_hat * (g * own_hat).mean(-1, keepdims=True))
+        mistakes.append((f"dx uses an rstd recomputed from x {how}, not the one the "
+                         "forward saved: load it from Rstd + row (the forward's eps is not "
+                         "the backward's to guess)", own_dx))
     return mistakes
 
 
@@ -398,6 +418,58 @@ def _partial_mistakes(case):
     ]
 
 
+def _program_rows(case):
+    """[(first, last)] the rows of each program, as the assignment splits them."""
+    m = case["dy"].shape[0]
+    step = int(case["rows_per_program"])
+    return [(s, min(s + step, m)) for s in range(0, m, step)]
+
+
+def _partial_reference(case, dealt=False):
+    """Each program's row of PartialDW: the sum of dy * x_hat over its own rows (with
+    dealt=True, over rows p, p + programs, p + 2 * programs, ...: the same work dealt
+    out like cards, as parallel as the assignment's split and accepted too)."""
+    x_hat, _, _ = _backward_terms(case)
+    terms = case["dy"].astype(np.float64) * x_hat
+    if dealt:
+        programs = len(_program_rows(case))
+        return np.stack([terms[p::programs].sum(0) for p in range(programs)])
+    return np.stack([terms[a:b].sum(0) for a, b in _program_rows(case)])
+
+
+def _rows_match(partial, expected):
+    return all(matches(partial[p], expected[p], dtype="float32") for p in range(len(expected)))
+
+
+def _split_problem(case, partial):
+    """None when each row of PartialDW is its own program's sum; else what went wrong
+    (called once the rows already add up to dW)."""
+    expected = _partial_reference(case)
+    if partial.shape != expected.shape:
+        return f"PartialDW has {partial.shape[0]} rows; there are {len(expected)} programs"
+    if _rows_match(partial, expected) or _rows_match(partial, _partial_reference(case, True)):
+        return None
+    wrong = [p for p in range(len(expected))
+             if not matches(partial[p], expected[p], dtype="float32")]
+    if not wrong:
+        return None
+    first, last = _program_rows(case)[wrong[0]]
+    problem = (f"the rows of PartialDW add up to dW, but row {wrong[0]} is not the sum of "
+               f"program {wrong[0]}'s own rows ({first} to {last - 1}): "
+               + mismatch(partial[wrong[0]], expected[wrong[0]], dtype="float32",
+                          what=f"row {wrong[0]}"))
+    idle = [p for p in range(1, len(expected)) if not partial[p].any()]
+    if len(expected) > 1 and len(idle) == len(expected) - 1:
+        hint = ("program 0 did every row and the others stored zeros, so nothing ran in "
+                "parallel: program p handles only rows p * rows_per_program up to, not "
+                "including, the smaller of (p + 1) * rows_per_program and M")
+    else:
+        hint = ("program p adds only its own rows, p * rows_per_program up to, not "
+                "including, the smaller of (p + 1) * rows_per_program and M, and stores "
+                "their sum at PartialDW + p * N + cols")
+    return f"{problem}. Hint: {hint}"
+
+
 def _judge_partial_dw(case, output):
     partial = np.asarray(output["partial_dw"], dtype=np.float64)  # programs, N
     expected = _dw_reference(case)
@@ -419,12 +491,17 @@ def _judge_partial_dw(case, output):
     dw = partial.sum(0)
     problem = mismatch(dw, expected, dtype="float32", what="the rows of PartialDW added up")
     if problem is None:
-        return None
+        return _split_problem(case, partial)
     hint = PAST_M_HINT if _ran_past_m(output) else _nan_hint(case, partial)
     with np.errstate(all="ignore"):
         for text, wrong in _partial_mistakes(case):
             if hint is None and matches(dw, wrong, dtype="float32"):
                 hint = text
+    if hint is None and str(case["dtype"]) != "float32" and matches(
+            dw, expected, dtype=str(case["dtype"])):
+        hint = ("the sums drifted by rounding: with half-precision inputs the accumulator "
+                "must still be float32 (tl.zeros([BLOCK_SIZE], dtype=tl.float32)), and "
+                "each row's share converted to float32 before it is added")
     return problem + (f". Hint: {hint}" if hint else "")
 
 

@@ -490,6 +490,18 @@ BACKWARD_MISTAKES = {  # variant of correct_bwd, checks it fails, words
     "partials stored by row": (
         dict(store_line="tl.store(PartialDW + (first + 1) * N + cols, dw_sum, mask=mask)"),
         [check_rms_backward_partial_dw], "PartialDW + p * N"),
+    # program 0 does every row, the others store zeros: dW adds up, the split is wrong
+    "one program does every row": (
+        dict(stop="tl.where(program == 0, M, first)"), [check_rms_backward_partial_dw],
+        "nothing ran in parallel"),
+    # the running sum rounded to the input's type after every row
+    "half-precision accumulator": (
+        dict(acc_line="dw_sum = (dw_sum.to(DY.dtype.element_ty) + dy * x_hat).to(tl.float32)"),
+        [check_rms_backward_partial_dw], "accumulator must still be float32"),
+    "rstd recomputed without eps": (
+        dict(dx_line="r = 1 / tl.sqrt(tl.sum(x * x, axis=0) / N); xh = x * r; "
+                     "dx = r * (g - xh * tl.sum(g * xh, axis=0) / N)"),
+        [check_rms_backward_dx], "recomputed from x without eps"),
     "last row of each program skipped": (
         dict(stop="tl.minimum(first + rows_per_program, M) - 1"), BACKWARD_CHECKS,
         "every one of its rows"),
@@ -591,8 +603,7 @@ def test_judges_pass_the_float64_reference_for_any_seed():
                     output = {"y": rounded(y, str(case["dtype"])),
                               "rstd": rstd.astype(np.float32), "padding_written": np.array(0)}
                 elif name in ("rms_backward_dx", "rms_backward_partial_dw"):
-                    partial = np.zeros((2, case["x"].shape[-1]))
-                    partial[0] = J._dw_reference(case)
+                    partial = J._partial_reference(case)
                     output = {"dx": rounded(J._dx_reference(case), str(case["dtype"])),
                               "partial_dw": partial.astype(np.float32),
                               "padding_written": np.array(0), "partial_overrun": np.array(0)}

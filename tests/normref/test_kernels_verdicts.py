@@ -180,20 +180,26 @@ def test_backward_cases_are_what_their_labels_say():
         "3 rows of 37 features, one row a program",
         "4 rows of 48 features near 5, 3 rows a program",
         "float16, 4 rows of 96 features, 3 rows a program",
-        "bfloat16, 2 rows of 128 features, 2 rows a program"]
+        "bfloat16, 2 rows of 128 features, 2 rows a program",
+        "3 rows of 32 features near 0 (mean square about 0.0001), the rstd saved with "
+        "eps = 0.1, so eps matters"]
     assert [summary(c) for _, c in dx] == [
         ((5, 100), 2, "float32", 3, 1.5), ((4, 64), 4, "float32", 0, 1.5),
         ((3, 37), 1, "float32", 1, 1.5), ((4, 48), 3, "float32", 0, 6.5),
-        ((4, 96), 3, "float16", 0, 1.5), ((2, 128), 2, "bfloat16", 2, 1.5)]
+        ((4, 96), 3, "float16", 0, 1.5), ((2, 128), 2, "bfloat16", 2, 1.5),
+        ((3, 32), 2, "float32", 0, np.float32(0.01).item())]
     partial = kernels_judges._partial_cases(KnownDraws())
     assert [label for label, _ in partial] == [
         "7 rows of 48 features, 3 rows a program (3, 3 and 1)",
         "4 rows of 64 features, 2 rows a program",
         "6 rows of 20 features, all in one program",
-        "5 rows of 100 features, one row a program"]
+        "5 rows of 100 features, one row a program",
+        "float16, 256 rows of 32 features near 1 with dy near 1, all in one program "
+        "(dW's sums reach about 256, where float16's numbers are 0.25 apart)"]
     assert [summary(c) for _, c in partial] == [
         ((7, 48), 3, "float32", 0, 1.5), ((4, 64), 2, "float32", 5, 1.5),
-        ((6, 20), 6, "float32", 0, 1.5), ((5, 100), 1, "float32", 2, 1.5)]
+        ((6, 20), 6, "float32", 0, 1.5), ((5, 100), 1, "float32", 2, 1.5),
+        ((256, 32), 256, "float16", 0, 1.099609375)]
     assert kernels_judges._no_inputs(None) == [("your answer", {})]
 
 
@@ -459,7 +465,7 @@ def test_dx_mistakes_by_hand():
     x_hat, g, rstd = kernels_judges._backward_terms(BWD)
     dy = BWD["dy"].astype(float)
     mean_gx = (g * x_hat).mean(-1, keepdims=True)
-    mistakes = kernels_judges._dx_mistakes(BWD)
+    mistakes = kernels_judges._dx_mistakes(BWD)[:-2]  # the last two: rstd recomputed
     assert [text for text, _ in mistakes] == [
         "only the path through x itself is there: rstd depends on x too, and that dependence "
         "adds a second term (the one your assignment-04 derivation gets through rstd)",
@@ -479,7 +485,14 @@ def test_dx_mistakes_by_hand():
     for (_, got), want in zip(mistakes, expected):
         np.testing.assert_allclose(got, want, rtol=1e-14)
     four = _bwd_case(np.ones((2, 4)), np.ones((2, 4)), np.ones(4))
-    assert len(kernels_judges._dx_mistakes(four)) == 5
+    assert len(kernels_judges._dx_mistakes(four)) == 7
+
+
+def test_dx_with_rstd_recomputed_without_eps_is_named():
+    case = kernels_judges._dx_cases(np.random.default_rng(0))[-1][1]
+    hint, wrong = kernels_judges._dx_mistakes(case)[-2]
+    assert "recomputed from x without eps" in hint
+    assert _judge_dx(case, _dx_out(wrong)) == _dx_problem(case, wrong) + f". Hint: {hint}"
 
 
 def test_dx_other_mistakes_get_no_hint_or_the_precision_one():
@@ -509,9 +522,26 @@ def _right_partials(case):
 
 def test_partial_dw_right_answers_pass():
     assert _judge_partial_dw(BWD, _partial_out(_right_partials(BWD))) is None
+
+
+def test_partial_dw_rows_must_follow_the_prescribed_split():
     rows = _right_partials(BWD)
-    moved = np.stack([rows.sum(0), np.zeros(3)])  # the split among programs is free
-    assert _judge_partial_dw(BWD, _partial_out(moved)) is None
+    serial = np.stack([rows.sum(0), np.zeros(3)])  # program 0 did every row
+    message = _judge_partial_dw(BWD, _partial_out(serial))
+    assert message.startswith("the rows of PartialDW add up to dW, but row 0 is not the sum "
+                              "of program 0's own rows"), message
+    assert "nothing ran in parallel" in message
+    swapped = rows[::-1].copy()
+    message = _judge_partial_dw(BWD, _partial_out(swapped))
+    assert "program p adds only its own rows" in message, message
+
+
+def test_partial_dw_half_precision_drift_is_named():
+    half = kernels_judges._partial_cases(np.random.default_rng(0))[-1][1]
+    rows = _right_partials(half)
+    drifted = rows * (1 + 2e-3)
+    message = _judge_partial_dw(half, _partial_out(drifted))
+    assert "accumulator must still be float32" in message, message
 
 
 def test_partial_dw_overrun_and_unwritten_rows_are_named():
@@ -1598,22 +1628,12 @@ def test_dx_hints_hold_dx_to_the_inputs_tolerance():
 def test_dx_block_size_mistake_counts_features_not_rows():
     """5 rows of 100 features: the mean over BLOCK_SIZE 128 instead of N is named."""
     case = kernels_judges._backward_case(np.random.default_rng(4), 5, 100, 2)
-    hint, wrong = kernels_judges._dx_mistakes(case)[-1]
+    hint, wrong = kernels_judges._dx_mistakes(case)[5]
     assert hint == ("a mean over the row divides by N, the number of real features, not by "
                     "BLOCK_SIZE")
     x_hat, g, rstd = kernels_judges._backward_terms(case)
     assert np.allclose(wrong, rstd * (g - x_hat * (g * x_hat).sum(-1, keepdims=True) / 128))
     assert _judge_dx(case, _dx_out(wrong)) == _dx_problem(case, wrong) + f". Hint: {hint}"
-
-
-def test_partial_dw_rows_are_added_exactly():
-    """float32 rows that cancel (2**24, dW, -2**24) add up to dW: the judge adds them
-    in float64, as the promise "the rows add up to dW" says."""
-    case = kernels_judges._backward_case(np.random.default_rng(5), 7, 48, 3)
-    dw = kernels_judges._dw_reference(case).astype(np.float32)
-    big = np.full_like(dw, 2.0 ** 24)
-    rows = np.stack([big, dw, -big])
-    assert _judge_partial_dw(case, {"partial_dw": rows, "partial_overrun": np.array(0)}) is None
 
 
 # ============================================================ the autograd.Function
