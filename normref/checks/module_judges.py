@@ -576,8 +576,10 @@ _LOW_PRECISION_HINT = (
     "with a {dtype} input, take the mean and the variance in float32 "
     "(x.float()), as nn.LayerNorm does, and return the result in x's dtype: "
     "{dtype} keeps few significant bits, so for a token far from 0 (bfloat16's "
-    "spacing is 2 around 300, float16's 0.5 around 1000) a mean and x - mean "
-    "rounded to {dtype} lose most of the token's spread"
+    "spacing is 2 around 300, float16's 0.5 around 1000) a mean rounded to "
+    "{dtype}'s grid can be off by half a spacing, as much as the token's "
+    "spread; x - mean is then exact, but every output is shifted by the same "
+    "amount"
 )
 
 
