@@ -682,7 +682,8 @@ def _judge_tiled_method(case, output):
 # variance 1; a = k / sqrt(k**2 + eps) * sqrt(1 + eps).
 SCALE_EPS = 1e-5
 SCALE_KS = {"scale_positive": 5.0, "scale_negative": -5.0, "scale_tiny": 1e-6}
-SCALE_TOLERANCE = 1e-3  # three decimal places
+SCALE_TOLERANCE = 1e-3  # how close a slip's value must come to be named
+SCALE_RELATIVE = 1e-2  # a right answer: within 1% of a (three significant figures)
 
 
 def scale_factor(k):
@@ -697,7 +698,7 @@ def _judge_scale_factors(case, output):
         if value is None:
             return f"{label}: give a number (you answered {given})"
         truth = scale_factor(k)
-        if abs(value - truth) <= SCALE_TOLERANCE:
+        if abs(value - truth) <= SCALE_RELATIVE * abs(truth):
             continue
         wrong = f"{label} is not yet right (you answered {given}) for k = {k:g}"
         if k < 0 and abs(value + truth) <= SCALE_TOLERANCE:
@@ -706,6 +707,10 @@ def _judge_scale_factors(case, output):
         if k < 1e-3 and abs(abs(value) - 1) <= SCALE_TOLERANCE:
             return (f"{wrong}: at k = 1e-6 the scaled token's variance is 1e-12; compare "
                     "it with eps = 1e-5 beside it inside the square root")
+        if k < 1e-3 and value == 0:
+            return (f"{wrong}: a is small there but not 0: the scaled token still has "
+                    "a spread, its variance 1e-12, so compare it with eps = 1e-5 "
+                    "inside the square root and keep three significant figures")
         if any(abs(value - w) <= SCALE_TOLERANCE * max(1, abs(w)) for w in (k, 1 / k, k * k)):
             return (f"{wrong}: compare how x - mean and the square root in the "
                     "denominator each change when x is scaled by k")

@@ -86,7 +86,7 @@ def chunked_var(x, chunk):
     "offset_answer": "SHORTCUT_BREAKS_AT = 1e8",
     "tiled_answer": 'TILED_KERNEL_METHOD = "c"',
     "eps_answer": "EPS_HALVING_SPREAD = 0.001826",
-    "scale_answer": "SCALE_POSITIVE, SCALE_NEGATIVE, SCALE_TINY = 1, -1, 0",
+    "scale_answer": "SCALE_POSITIVE, SCALE_NEGATIVE, SCALE_TINY = 1, -1, 3.16e-4",
     "scratch_answer": "# nothing to try",
 }
 

@@ -543,9 +543,13 @@ def test_inline_question_5_scale_factors_match_torch_layer_norm_and_name_the_sli
     for k in SCALE_KS.values():
         moved = torch.nn.functional.layer_norm(k * x + 3, (16,), gamma, beta, 1e-5) - beta
         assert float(moved @ y / (y @ y)) == pytest.approx(scale_factor(k), abs=1e-9)
-    for right in [(1, -1, 0), (Fraction(1), np.int64(-1), np.float32(3.16e-4)),
-                  (torch.tensor(1.0), -1.0, 0.0)]:
+    for right in [(1, -1, 3.16e-4), (Fraction(1), np.int64(-1), np.float32(3.16e-4)),
+                  (torch.tensor(1.0), -1.0, Fraction(316, 10**6))]:
         check_scale_factors(*right)
+    # a constant token's beta is the limit, not the answer at k = 1e-6 (a = 3.16e-4)
+    for zero in (0, 0.0, "0.000"):
+        with pytest.raises(CheckFailed, match="small there but not 0"):
+            check_scale_factors(1, -1, zero)
     with pytest.raises(CheckFailed, match="forgets the sign of k"):
         check_scale_factors(1, 1, 0)
     with pytest.raises(CheckFailed, match="compare it with eps = 1e-5"):
