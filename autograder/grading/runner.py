@@ -409,6 +409,12 @@ class RunResult:
     cell_seconds: dict = field(default_factory=dict)  # {grade_id or "cell N": seconds}
 
 
+def _why_the_kernel_did_not_start(startup_log):
+    """The last line the kernel wrote before it died (its exception), if any."""
+    lines = startup_log.read_text(errors="replace")[-4096:].strip().splitlines()
+    return f" (the kernel said: {lines[-1][:300]})" if lines else ""
+
+
 def run_notebook(nb, *, workdir, settings, cell_checks, record_cells=(), seed=0,
                  hidden=()):
     """Execute `nb` (already rebuilt) in a sandboxed kernel.
@@ -418,7 +424,8 @@ def run_notebook(nb, *, workdir, settings, cell_checks, record_cells=(), seed=0,
     record_cells: what the check server may serve (see CheckServer); hidden:
     folders the kernel must not see (the course directory).
     """
-    link_dir, client_dir, host_home = sandbox.prepare_run_dirs(workdir)
+    uid = sandbox.new_run_uid()
+    link_dir, client_dir, host_home = sandbox.prepare_run_dirs(workdir, uid=uid)
     socket_path = link_dir / "grader.sock"
     started = time.monotonic()
     problem = None
@@ -431,7 +438,7 @@ def run_notebook(nb, *, workdir, settings, cell_checks, record_cells=(), seed=0,
             kernel_name="python3", transport="ipc", ip=str(link_dir / "kernel"),
             connection_file=str(link_dir / "kernel.json"),
             command_prefix=group.launcher() + sandbox.kernel_prefix(
-                link_dir=link_dir, client_dir=client_dir, limits=settings.limits,
+                link_dir=link_dir, client_dir=client_dir, limits=settings.limits, uid=uid,
                 use_bwrap=settings.use_bwrap, hidden=hidden))
         client = _GradingClient(
             nb, server=server, settings=settings,
@@ -444,6 +451,7 @@ def run_notebook(nb, *, workdir, settings, cell_checks, record_cells=(), seed=0,
         env = sandbox.kernel_environment(socket_path=socket_path, client_dir=client_dir,
                                          home=home)
         killed = threading.Event()
+        startup_log = Path(workdir) / "kernel-stderr"
 
         def kill_overdue_run():
             # A kernel that ignores interrupts is stopped by force, with its children.
@@ -460,14 +468,19 @@ def run_notebook(nb, *, workdir, settings, cell_checks, record_cells=(), seed=0,
             # The kernel gets none of the grader's open files: not its terminal, not its log.
             # It is stopped when the run ends (nbclient leaves running a kernel whose
             # manager it was given; without cgroups nothing else would stop it).
-            client.execute(env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, cleanup_kc=True)
+            # Its standard error goes to a file the grader reads only if the kernel
+            # dies before the first cell, when no student code has run.
+            with open(startup_log, "wb") as kernel_stderr:
+                client.execute(env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=kernel_stderr, cleanup_kc=True)
         except DeadKernelError as exc:
             problem = (f"stopped by force after {settings.handin_timeout:.0f} s"
                        if killed.is_set() else client.stopped_because
                        or f"the kernel died ({exc})")
         except Exception as exc:  # noqa: BLE001 - whatever the kernel sent, a result
             problem = f"the run stopped: {type(exc).__name__}: {str(exc)[:300]}"
+            if client.started_cells is None:
+                problem += _why_the_kernel_did_not_start(startup_log)
         finally:
             watchdog.cancel()
             group.kill_all()

@@ -9,7 +9,7 @@ kernel's sockets), and only until the kernel is up: the runner then closes it
 
 The kernel is never root and holds no capabilities. When the grader runs as
 root, bwrap sets up the mounts and `setpriv` drops the kernel to uid/gid
-of its own (1,000,000 + the grading process's pid, see run_uid) with empty
+of its own (one per run, see new_run_uid) with empty
 capability sets and no-new-privs before it starts, so the
 kernel is an ordinary unprivileged user on the host: it cannot mount,
 unmount, remount, ptrace the grader or read files that are not
@@ -21,6 +21,7 @@ file size and open files. Where bwrap is missing, the limits still apply and a
 loud warning says the rest does not.
 """
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -34,7 +35,8 @@ from autograder.grading import lifeline
 from normref.checks import _runner
 
 SANDBOX_UID = SANDBOX_GID = 65534  # inside bwrap's user namespace (grader not root)
-_FIRST_RUN_UID = 1_000_000  # grader is root: one uid per grading process, see run_uid()
+_FIRST_RUN_UID = 1_000_000  # grader is root: one uid per run, see new_run_uid()
+_runs_started = itertools.count()
 HOME_IN_SANDBOX = "/tmp"
 
 # What of normref the sandbox sees: the client half of the checks, no references.
@@ -236,14 +238,19 @@ def grader_is_root():
     return os.geteuid() == 0
 
 
-def run_uid():
-    """The host uid (and gid) a kernel runs as when the grader is root.
+def new_run_uid():
+    """A host uid (and gid) for one run's kernel when the grader is root.
 
-    One per grading process, so that RLIMIT_NPROC, which counts every process
-    of a uid, binds each hand-in alone: a fork bomb in one sandbox must not
-    starve the kernels of hand-ins graded beside it. No account has it.
+    One per run, so that RLIMIT_NPROC, which counts every process of a uid,
+    binds each hand-in alone: a fork bomb must not starve the kernels of
+    hand-ins graded beside it, nor the next kernel of the same grading
+    process (the bomb's killed processes count against their uid until the
+    host's init reaps them, and a kernel that cannot start its threads dies
+    before it answers). Distinct among the runs of live grading processes: the
+    pid (Linux keeps pids below 2**22) and this process's count of runs, modulo
+    1000. No account has it; the largest is below 2**32 - 1.
     """
-    return _FIRST_RUN_UID + os.getpid()
+    return _FIRST_RUN_UID + (os.getpid() % 2**22) * 1000 + next(_runs_started) % 1000
 
 
 def write_client_package(target):
@@ -261,8 +268,10 @@ def write_client_package(target):
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
-def prepare_run_dirs(scratch):
+def prepare_run_dirs(scratch, *, uid):
     """(link dir, client dir, host home) under a fresh `scratch` folder.
+
+    uid: the run's kernel's uid when the grader is root (see new_run_uid).
 
     The link dir holds the kernel's sockets and connection file: writable by
     the sandbox until `close_link_dir`. The host home is used only without
@@ -276,7 +285,7 @@ def prepare_run_dirs(scratch):
     scratch.chmod(0o711)
     link.chmod(0o1777 if grader_is_root() else 0o700)
     if grader_is_root():
-        os.chown(home, run_uid(), run_uid())
+        os.chown(home, uid, uid)
     home.chmod(0o700)
     return link, client, home
 
@@ -307,12 +316,12 @@ def _rlimit_prefix(limits):
             f"--nofile={limits.open_files}", "--"]
 
 
-def _drop_privileges_prefix():
-    """setpriv to an unprivileged uid with no capabilities (the grader is root)."""
+def _drop_privileges_prefix(uid):
+    """setpriv to the unprivileged `uid` with no capabilities (the grader is root)."""
     # A change of uid clears the parent-death signal (bwrap's --die-with-parent):
     # set it again, so that the kernel still dies with its parent.
-    return [shutil.which("setpriv") or "setpriv", f"--reuid={run_uid()}",
-            f"--regid={run_uid()}", "--clear-groups", "--inh-caps=-all",
+    return [shutil.which("setpriv") or "setpriv", f"--reuid={uid}",
+            f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
             "--bounding-set=-all", "--no-new-privs", "--pdeathsig=SIGKILL", "--"]
 
 
@@ -356,8 +365,10 @@ def _bwrap_prefix(*, link_dir, client_dir, hidden, limits):
     return args + ["--"]
 
 
-def kernel_prefix(*, link_dir, client_dir, limits, use_bwrap=None, hidden=()):
+def kernel_prefix(*, link_dir, client_dir, limits, uid, use_bwrap=None, hidden=()):
     """The command prefix that puts a kernel in the sandbox.
+
+    uid: the kernel's uid when the grader is root (see new_run_uid).
 
     hidden: more folders to hide (the course directory) besides the system's
     temp folder, homes, /work, /srv, /mnt, /opt, /var, /run (the system's
@@ -374,7 +385,7 @@ def kernel_prefix(*, link_dir, client_dir, limits, use_bwrap=None, hidden=()):
                             limits=limits) if use_bwrap else [])
     prefix += _rlimit_prefix(limits)
     if grader_is_root():
-        prefix += _drop_privileges_prefix()
+        prefix += _drop_privileges_prefix(uid)
     return prefix
 
 

@@ -8,6 +8,7 @@ machine's cgroups still hold its sandboxes) is cleaned up after by the next.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -73,8 +74,12 @@ def test_grade_ends_the_sandboxes_of_a_grader_that_died_and_no_others(tmp_path, 
         done = subprocess.run(
             [sys.executable, "-m", "autograder", "grade", "01_x", "--course", str(tmp_path)],
             env=venv_env, capture_output=True, text=True, timeout=120)
-        assert "ended 2 sandbox(es) left running by an earlier grader that died" \
-            in done.stderr, done.stderr
+        # A grader started beside this test (another test worker) may end them first:
+        # then this one says nothing. What must hold is that they end and the live
+        # grader's sandbox does not.
+        said = re.findall(r"ended (\d+) sandbox\(es\) left running by an earlier grader "
+                          r"that died", done.stderr)
+        assert said in ([], ["1"], ["2"]), done.stderr
         for group, sleeper in (dead_grader, pid_reused):
             assert sleeper.wait(timeout=10) == -signal.SIGKILL
             assert not group.exists()

@@ -1022,6 +1022,34 @@ def test_a_test_cells_source_never_reaches_the_kernels_input_history(scratch):
 
 
 @needs_bwrap
+def test_a_hand_in_graded_right_after_a_fork_bomb_starts_and_runs(tmp_path):
+    """Processes a killed fork bomb leaves behind (still dying, or dead and not yet
+    reaped by the host's init) count against their user's process limit. The next
+    hand-in graded by the same process must not inherit them: its kernel would
+    fail to start its threads and die before the first cell, and every one of its
+    cells would score 0. Each run has a user of its own when the grader is root."""
+    settings = RunSettings(cell_timeout=30, cell_timeouts={"bomb": 3}, handin_timeout=60,
+                           limits=sandbox.Limits(processes=64))
+    bomb = _notebook(
+        _cell("import os", gid="imports"),
+        _cell("while True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+              gid="bomb"))
+    honest = _notebook(_cell("import os, threading", gid="imports"),
+                       _cell("print(os.getuid(), threading.active_count() > 0)"))
+    uids = []
+    for round_ in range(2):
+        runner.run_notebook(bomb, workdir=tmp_path / f"bomb{round_}", settings=settings,
+                            cell_checks={})
+        result = runner.run_notebook(honest, workdir=tmp_path / f"next{round_}",
+                                     settings=settings, cell_checks={})
+        assert result.problem is None, result.problem
+        uid, started = _texts(result.notebook.cells[1]).split()
+        uids.append(uid)
+    if sandbox.grader_is_root():
+        assert len(set(uids)) == 2
+
+
+@needs_bwrap
 def test_a_kernel_that_ignores_interrupts_stops_the_run(tmp_path, monkeypatch):
     """The run's problem says a cell ignored the interrupt; later cells are not run;
     the kernel is gone when the run ends, even where no cgroup holds it."""

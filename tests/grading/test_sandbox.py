@@ -527,15 +527,14 @@ def test_limits_and_privileges(monkeypatch):
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: f"/bin/{name}")
     assert sandbox._rlimit_prefix(LIMITS) == [
         "/bin/prlimit", "--as=111", "--cpu=22", "--nproc=33", "--fsize=44", "--nofile=55", "--"]
-    uid = sandbox.run_uid()
-    assert uid == 1_000_000 + os.getpid()
-    assert sandbox._drop_privileges_prefix() == [
+    uid = 1_234_567
+    assert sandbox._drop_privileges_prefix(uid) == [
         "/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
         "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--pdeathsig=SIGKILL",
         "--"]
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     assert sandbox._rlimit_prefix(LIMITS) == []
-    assert sandbox._drop_privileges_prefix()[0] == "setpriv"
+    assert sandbox._drop_privileges_prefix(uid)[0] == "setpriv"
     assert sandbox.bwrap_available() is False
 
 
@@ -558,14 +557,14 @@ def test_the_kernel_prefix_with_bwrap(monkeypatch, root):
     monkeypatch.setattr(sandbox, "_bwrap_prefix", lambda *, link_dir, client_dir, hidden,
                         limits: ["BWRAP", link_dir, client_dir, hidden, limits.cpu_seconds])
     monkeypatch.setattr(sandbox, "_rlimit_prefix", lambda limits: ["RLIMIT", limits])
-    monkeypatch.setattr(sandbox, "_drop_privileges_prefix", lambda: ["SETPRIV"])
+    monkeypatch.setattr(sandbox, "_drop_privileges_prefix", lambda uid: ["SETPRIV", uid])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         prefix = sandbox.kernel_prefix(link_dir="l", client_dir="c", limits=LIMITS,
-                                       hidden=("h",))
+                                       uid=7, hidden=("h",))
     assert prefix == ["BWRAP", "l", "c", ("h",), 22, "RLIMIT", LIMITS] + (
-        ["SETPRIV"] if root else [])
-    assert sandbox.kernel_prefix(link_dir="l", client_dir="c", limits=LIMITS,
+        ["SETPRIV", 7] if root else [])
+    assert sandbox.kernel_prefix(link_dir="l", client_dir="c", limits=LIMITS, uid=7,
                                  use_bwrap=True)[:4] == ["BWRAP", "l", "c", ()]
 
 
@@ -579,7 +578,7 @@ def test_without_bwrap_a_loud_warning_and_the_limits_alone(monkeypatch):
                           "network and this machine's files. Install Debian's 'bubblewrap' "
                           "before grading real hand-ins.$") as caught:
             prefix = sandbox.kernel_prefix(link_dir="l", client_dir="c", limits=LIMITS,
-                                           use_bwrap=use_bwrap)
+                                           uid=7, use_bwrap=use_bwrap)
         assert prefix == ["RLIMIT"]
         assert caught[0].filename != sandbox.__file__  # it names the caller
 
@@ -652,16 +651,16 @@ def test_the_run_folders(monkeypatch, tmp_path, root):
     monkeypatch.setattr(sandbox.os, "chown", lambda path, uid, gid: owners.append(
         (Path(path), uid, gid)))
     scratch = tmp_path / "s" / "t"
-    link, client, home = sandbox.prepare_run_dirs(scratch)
+    uid = 1_234_567
+    link, client, home = sandbox.prepare_run_dirs(scratch, uid=uid)
     assert (link, client, home) == (scratch / "link", scratch / "client", scratch / "home")
     assert (client / "normref" / "checks" / "_wire.py").is_file()
     assert _mode(scratch) == 0o711 and _mode(home) == 0o700
     assert _mode(link) == (0o1777 if root else 0o700)
-    uid = sandbox.run_uid()
     assert owners == ([(home, uid, uid)] if root else [])
     sandbox.close_link_dir(link)
     assert _mode(link) == (0o755 if root else 0o700)
-    sandbox.prepare_run_dirs(scratch)  # again over the same folders
+    sandbox.prepare_run_dirs(scratch, uid=uid)  # again over the same folders
 
 
 # --- the cgroup -----------------------------------------------------------------------------
