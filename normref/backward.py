@@ -158,23 +158,28 @@ def batch_norm_backward(dy, x, gamma, eps=1e-5):
     return dx.astype(dtype), dgamma.astype(dtype), dbeta.astype(dtype)
 
 
-def add_layer_norm_backward(dy, dsum, x, residual, gamma, eps=1e-5):
-    """Gradients of the residual add fused with layer norm (unit 03's
-    AddLayerNorm): s = x + residual, y = layer_norm(s), both handed on.
+def add_rms_norm_backward(dy, dsum, s, rstd, gamma):
+    """Gradients of the residual add fused with RMSNorm (a Llama block's
+    add + RMSNorm): s = x + residual, y = gamma * s * rstd, both handed on,
+    from the forward's cache: s and rstd = 1 / sqrt(mean(s^2) + eps).
 
     dy = dL/dy and dsum = dL/ds, the gradient the residual stream brings back
     from the blocks above. s reaches the loss by two roads, through y and
     directly, so ds is their sum; x and residual each pass ds on unchanged.
+    eps is not needed: it is inside the saved rstd.
 
-    dy, dsum, x, residual: (..., d); gamma: (d,) ->
-    (dx, dresidual: (..., d) in dy's dtype, dgamma: (d,), dbeta: (d,))
+    dy, dsum, s: (..., d); rstd: (..., 1) or (...); gamma: (d,) ->
+    (dx, dresidual: (..., d) in dy's dtype, dgamma: (d,))
     """
-    _, dtype = _as_float(dy)
-    s = np.asarray(x, dtype=np.float64) + np.asarray(residual, dtype=np.float64)
-    _, cache = layer_norm_forward(s, gamma, np.zeros_like(gamma), eps)
-    ds_through_y, dgamma, dbeta = layer_norm_backward(np.asarray(dy, dtype=np.float64), cache)
-    ds = ds_through_y + np.asarray(dsum, dtype=np.float64)  # ..., d
-    return ds.astype(dtype), ds.astype(dtype), dgamma.astype(dtype), dbeta.astype(dtype)
+    dy64, dtype = _as_float(dy)
+    s64 = np.asarray(s, dtype=np.float64)  # ..., d
+    rstd64 = np.asarray(rstd, dtype=np.float64).reshape(s64.shape[:-1] + (1,))  # ..., 1
+    s_hat = s64 * rstd64  # ..., d
+    g = dy64 * np.asarray(gamma, dtype=np.float64)  # ..., d
+    ds = rstd64 * (g - s_hat * (g * s_hat).mean(axis=-1, keepdims=True))  # ..., d
+    ds = ds + np.asarray(dsum, dtype=np.float64)
+    dgamma = _sum_over_tokens(dy64 * s_hat)  # d
+    return ds.astype(dtype), ds.astype(dtype), dgamma.astype(dtype)
 
 
 def running_row_sum(dy, x_hat, acc_dtype):

@@ -1043,166 +1043,157 @@ def _judge_rms_function(case, output):
     return None
 
 
-# ---------------------------------------------------------------- add + layer norm backward
+# ---------------------------------------------------------------- add + RMSNorm backward
 
-def _add_ln_case(rng, shape, loc=0.0, scale=1.0, dtype=np.float64, dsum=True):
+def _add_rms_case(rng, shape, loc=0.0, scale=1.0, dtype=np.float64, dsum=True, eps=1e-5):
+    """x + residual = s, and the forward's cache: s and rstd, with rstd of shape
+    (..., 1), made with `eps` (which the backward is not given)."""
     d = shape[-1]
+    x = rng.normal(loc, scale, size=shape)
+    residual = rng.normal(loc, scale, size=shape)
+    s = (x + residual).astype(dtype)
+    rstd = 1.0 / np.sqrt((np.asarray(s, np.float64) ** 2).mean(axis=-1, keepdims=True) + eps)
     return {
-        "x": rng.normal(loc, scale, size=shape).astype(dtype),
-        "residual": rng.normal(loc, scale, size=shape).astype(dtype),
+        "x": x.astype(dtype),
+        "residual": residual.astype(dtype),
+        "s": s,
+        "rstd": rstd.astype(dtype),
         "gamma": rng.normal(1.0, 0.5, size=d).astype(dtype),
-        "beta": rng.normal(size=d).astype(dtype),
         "dy": rng.normal(size=shape).astype(dtype),
         "dsum": (rng.normal(size=shape) if dsum else np.zeros(shape)).astype(dtype),
-        "eps": np.array(1e-5),
+        "eps": np.array(eps),
     }
 
 
-def _add_ln_cases(rng):
+def _add_rms_cases(rng):
     return [
-        ("a batch of 4 tokens, d = 8", _add_ln_case(rng, (4, 8), 1.0, 2.0)),
-        ("a 3-D batch (2, 3, 16)", _add_ln_case(rng, (2, 3, 16))),
-        ("one token, d = 6", _add_ln_case(rng, (6,))),
-        ("a 4-D batch (2, 2, 3, 8)", _add_ln_case(rng, (2, 2, 3, 8), -1.0, 0.5)),
-        ("the top block: dsum = 0, (3, 8)", _add_ln_case(rng, (3, 8), dsum=False)),
-        ("a residual stream near 1000, (3, 16)", _add_ln_case(rng, (3, 16), 500.0)),
-        ("a float32 batch (4, 32)", _add_ln_case(rng, (4, 32), dtype=np.float32)),
+        ("a batch of 4 tokens, d = 8", _add_rms_case(rng, (4, 8), 1.0, 2.0)),
+        ("a 3-D batch (2, 3, 16)", _add_rms_case(rng, (2, 3, 16))),
+        ("one token, d = 6, rstd of shape (1,)", _add_rms_case(rng, (6,))),
+        ("a 4-D batch (2, 2, 3, 8)", _add_rms_case(rng, (2, 2, 3, 8), -1.0, 0.5)),
+        ("the top block: dsum = 0, (3, 8)", _add_rms_case(rng, (3, 8), dsum=False)),
+        ("a cache made with eps = 0.25: small tokens, (3, 8), where eps is a good part "
+         "of rstd", _add_rms_case(rng, (3, 8), 0.0, 0.2, eps=0.25)),
+        ("a residual stream near 1000, (3, 16)", _add_rms_case(rng, (3, 16), 500.0)),
+        ("a float32 batch (4, 32)", _add_rms_case(rng, (4, 32), dtype=np.float32)),
     ]
 
 
-def _add_ln_params_cases(rng):
+def _add_rms_params_cases(rng):
     """Batches of several leading axes first: a sum over axis 0 alone fails there."""
-    cases = _add_ln_cases(rng)
+    cases = _add_rms_cases(rng)
     return [cases[1], cases[3], cases[0], cases[2]] + cases[4:]
 
 
-def _add_ln_large(rng):
-    return _large("one token of 65,536 features, 3-D (1, 1, 65536)",
-                  _add_ln_case(rng, (1, 1, LARGE), 1.0))
+def _add_rms_large(rng):
+    return _large("one token of 65,536 features, (1, 65536)",
+                  _add_rms_case(rng, (1, LARGE), 1.0))
 
 
-def _add_ln_torch_reference(case):
-    """(dx, dresidual, dgamma, dbeta) from torch's autograd in float64, through
-    s = x + residual, y = F.layer_norm(s) and the loss sum(dy * y) + sum(dsum * s)."""
+def _add_rms_torch_reference(case):
+    """(dx, dresidual, dgamma) from torch's autograd in float64, through s = x +
+    residual, y = gamma * s / sqrt(mean(s^2) + eps) and the loss sum(dy * y) +
+    sum(dsum * s), s the cache's sum."""
     import torch
-    import torch.nn.functional as F
 
     c = _float64(case)
-    x, residual, gamma, beta = (torch.tensor(c[key], requires_grad=True)
-                                for key in ("x", "residual", "gamma", "beta"))
+    s0 = torch.from_numpy(c["s"])
+    x = torch.zeros_like(s0, requires_grad=True)  # s = s0 + x + residual, both 0
+    residual = torch.zeros_like(s0, requires_grad=True)
+    gamma = torch.tensor(c["gamma"], requires_grad=True)
     with torch.enable_grad():
-        s = x + residual
-        y = F.layer_norm(s, s.shape[-1:], gamma, beta, float(case["eps"]))
+        s = s0 + x + residual
+        y = gamma * s / torch.sqrt((s * s).mean(-1, keepdim=True) + float(case["eps"]))
         loss = (torch.from_numpy(c["dy"]) * y).sum() + (torch.from_numpy(c["dsum"]) * s).sum()
         loss.backward()
-    return tuple(t.grad.numpy() for t in (x, residual, gamma, beta))
+    return tuple(t.grad.numpy() for t in (x, residual, gamma))
 
 
-def _add_ln_loss(c):
+def _add_rms_loss(c):
+    """sum(dy * y) + sum(dsum * s), s = x + residual: a finite difference moves x or
+    residual, and s with it."""
     s = c["x"] + c["residual"]
-    y = recipe.layer_norm(s, c["gamma"], c["beta"], float(c["eps"]))
-    return float(np.sum(c["dy"] * y) + np.sum(c["dsum"] * s))
+    rms = np.sqrt((s**2).mean(axis=-1, keepdims=True) + float(c["eps"]))
+    return float(np.sum(c["dy"] * c["gamma"] * s / rms) + np.sum(c["dsum"] * s))
 
 
-def _normed_sum_case(case, of_x_alone=False):
-    """The layer norm's own case: its input s = x + residual (or x alone)."""
+def _add_rms_mistakes(case, name):
+    """{hint: a wrong dx (or dresidual)} for the usual slips of the fused backward."""
     c = _float64(case)
-    s = c["x"] if of_x_alone else c["x"] + c["residual"]
-    return {"x": s.astype(case["x"].dtype), "gamma": case["gamma"], "beta": case["beta"],
-            "dy": case["dy"], "eps": case["eps"]}
+    s, dsum, g = c["s"], c["dsum"], c["dy"] * c["gamma"]
+    rstd = c["rstd"].reshape(s.shape[:-1] + (1,))
 
+    def avg(v):
+        return v.mean(axis=-1, keepdims=True)
 
-_UNBIASED_SUM = ("the layer norm's variance is the biased one, dividing by d (np.var's "
-                 "default), not by d - 1: the backward pass rebuilds the forward's rstd "
-                 "and x_hat, and must rebuild the ones y was made with")
+    def through_y(g=g, rstd=rstd):
+        s_hat = s * rstd
+        return rstd * (g - s_hat * avg(g * s_hat))
 
-
-def _unbiased_s_hat(case):
-    """x_hat and rstd of s = x + residual, from a variance divided by d - 1."""
-    c = _float64(case)
-    s = c["x"] + c["residual"]
+    right = through_y()
+    recomputed = 1.0 / np.sqrt(avg(s * s) + 1e-5)
     d = s.shape[-1]
-    centred = s - s.mean(axis=-1, keepdims=True)
-    rstd = 1.0 / np.sqrt((centred**2).sum(axis=-1, keepdims=True) / max(d - 1, 1)
-                         + float(case["eps"]))
-    return centred * rstd, rstd
-
-
-def _add_ln_unbiased_mistakes(case, name):
-    """dx from a forward with d - 1: the lesson's formula on its x_hat and rstd, and
-    the exact gradient of that forward (its last mean divides by d - 1)."""
-    c = _float64(case)
-    s_hat, rstd = _unbiased_s_hat(case)
-    d = s_hat.shape[-1]
-    g = c["dy"] * c["gamma"]
-    centred_g = g - g.mean(axis=-1, keepdims=True)
-    projection = (g * s_hat).sum(axis=-1, keepdims=True)
+    unbiased = 1.0 / np.sqrt((s * s).sum(axis=-1, keepdims=True) / max(d - 1, 1) + 1e-5)
     return {
-        f"{name}: {_UNBIASED_SUM}":
-            rstd * (centred_g - s_hat * projection / d) + c["dsum"],
-        f"{name}, exact for a layer norm with d - 1: {_UNBIASED_SUM}":
-            rstd * (centred_g - s_hat * projection / max(d - 1, 1)) + c["dsum"],
-    }
-
-
-def _add_ln_mistakes(case, name):
-    """{hint: a wrong dx (or dresidual)} for the usual slips of the add's backward."""
-    c = _float64(case)
-    dsum = c["dsum"]
-    through_y = _ln_dx_mistakes(_normed_sum_case(case))
-    right = -through_y["the sign of dx is flipped"]
-    mistakes = {
-        f"{name} is missing dsum: s = x + residual is handed on to the next block as "
-        "well as normalized, so it collects the gradient of both uses, dy's through "
-        "the layer norm and dsum": right,
-        f"{name} is missing the gradient through the layer norm: s reaches the loss "
+        f"{name} is missing dsum: s = x + residual is handed on up the residual stream "
+        "as well as normalized, so it collects the gradient of both uses, dy's through "
+        "the RMSNorm and dsum": right,
+        f"{name} is missing the gradient through the RMSNorm: s reaches the loss "
         "through y too, not only through the residual stream": dsum,
-        f"the layer norm normalizes s = x + residual, so x_hat, mean and rstd in {name} "
-        "are those of the sum, not of x alone":
-            -_ln_dx_mistakes(_normed_sum_case(case, of_x_alone=True))[
-                "the sign of dx is flipped"] + dsum,
+        f"{name} treats rstd as a constant: rstd depends on every s_j through "
+        "mean(s^2), and that path adds the term -s_hat * mean(g * s_hat)":
+            rstd * g + dsum,
+        f"RMSNorm subtracts no mean: no path from s runs through a mean, so no term of "
+        f"{name} comes from one": rstd * (g - avg(g) - s * rstd * avg(g * s * rstd)) + dsum,
+        f"the gradient reaching s_hat in {name} is g = dy * gamma: dy passes through "
+        "gamma before it reaches s_hat": through_y(c["dy"]) + dsum,
+        f"{name} rebuilt rstd with eps = 1e-5; use the rstd the forward saved, the one "
+        "y was made with (this cache's eps was another)":
+            through_y(rstd=recomputed) + dsum,
+        f"{name} rebuilt rstd, from a mean of s^2 divided by d - 1: use the rstd the "
+        "forward saved (RMSNorm's mean(s^2) divides by d, and eps is inside rstd)":
+            through_y(rstd=unbiased) + dsum,
+        f"the derivative of mean(s^2) with respect to s_j is 2 s_j / d, and the power "
+        f"-1/2 halves it again: the 2s cancel in {name}":
+            rstd * (g - 2 * s * rstd * avg(g * s * rstd)) + dsum,
+        f"{name}: the add passes its gradient on unchanged, to x and to residual alike; "
+        "it is not shared out between them": (right + dsum) / 2,
+        f"the sign of the RMSNorm part of {name} is flipped": dsum - right,
     }
-    mistakes.update({f"the layer-norm part of {name}: {hint}": wrong + dsum
-                     for hint, wrong in through_y.items()})
-    mistakes[f"{name}: the add passes its gradient on unchanged, to x and to residual "
-             "alike; it is not shared out between them"] = (right + dsum) / 2
-    mistakes.update(_add_ln_unbiased_mistakes(case, name))
-    return mistakes
 
 
-def _judge_add_ln_grads(case, output):
+def _judge_add_rms_grads(case, output):
     x = case["x"]
-    dx, dresidual, _, _ = _add_ln_torch_reference(case)
+    dx, dresidual, _ = _add_rms_torch_reference(case)
     for name, key, expected in (("dx", "x", dx), ("dresidual", "residual", dresidual)):
         problem = mismatch(output[name], expected, dtype=x.dtype, what=name)
         if problem:
-            hint = _first_hint(output[name], _add_ln_mistakes(case, name), x.dtype)
-            evidence = _fd_evidence(_add_ln_loss, case, key, name, output[name], expected,
+            hint = _first_hint(output[name], _add_rms_mistakes(case, name), x.dtype)
+            evidence = _fd_evidence(_add_rms_loss, case, key, name, output[name], expected,
                                     "sum(dy * y) + sum(dsum * s)")
             return _with_hint(problem + evidence, hint)
     return None
 
 
-def _judge_add_ln_params(case, output):
-    _, _, dgamma, dbeta = _add_ln_torch_reference(case)
-    normed = _normed_sum_case(case)
-    _, _, _, x_hat = _ln_parts(normed)
-    for name, expected, key in (("dgamma", dgamma, "gamma"), ("dbeta", dbeta, "beta")):
-        problem = _judge_param(output, normed, name, expected, x_hat, _ln_loss, key)
-        if problem:
-            if (name == "dgamma" and "Hint:" not in problem
-                    and np.shape(output[name]) == expected.shape):
-                _, _, _, x_hat_of_x = _ln_parts(_normed_sum_case(case, of_x_alone=True))
-                alone = _token_sum(_float64(case)["dy"] * x_hat_of_x)
-                if matches(output[name], alone, dtype=case["x"].dtype):
-                    problem += (". Hint: x_hat is the normalized sum s = x + residual, "
-                                "not the normalized x")
-                elif matches(output[name], _token_sum(_float64(case)["dy"]
-                                                      * _unbiased_s_hat(case)[0]),
-                             dtype=case["x"].dtype):
-                    problem += f". Hint: {_UNBIASED_SUM}"
-            return problem
-    return None
+def _judge_add_rms_params(case, output):
+    _, _, dgamma = _add_rms_torch_reference(case)
+    c = _float64(case)
+    s_hat = c["s"] * c["rstd"].reshape(c["s"].shape[:-1] + (1,))
+    # dgamma's hints and finite difference read the normalized input as x
+    params_case = {**case, "x": case["s"], "residual": np.zeros_like(case["s"])}
+    problem = _judge_param(output, params_case, "dgamma", dgamma, s_hat,
+                           _add_rms_loss, "gamma", has_beta=False)
+    if problem and "Hint:" not in problem and np.shape(output["dgamma"]) == dgamma.shape:
+        d = c["s"].shape[-1]
+        for divisor in (d, max(d - 1, 1)):
+            rebuilt = c["s"] / np.sqrt((c["s"] ** 2).sum(axis=-1, keepdims=True) / divisor
+                                       + 1e-5)
+            if matches(output["dgamma"], _token_sum(c["dy"] * rebuilt),
+                       dtype=case["x"].dtype):
+                problem += (". Hint: dgamma rebuilt rstd; use the rstd the forward saved, "
+                            "the one y was made with")
+                break
+    return problem
 
 
 # ---------------------------------------------------------------- the running sum behind dgamma
@@ -1330,15 +1321,15 @@ def _blind_check_truth():
 
 
 def _bn_shift_truth():
-    """Which shift leaves BatchNorm's evaluation-mode output unchanged: (a) one
+    """Which shift leaves BatchNorm's training-mode output unchanged: (a) one
     number added to every feature of one example, (b) to one feature of every
-    example? Eval mode normalizes with fixed running statistics."""
+    example? Training mode normalizes each feature with the batch's own mean and
+    variance."""
     rng = np.random.default_rng(0)
     x, gamma, beta = rng.normal(1.0, 2.0, (8, 5)), rng.normal(size=5), rng.normal(size=5)
-    running_mean, running_var = rng.normal(size=5), rng.uniform(0.5, 2.0, size=5)
 
     def y(x):
-        return batchnorm.batch_norm(x, gamma, beta, running_mean, running_var, False)[0]
+        return batchnorm.batch_norm(x, gamma, beta, np.zeros(5), np.ones(5), True)[0]
 
     row, column = x.copy(), x.copy()
     row[0] += 3.0  # one example, every feature
@@ -1361,8 +1352,8 @@ _ANSWERS = {
         "which wrong dx a gradient check with dy = 1 and gamma = 1 cannot catch",
         ONE_LETTER, _blind_check_truth),
     "backward_bn_shift_answer": (
-        "which shift of x leaves BatchNorm's evaluation-mode output unchanged (its "
-        "mean and variance are the running ones, fixed numbers)",
+        "which shift of x leaves BatchNorm's training-mode output unchanged (it "
+        "normalizes each feature with the batch's own mean and variance)",
         ONE_LETTER, _bn_shift_truth),
     "backward_accumulation_answer": (
         "how much further from the float64 sum a running sum kept in bfloat16 lands than "
@@ -1414,11 +1405,12 @@ CHECKS = {
         _within_budget(_judge_bn_dx, "batch_norm_backward_closed"), _CLOSED,
         "batch_norm_backward")),
     "backward_rms_function": Check(_rms_function_cases, _real_only(_judge_rms_function)),
-    "backward_add_ln_grads": Check(_and_large(_add_ln_cases, _add_ln_large), _within_budget(
-        _judge_add_ln_grads, "add_layer_norm_backward")),
-    "backward_add_ln_params": Check(_and_large(_add_ln_params_cases, _add_ln_large),
-                                    _within_budget(_judge_add_ln_params,
-                                                   "add_layer_norm_backward")),
+    "backward_add_rms_grads": Check(_and_large(_add_rms_cases, _add_rms_large),
+                                    _within_budget(_judge_add_rms_grads,
+                                                   "add_rms_norm_backward")),
+    "backward_add_rms_params": Check(_and_large(_add_rms_params_cases, _add_rms_large),
+                                     _within_budget(_judge_add_rms_params,
+                                                    "add_rms_norm_backward")),
     "backward_running_sum": Check(_running_sum_cases, _judge_running_sum),
     **{name: Check(lambda rng: [("your answer", {})], _answer_judge(name))
        for name in _ANSWERS},

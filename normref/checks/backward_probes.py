@@ -415,21 +415,21 @@ def check_blind_check_answer(answer):
 
 
 @_timed
-def _call_add_ln_backward(add_layer_norm_backward, case):
-    result = add_layer_norm_backward(*(case[key].copy() for key in (
-        "dy", "dsum", "x", "residual", "gamma")), float(case["eps"]))
-    dx, dresidual, dgamma, dbeta = _unpack(result, "add_layer_norm_backward", 4)
-    return {"dx": dx, "dresidual": dresidual, "dgamma": dgamma, "dbeta": dbeta}
+def _call_add_rms_backward(add_rms_norm_backward, case):
+    result = add_rms_norm_backward(*(case[key].copy() for key in (
+        "dy", "dsum", "s", "rstd", "gamma")))
+    dx, dresidual, dgamma = _unpack(result, "add_rms_norm_backward", 3)
+    return {"dx": dx, "dresidual": dresidual, "dgamma": dgamma}
 
 
-def check_add_layer_norm_backward_grads(add_layer_norm_backward):
-    """Check dx and dresidual from add_layer_norm_backward(dy, dsum, x, residual,
-    gamma, eps) -> (dx, dresidual, dgamma, dbeta), for s = x + residual handed on
-    and normalized, y = layer_norm(s)."""
-    run_check("backward_add_ln_grads", add_layer_norm_backward, _call_add_ln_backward)
+def check_add_rms_norm_backward_grads(add_rms_norm_backward):
+    """Check dx and dresidual from add_rms_norm_backward(dy, dsum, s, rstd, gamma) ->
+    (dx, dresidual, dgamma), for s = x + residual handed on and normalized, y =
+    gamma * s * rstd, from the forward's cache (s, rstd)."""
+    run_check("backward_add_rms_grads", add_rms_norm_backward, _call_add_rms_backward)
 
 
-def check_add_layer_norm_backward_params(add_layer_norm_backward):
-    """Check dgamma and dbeta from add_layer_norm_backward, for batches with one or
-    several leading axes."""
-    run_check("backward_add_ln_params", add_layer_norm_backward, _call_add_ln_backward)
+def check_add_rms_norm_backward_params(add_rms_norm_backward):
+    """Check dgamma from add_rms_norm_backward, for batches with one or several
+    leading axes."""
+    run_check("backward_add_rms_params", add_rms_norm_backward, _call_add_rms_backward)

@@ -23,8 +23,8 @@ from normref.checks import (
     backward_probes,
     check_accumulate_rows,
     check_accumulation_answer,
-    check_add_layer_norm_backward_grads,
-    check_add_layer_norm_backward_params,
+    check_add_rms_norm_backward_grads,
+    check_add_rms_norm_backward_params,
     check_batch_norm_backward_closed_dx,
     check_batch_norm_backward_dx,
     check_batch_norm_backward_params,
@@ -585,7 +585,7 @@ def test_group_norm_check_reports_a_wrong_return():
     (check_rms_zero_answer, ["b", "B", "(b)"], ["a", "c", "d", "", None]),
     (check_gn_zero_sums_answer, ["bc", "cb", "b, c"], ["b", "c", "bcd", "abc", None]),
     (check_blind_check_answer, ["b", " b "], ["a", "c", "d", None]),
-    (check_bn_shift_answer, ["d", "(D)", " d "], ["a", "b", "c", "", None]),
+    (check_bn_shift_answer, ["b", "(B)", " b "], ["a", "c", "d", "", None]),
     (check_accumulation_answer, ["c", " (C) "], ["a", "b", "d", "", None]),
 ])
 def test_inline_answers_are_judged(check, right, wrong):
@@ -622,7 +622,7 @@ def _visible_answer_test(grade_id):
                                               "b and c", "(b), (c)"],
      [None, "", "both"]),
     ("blind_check_correct", "blind_check", ["b", " b ", "B", "(b)"], [None, "", "bc"]),
-    ("bn_shift_correct", "bn_shift", ["d", " (d) ", "D"], [None, "", "ab"]),
+    ("bn_shift_correct", "bn_shift", ["b", " (b) ", "B"], [None, "", "ab"]),
     ("acc_prediction_correct", "accumulation", ["c", " (C) "], [None, "", "cd"]),
 ])
 def test_visible_answer_asserts_accept_what_the_hidden_check_accepts(
@@ -2253,9 +2253,9 @@ def test_batch_norm_param_slips_on_a_square_batch_and_from_x_are_named():
         assert hint in backward_judges._bn_param_hint(wrong, case, "dgamma", expected)
 
 
-def test_bn_shift_truth_is_what_torch_says_in_evaluation_mode():
-    """Exercise 8 asks about evaluation mode, where neither shift is ignored;
-    training mode (the experiment's) ignores a shift of one feature."""
+def test_bn_shift_truth_is_what_torch_says_in_training_mode():
+    """Exercise 8 asks about training mode, which ignores a shift of one feature
+    (b); evaluation mode (its ungraded follow-up) ignores neither."""
     x = torch.tensor(np.random.default_rng(2).normal(size=(6, 3)))
     running_mean = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
     running_var = torch.tensor([1.0, 0.3, 4.0], dtype=torch.float64)
@@ -2270,7 +2270,7 @@ def test_bn_shift_truth_is_what_torch_says_in_evaluation_mode():
     assert torch.allclose(y(column, True), y(x, True))
     assert not torch.allclose(y(row, False), y(x, False))
     assert not torch.allclose(y(column, False), y(x, False))
-    assert backward_judges._bn_shift_truth() == "d"
+    assert backward_judges._bn_shift_truth() == "b"
 
 
 class _RMSNormFunction(torch.autograd.Function):
@@ -2390,96 +2390,87 @@ def test_the_rms_function_check_wants_x_and_gamma_saved_on_ctx():
     check_rms_norm_function(_SavesXHatAndRstd)
 
 
-# ---------------------------------------------------------------- add + layer norm
+# ---------------------------------------------------------------- add + RMSNorm, from the cache
 
-@pytest.mark.parametrize("seed, shape", [(0, (6,)), (1, (4, 8)), (2, (2, 3, 16))])
-def test_add_layer_norm_backward_matches_torch_autograd(seed, shape):
+def _add_rms_cache(seed, shape, eps=1e-5):
     rng = np.random.default_rng(seed)
     x, residual, dy, dsum = (rng.normal(size=shape) for _ in range(4))
-    gamma, beta = rng.normal(1.0, 0.5, size=shape[-1]), rng.normal(size=shape[-1])
-    xt, rt, gt, bt = _torch_leaves(x, residual, gamma, beta)
-    s = xt + rt
-    y = F.layer_norm(s, shape[-1:], gt, bt, 1e-5)
-    ((torch.from_numpy(dy) * y).sum() + (torch.from_numpy(dsum) * s).sum()).backward()
-    ours = backward.add_layer_norm_backward(dy, dsum, x, residual, gamma)
-    for mine, leaf in zip(ours, (xt, rt, gt, bt)):
+    gamma = rng.normal(1.0, 0.5, size=shape[-1])
+    s = x + residual
+    rstd = 1.0 / np.sqrt((s * s).mean(-1, keepdims=True) + eps)
+    return x, residual, dy, dsum, gamma, s, rstd
+
+
+@pytest.mark.parametrize("seed, shape, eps", [(0, (6,), 1e-5), (1, (4, 8), 0.3),
+                                              (2, (2, 3, 16), 1e-5)])
+def test_add_rms_norm_backward_matches_torch_autograd(seed, shape, eps):
+    x, residual, dy, dsum, gamma, s, rstd = _add_rms_cache(seed, shape, eps)
+    xt, rt, gt = _torch_leaves(x, residual, gamma)
+    st = xt + rt
+    y = F.rms_norm(st, shape[-1:], gt, eps)
+    ((torch.from_numpy(dy) * y).sum() + (torch.from_numpy(dsum) * st).sum()).backward()
+    ours = backward.add_rms_norm_backward(dy, dsum, s, rstd, gamma)
+    for mine, leaf in zip(ours, (xt, rt, gt)):
         assert _relative_error(mine, leaf.grad.numpy()) < 1e-12
 
 
-def test_add_layer_norm_gradient_check_agrees():
-    rng = np.random.default_rng(5)
-    x, residual, dy, dsum = (rng.normal(size=(3, 8)) for _ in range(4))
-    gamma = rng.normal(1.0, 0.5, size=8)
-    case = {"x": x, "residual": residual, "gamma": gamma, "beta": np.zeros(8),
-            "dy": dy, "dsum": dsum, "eps": np.array(1e-5)}
-    dx = backward.add_layer_norm_backward(dy, dsum, x, residual, gamma)[0]
-    estimate = _centred_differences(lambda: J._add_ln_loss(case), x)
+def test_add_rms_norm_gradient_check_agrees():
+    x, residual, dy, dsum, gamma, s, rstd = _add_rms_cache(5, (3, 8), 0.1)
+    case = {"x": x, "residual": residual, "gamma": gamma, "dy": dy, "dsum": dsum,
+            "eps": np.array(0.1)}
+    dx = backward.add_rms_norm_backward(dy, dsum, s, rstd, gamma)[0]
+    estimate = _centred_differences(lambda: J._add_rms_loss(case), x)
     assert 1e-12 < _relative_error(dx, estimate) < 1e-8
 
 
-def test_the_add_layer_norm_checks_pass_the_reference():
-    check_add_layer_norm_backward_grads(backward.add_layer_norm_backward)
-    check_add_layer_norm_backward_params(backward.add_layer_norm_backward)
+def test_the_add_rms_norm_checks_pass_the_reference_and_rstd_of_shape_dots():
+    check_add_rms_norm_backward_grads(backward.add_rms_norm_backward)
+    check_add_rms_norm_backward_params(backward.add_rms_norm_backward)
+
+    def flat_rstd(dy, dsum, s, rstd, gamma):
+        """rstd taken as one number a token, shape (...)."""
+        return backward.add_rms_norm_backward(dy, dsum, s, np.squeeze(rstd, -1), gamma)
+
+    check_add_rms_norm_backward_grads(flat_rstd)
 
 
-def _add_ln_variant(slip):
-    def variant(dy, dsum, x, residual, gamma, eps=1e-5):
-        dx, dres, dgamma, dbeta = backward.add_layer_norm_backward(
-            dy, dsum, x, residual, gamma, eps)
-        _, cache = backward.layer_norm_forward(x, gamma, 0 * gamma, eps)
-        on_x = backward.layer_norm_backward(dy, cache)
-        return {"no dsum": lambda: (dx - dsum, dres - dsum, dgamma, dbeta),
-                "halved": lambda: (dx / 2, dres / 2, dgamma, dbeta),
-                "x alone": lambda: (on_x[0] + dsum, on_x[0] + dsum, dgamma, dbeta),
-                "no residual": lambda: (dx, 0 * dres, dgamma, dbeta),
-                "dgamma of x": lambda: (dx, dres, on_x[1], dbeta),
-                "d - 1": lambda: _unbiased_add_ln_backward(dy, dsum, x, residual, gamma,
-                                                           eps),
-                "d - 1 exact": lambda: _unbiased_add_ln_autograd(dy, dsum, x, residual,
-                                                                 gamma, eps),
-                "dgamma with d - 1": lambda: (dx, dres, _unbiased_add_ln_backward(
-                    dy, dsum, x, residual, gamma, eps)[2], dbeta)}[slip]()
+def _add_rms_variant(slip):
+    def variant(dy, dsum, s, rstd, gamma):
+        dx, dres, dgamma = backward.add_rms_norm_backward(dy, dsum, s, rstd, gamma)
+        d = np.shape(s)[-1]
+        rebuilt = 1.0 / np.sqrt((np.asarray(s) ** 2).mean(-1, keepdims=True) + 1e-5)
+        unbiased = 1.0 / np.sqrt((np.asarray(s) ** 2).sum(-1, keepdims=True) / (d - 1)
+                                 + 1e-5)
+        r = np.reshape(rstd, np.shape(s)[:-1] + (1,))
+        return {"no dsum": lambda: (dx - dsum, dres - dsum, dgamma),
+                "only dsum": lambda: (dsum, dsum, dgamma),
+                "halved": lambda: (dx / 2, dres / 2, dgamma),
+                "constant rstd": lambda: (r * dy * gamma + dsum, dres, dgamma),
+                "no residual": lambda: (dx, 0 * dres, dgamma),
+                "rebuilt rstd": lambda: backward.add_rms_norm_backward(
+                    dy, dsum, s, rebuilt, gamma),
+                "rebuilt with d - 1": lambda: backward.add_rms_norm_backward(
+                    dy, dsum, s, unbiased, gamma),
+                "dgamma rebuilt": lambda: (dx, dres, backward.add_rms_norm_backward(
+                    dy, dsum, s, rebuilt, gamma)[2]),
+                "dgamma of s": lambda: (dx, dres, (dy * s).reshape(-1, d).sum(0))}[slip]()
     return variant
 
 
-def _unbiased_add_ln_backward(dy, dsum, x, residual, gamma, eps):
-    """The lesson's formula, its x_hat and rstd rebuilt with a variance over d - 1."""
-    s = np.asarray(x, dtype=np.float64) + residual
-    rstd = 1.0 / np.sqrt(s.var(axis=-1, keepdims=True, ddof=1) + eps)
-    s_hat = (s - s.mean(axis=-1, keepdims=True)) * rstd
-    g = dy * gamma
-    ds = rstd * (g - g.mean(axis=-1, keepdims=True)
-                 - s_hat * (g * s_hat).mean(axis=-1, keepdims=True)) + dsum
-    d = s.shape[-1]
-    return ds, ds, (dy * s_hat).reshape(-1, d).sum(axis=0), dy.reshape(-1, d).sum(axis=0)
-
-
-def _unbiased_add_ln_autograd(dy, dsum, x, residual, gamma, eps):
-    """torch's gradients of the add and a layer norm whose variance divides by d - 1."""
-    x_t, r_t, g_t = _torch_leaves(x, residual, gamma)
-    s = x_t + r_t
-    y = g_t * (s - s.mean(-1, keepdim=True)) / torch.sqrt(s.var(-1, keepdim=True) + eps)
-    ((torch.from_numpy(np.asarray(dy, np.float64)) * y).sum()
-     + (torch.from_numpy(np.asarray(dsum, np.float64)) * s).sum()).backward()
-    return (x_t.grad.numpy(), r_t.grad.numpy(), g_t.grad.numpy(),
-            np.asarray(dy, np.float64).reshape(-1, np.shape(dy)[-1]).sum(axis=0))
-
-
 @pytest.mark.parametrize("slip, check, message", [
-    ("no dsum", check_add_layer_norm_backward_grads, "dx is missing dsum"),
-    ("halved", check_add_layer_norm_backward_grads, "not shared out between them"),
-    ("x alone", check_add_layer_norm_backward_grads, "not of x alone"),
-    ("no residual", check_add_layer_norm_backward_grads, "dresidual is"),
-    ("dgamma of x", check_add_layer_norm_backward_params, "not the normalized x"),
-    ("d - 1", check_add_layer_norm_backward_grads, r"Hint: dx: .*not by d - 1"),
-    ("d - 1 exact", check_add_layer_norm_backward_grads,
-     r"Hint: dx, exact for a layer norm with d - 1: .*not by d - 1"),
-    ("dgamma with d - 1", check_add_layer_norm_backward_params,
-     r"Hint: the layer norm's variance .*not by d - 1"),
+    ("no dsum", check_add_rms_norm_backward_grads, "dx is missing dsum"),
+    ("only dsum", check_add_rms_norm_backward_grads, "missing the gradient through"),
+    ("halved", check_add_rms_norm_backward_grads, "not shared out between them"),
+    ("constant rstd", check_add_rms_norm_backward_grads, "treats rstd as a constant"),
+    ("no residual", check_add_rms_norm_backward_grads, "dresidual is"),
+    ("rebuilt rstd", check_add_rms_norm_backward_grads, "rebuilt rstd with eps = 1e-5"),
+    ("rebuilt with d - 1", check_add_rms_norm_backward_grads, "divided by d - 1"),
+    ("dgamma rebuilt", check_add_rms_norm_backward_params, "dgamma rebuilt rstd"),
+    ("dgamma of s", check_add_rms_norm_backward_params, "not by x"),
 ])
-def test_add_layer_norm_checks_name_the_slip(slip, check, message):
+def test_add_rms_norm_checks_name_the_slip(slip, check, message):
     with pytest.raises(CheckFailed, match=message):
-        check(_add_ln_variant(slip))
+        check(_add_rms_variant(slip))
 
 
 def test_gn_dx_check_names_gamma_taken_outside_the_group_means():
@@ -2647,8 +2638,8 @@ def test_the_dx_dot_x_check_explains_a_result_that_is_not_one_number(answer, pro
 
 GRADED_BACKWARDS = ["backward_rms_dx", "backward_rms_dgamma", "backward_gn_dx",
                     "backward_gn_params", "backward_bn_dx", "backward_bn_stages",
-                    "backward_bn_params", "backward_bn_closed_dx", "backward_add_ln_grads",
-                    "backward_add_ln_params"]
+                    "backward_bn_params", "backward_bn_closed_dx", "backward_add_rms_grads",
+                    "backward_add_rms_params"]
 
 
 @pytest.mark.parametrize("name", GRADED_BACKWARDS)
@@ -2731,14 +2722,14 @@ def test_the_probe_stops_a_call_past_its_budget_and_times_a_fast_one():
 
 
 @pytest.mark.parametrize("name", ["backward_rms_dx", "backward_gn_dx", "backward_bn_closed_dx",
-                                  "backward_add_ln_grads"])
+                                  "backward_add_rms_grads"])
 def test_a_complex_gradient_is_refused_though_its_real_part_is_right(name):
     """Complex-step differentiation leaves complex arrays: refused, whatever their real part."""
     label, case = _cases(name)[0]
     outputs = {}
     probe = {"backward_rms_dx": ("dx", "dgamma"), "backward_gn_dx": ("dx", "dgamma", "dbeta"),
              "backward_bn_closed_dx": ("dx", "dgamma", "dbeta"),
-             "backward_add_ln_grads": ("dx", "dresidual", "dgamma", "dbeta")}[name]
+             "backward_add_rms_grads": ("dx", "dresidual", "dgamma")}[name]
     for key in probe:
         outputs[key] = np.zeros(1, complex)
     message = _judge(name, case, outputs)
