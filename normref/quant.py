@@ -576,3 +576,64 @@ def beta_table(beta_after_round_trip=False):
             rmse_over_std(with_beta, fp8_round_trip(plain_ln, torch.float8_e4m3fn) + beta),
             rmse_over_std(with_beta, bf16_round_trip(plain_ln) + beta))
     return table
+
+
+# -- four-bit elements: MXFP4 and NVFP4 --------------------------------------
+
+# FP4 E2M1 (OCP MX v1.0, section 5.3.3): 1 sign, 2 exponent and 1 mantissa bit,
+# no infinity, no NaN. Its non-negative values, and emax = 2 (largest normal 6).
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+E2M1_EMAX = 2
+NVFP4_BLOCK = 16  # NVFP4: 16 elements share one e4m3 scale
+
+
+def e2m1_round(v):
+    """Each value of v rounded to the nearest e2m1 value, ties to the one with
+    an even mantissa (0, 1, 2, 4), saturating at +-6. Float in, same dtype out."""
+    grid = torch.tensor(E2M1_VALUES, dtype=v.dtype)  # 8
+    distance = (v.abs().clamp(max=6.0).unsqueeze(-1) - grid).abs()  # ..., 8
+    odd = torch.arange(8) % 2  # the odd mantissas sit at odd positions
+    tied_last = torch.where(distance == distance.amin(-1, keepdim=True),
+                            16 * odd + torch.arange(8), 99)
+    return torch.sign(v) * grid[tied_last.argmin(-1)]
+
+
+def mxfp4_round_trip(x, block=MX_BLOCK):
+    """MXFP4 round trip along the last axis: e2m1 elements sharing one E8M0
+    scale per block of 32, X = 2 ** (floor(log2 amax) - 2), 1 for an all-zero
+    block; back = e2m1_round(x / X) * X. x: float (..., d) -> float32 (..., d)."""
+    d = x.shape[-1]
+    blocks = _blocks(x.float(), block)  # ..., n_blocks, block
+    amax = blocks.abs().amax(dim=-1, keepdim=True)  # ..., n_blocks, 1
+    exponent = torch.frexp(torch.where(amax > 0, amax, torch.ones_like(amax)))[1]
+    X = torch.where(amax > 0, torch.ldexp(torch.ones_like(amax),
+                                          exponent - 1 - E2M1_EMAX),
+                    torch.ones_like(amax))
+    return (e2m1_round(blocks / X) * X).flatten(-2)[..., :d]
+
+
+def nvfp4_round_trip(x, block=NVFP4_BLOCK):
+    """NVFP4 round trip along the last axis: e2m1 elements, one e4m3 scale per
+    block of 16 and one float32 scale for the whole tensor. The tensor scale
+    puts the largest block scale at e4m3's 448: t = amax(x) / (448 * 6); each
+    block's scale is amax(block) / 6 / t, stored in e4m3; an element is stored
+    as e2m1_round(x / (e4m3 scale * t)). x: float (..., d) -> float32 (..., d)."""
+    e4m3 = torch.float8_e4m3fn
+    d = x.shape[-1]
+    x = x.float()
+    amax = x.abs().max()
+    t = amax / (fp8_max(e4m3) * 6) if amax > 0 else torch.tensor(1.0)
+    blocks = _blocks(x, block)  # ..., n_blocks, block
+    block_amax = blocks.abs().amax(dim=-1, keepdim=True)  # ..., n_blocks, 1
+    stored_scale = (block_amax / 6 / t).clamp(max=fp8_max(e4m3)).to(e4m3).float()
+    scale = stored_scale * t
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return (e2m1_round(blocks / scale) * scale).flatten(-2)[..., :d]
+
+
+def per_token_fp4_round_trip(x):
+    """e2m1 with one float32 scale per token: amax over the row onto 6."""
+    x = x.float()
+    amax = x.abs().amax(dim=-1, keepdim=True)
+    scale = torch.where(amax > 0, amax / 6, torch.ones_like(amax))
+    return e2m1_round(x / scale) * scale

@@ -606,6 +606,114 @@ def _judge_mx(case, output):
 
 
 
+# -- four-bit elements: MXFP4 -------------------------------------------------
+
+FP4_MISMATCH_FRACTION = 0.01  # values allowed one e2m1 step off (a tie met another way)
+
+
+def _mxfp4_cases(rng):
+    loud = rng.normal(size=(16, 64))
+    loud[:, 3] *= 30.0  # one loud feature in block 0 of every token
+    sizes = np.repeat(10.0 ** rng.uniform(-3, 3, size=(4, 3)), 32, axis=1)
+    zero_block = rng.normal(size=(3, 64))
+    zero_block[2, 32:] = 0.0
+    exact = np.tile(np.array([6.0, -4.0, 3.0, 1.5, 0.5, -1.0, 2.0, 0.0] * 4), (2, 1))
+    exact[1] *= 2.0**-5  # the same values in a block whose amax is 6 * 2**-5
+    below = rng.uniform(-0.5, 0.5, size=(2, 64))
+    below[:, [7, 39]] = np.nextafter(np.float32(4.0), np.float32(0))
+    return [
+        ("N(0, 1), 8 tokens x 64 features (two blocks a row)",
+         {"x": _f32(rng.normal(size=(8, 64)))}),
+        ("40 features a row: the last block holds 8, (6, 40)",
+         {"x": _f32(rng.normal(size=(6, 40)))}),
+        ("feature 3 is 30 times louder in every token, (16, 64)", {"x": _f32(loud)}),
+        ("blocks whose sizes range from 0.001 to 1000, (4, 96)",
+         {"x": _f32(sizes * rng.normal(size=(4, 96)))}),
+        ("the second block of token 2 is all zeros, (3, 64)", {"x": _f32(zero_block)}),
+        ("e2m1 values times a power of two, which come back exactly, (2, 32)",
+         {"x": _f32(exact)}),
+        ("a 3-D batch (2, 3, 50)", {"x": _f32(rng.normal(size=(2, 3, 50)))}),
+        ("one token, shape (70,)", {"x": _f32(rng.normal(size=70))}),
+        ("blocks whose amax is the float32 just below 4, (2, 64)", {"x": _f32(below)}),
+    ]
+
+
+def _mxfp4_with(x, scales_of, block=quant.MX_BLOCK):
+    """The e2m1 round trip of x with the block scales scales_of(amax) (float64)."""
+    d = x.shape[-1]
+    n_blocks = -(-d // block)
+    padded = np.zeros(x.shape[:-1] + (n_blocks * block,))
+    padded[..., :d] = x.astype(np.float64)
+    blocks = padded.reshape(x.shape[:-1] + (n_blocks, block))
+    amax = np.abs(blocks).max(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        X = np.where(amax > 0, scales_of(np.where(amax > 0, amax, 1.0)), 1.0)
+    back = quant.e2m1_round(torch.from_numpy(blocks / X)).numpy() * X
+    return back.reshape(x.shape[:-1] + (-1,))[..., :d]
+
+
+def _mxfp4_floor(amax):
+    return 2.0 ** (np.floor(np.log2(amax)) - quant.E2M1_EMAX)
+
+
+def _mxfp4_float32_log2(amax):
+    """The floor rule with float32's log2, which lifts an amax just below a
+    power of two to that power."""
+    exponent = torch.log2(torch.from_numpy(amax.astype(np.float32))).floor()
+    return 2.0 ** (exponent.double().numpy() - quant.E2M1_EMAX)
+
+
+def _mxfp4_slips(x):
+    """{hint: the round trip that slip gives}."""
+    slips = {
+        "X = 2 ** (floor(log2 amax) - 8) takes e4m3's emax; e2m1's largest value is "
+        "6 = 1.5 * 2 ** 2, so emax is 2 here":
+            _mxfp4_with(x, lambda a: 2.0 ** (np.floor(np.log2(a)) - 8)),
+        "that is the round-up rule, 2 ** ceil(log2(amax / 6)); the floor rule asked "
+        "for here is 2 ** (floor(log2 amax) - 2), which saturates the values past 6":
+            _mxfp4_with(x, lambda a: 2.0 ** np.ceil(np.log2(a / 6))),
+        "X = amax / 6 is not a power of two; the MX scale (E8M0) has no mantissa "
+        "bits": _mxfp4_with(x, lambda a: a / 6),
+        "those are blocks of 16 (NVFP4's size); MXFP4's blocks hold 32":
+            _mxfp4_with(x, _mxfp4_floor, block=16),
+        "one scale per row (or for the whole tensor): MXFP4 gives each block of 32 "
+        "its own scale":
+            _mxfp4_with(x, _mxfp4_floor, block=max(x.shape[-1], 1)),
+    }
+    return slips
+
+
+def _fp4_close(y, ref):
+    """Equal but for at most FP4_MISMATCH_FRACTION of the values."""
+    if y.shape != ref.shape:
+        return False
+    off = ~np.isclose(y, ref, rtol=1e-6, atol=0)
+    return off.mean() <= FP4_MISMATCH_FRACTION
+
+
+def _judge_mxfp4(case, output):
+    if "float8" in str(output.get("dtype", "")):
+        return "your result is a float8 tensor; return float32"
+    x = case["x"]
+    y = np.asarray(output["y"], np.float64)
+    if y.shape != x.shape:
+        return f"your result has shape {y.shape}; x has shape {x.shape}"
+    if not np.all(np.isfinite(y)):
+        return "your result holds inf or NaN (an all-zero block gets X = 1)"
+    ref = _mxfp4_with(x, _mxfp4_floor)
+    if _fp4_close(y, ref) or _fp4_close(y, _mxfp4_with(x, _mxfp4_float32_log2)):
+        return None
+    shown = _first_difference(y, ref)
+    for hint, wrong in _mxfp4_slips(x).items():
+        if _fp4_close(y, wrong):
+            return f"{shown}. Hint: {hint}"
+    grid = np.unique(np.abs(ref))
+    if not np.isin(np.abs(y), grid).all() and np.allclose(y, x, rtol=0.2, atol=0.5):
+        return (f"{shown}. Hint: each element is stored as e2m1_round(x / X), one of "
+                "the 8 e2m1 magnitudes, and comes back as that value times X")
+    return shown
+
+
 # -- the MX matmul ------------------------------------------------------------
 
 MX_SUM_RTOL = 1e-5  # float32 sums of up to 32 exact fp8 products, per block
@@ -1140,6 +1248,40 @@ def _judge_offset(case, output):
     return f"ANSWER_OFFSET_MU is not yet right (you answered {mu:.4g}): {hint}"
 
 
+# h / sqrt(12) = 0.1 with the step h at the offset between mu / 16 and mu / 8 (e4m3's
+# 3 mantissa bits: the step is an eighth of the power of two at or below a value)
+OFFSET_BRACKET = (0.1 * 12**0.5 * 8, 0.1 * 12**0.5 * 16)
+OFFSET_BRACKET_RTOL = 0.02
+
+
+def _judge_offset_bracket(case, output):
+    if str(output.get("high", "None")).strip() == "None":
+        return ("give ANSWER_OFFSET_BRACKET as a pair (lowest mu, highest mu), "
+                f"not {str(output.get('low'))!r}")
+    low, problem = _read_number(output, "low", "ANSWER_OFFSET_BRACKET's first value")
+    if problem:
+        return problem
+    high, problem = _read_number(output, "high", "ANSWER_OFFSET_BRACKET's second value")
+    if problem:
+        return problem
+    true_low, true_high = OFFSET_BRACKET
+    if (abs(low - true_low) <= OFFSET_BRACKET_RTOL * true_low
+            and abs(high - true_high) <= OFFSET_BRACKET_RTOL * true_high):
+        return None
+    shown = f"ANSWER_OFFSET_BRACKET is not yet right (you answered ({low:.4g}, {high:.4g}))"
+    if (abs(high - true_low) <= OFFSET_BRACKET_RTOL * true_low
+            and abs(low - true_high) <= OFFSET_BRACKET_RTOL * true_high):
+        return f"{shown}: the pair is the wrong way round, (lowest mu, highest mu)"
+    if abs(low * 2 - true_low) <= OFFSET_BRACKET_RTOL * true_low:
+        return (f"{shown}: h / sqrt(12) = 0.1 gives h = 0.1 * sqrt(12); a step of mu / 8 "
+                "reaches that at mu = 8 h, not 4 h")
+    if abs(low - 0.8) <= 0.02 or abs(high - 1.6) <= 0.02:
+        return (f"{shown}: rounding to a grid of step h leaves an RMSE of h / sqrt(12); "
+                "the sqrt(12) is missing")
+    return (f"{shown}: solve h / sqrt(12) = 0.1 for mu, once with the step h at mu "
+            "as large as e4m3 makes it relative to mu, once as small")
+
+
 def _zero_point_cases(rng):
     e4m3, e5m2 = np.array("float8_e4m3fn"), np.array("float8_e5m2")
     rms20 = quant.rms_norm_output(20 + quant.experiment_tokens())
@@ -1399,7 +1541,11 @@ CHECKS = {
     "quant_offset_answer": Check(
         lambda rng: [("your offset at which RMSNorm's e4m3 error passes 0.1", {})],
         _judge_offset),
+    "quant_offset_bracket": Check(
+        lambda rng: [("your range of mu from the h / sqrt(12) estimate", {})],
+        _judge_offset_bracket),
     "quant_zero_point": Check(_zero_point_cases, _judge_zero_point),
+    "quant_mxfp4": Check(_mxfp4_cases, _judge_mxfp4),
     "quant_factor_out": Check(lambda rng: [("the scales you chose", {})],
                               _judge_factor_out),
     "quant_per_channel_matmul": Check(_per_channel_matmul_cases,

@@ -384,6 +384,21 @@ def check_mx_blocks(mx_quantize, mx_dequantize):
 
 
 
+def _call_mxfp4(mxfp4_round_trip, case):
+    import torch
+
+    x = _tensor(case["x"])
+    y = mxfp4_round_trip(x.clone())
+    if "float8" in str(getattr(y, "dtype", "")):
+        return {"dtype": _dtype_name(y)}
+    return {"y": torch.as_tensor(y).detach().double().numpy(), "dtype": _dtype_name(y)}
+
+
+def check_mxfp4_round_trip(mxfp4_round_trip):
+    """Check mxfp4_round_trip(x): e2m1 elements, one E8M0 scale per block of 32."""
+    run_check("quant_mxfp4", mxfp4_round_trip, _call_mxfp4)
+
+
 def _call_per_channel_matmul(per_channel_matmul, case):
     """per_channel_matmul(q, s, W) on a q and s quantized by the grader."""
     import torch
@@ -559,6 +574,25 @@ def check_offset_answer(mu):
     run_check("quant_offset_answer", {"mu": mu}, _answers_as_text)
 
 
+def _as_pair(answer, first, second):
+    """{first: answer[0], second: answer[1]} for a pair (a tuple, list, 1-d
+    tensor or array); {first: answer, second: None} for anything else."""
+    pair = None
+    if not isinstance(answer, str) and hasattr(answer, "__iter__"):
+        try:
+            pair = list(answer)
+        except Exception:  # not iterable after all: read as one value
+            pair = None
+    if pair is not None and len(pair) == 2:
+        return {first: pair[0], second: pair[1]}
+    return {first: answer, second: None}
+
+
+def check_offset_bracket(bracket):
+    """Check the range of mu in which h / sqrt(12) passes 0.1, (low, high)."""
+    run_check("quant_offset_bracket", _as_pair(bracket, "low", "high"), _answers_as_text)
+
+
 def check_zero_point_round_trip(zero_point_round_trip):
     """Check zero_point_round_trip(x, dtype): each token's mean as its zero-point."""
     run_check("quant_zero_point", zero_point_round_trip, _call_zero_point)
@@ -610,16 +644,7 @@ def check_mx_clipped_fraction(fraction, mx_quantize, mx_dequantize):
 
 def check_mx_rule_errors(errors, mx_quantize, mx_dequantize):
     """Check (floor-rule error, round-up-rule error) on the same blocks."""
-    pair = None
-    if not isinstance(errors, str) and hasattr(errors, "__iter__"):
-        try:
-            pair = list(errors)  # a tuple, list, 1-d tensor or array
-        except Exception:  # not iterable after all: read as one value below
-            pair = None
-    if pair is not None and len(pair) == 2:
-        answers = {"floor": pair[0], "round_up": pair[1]}
-    else:
-        answers = {"floor": errors, "round_up": None}
+    answers = _as_pair(errors, "floor", "round_up")
     run_check("quant_mx_rule_errors", (answers, mx_quantize, mx_dequantize),
               _mx_rule_probe)
 
