@@ -136,4 +136,4 @@ def test_unit01_hidden_checks_never_reach_the_feedback_page(unit01):
                                      "u01_f1_partial_credit_on_trusted_cell"])
 def test_unit01_unusual_correct_work_earns_every_point(unit01, student):
     result = unit01[0][student]
-    assert result["score"] == result["max_score"] == 9, result["cells"]
+    assert result["score"] == result["max_score"] == 10, result["cells"]

@@ -1,5 +1,7 @@
 """Unit 01 checks, the grader-facing half: inputs, references, diagnoses."""
 
+import re
+
 import numpy as np
 
 from normref import recipe
@@ -73,6 +75,15 @@ def _close_enough_in_float32(x, y, expected):
     return bool(np.allclose(y.astype(np.float64), expected, rtol=FLOAT32_FAR_RTOL, atol=0))
 
 
+def _allowance_named(x, problem):
+    """The float32-far allowance, 1%, named where it applies: mismatch names the
+    usual float32 tolerance, which it does not use for these tokens."""
+    if problem is not None and x.dtype == np.float32 and _far_from_zero(x):
+        return (f"{problem} (for float32 tokens this far from zero the allowance is "
+                f"{FLOAT32_FAR_RTOL:.0%} instead)")
+    return problem
+
+
 def _judge_var(case, output):
     x, y = case["x"], output["y"]
     if bool(output.get("library_variance", False)):
@@ -80,7 +91,7 @@ def _judge_var(case, output):
                 "np.nanstd, np.cov, np.corrcoef, np.ma's or torch.masked's var/std, a "
                 "statistics function or an array's .var/.std method): compute it yourself")
     expected = recipe.token_var(x)
-    problem = mismatch(y, expected, dtype=x.dtype)
+    problem = _allowance_named(x, mismatch(y, expected, dtype=x.dtype))
     if problem is None or _close_enough_in_float32(x, y, expected):
         return None
     d = x.shape[-1]
@@ -313,13 +324,18 @@ def _letter(given):
     return given.strip(" '\"().").lower()
 
 
-def _judge_spread_gap_reason(case, output):
-    given = str(output.get("spread_gap_reason"))
+def _multiple_choice(given, choices, name):
+    """The verdict on a letter answer: None if right, else the wrong letter's hint."""
     choice = _letter(given)
-    if choice not in GAP_REASONS:
-        return f"SPREAD_GAP_REASON: give one of a, b, c, d (you answered {given})"
-    hint = GAP_REASONS[choice]
+    if choice not in choices:
+        return f"{name}: give one of a, b, c, d (you answered {given})"
+    hint = choices[choice]
     return None if hint is None else f"not yet right (you answered {given}): {hint}"
+
+
+def _judge_spread_gap_reason(case, output):
+    return _multiple_choice(str(output.get("spread_gap_reason")), GAP_REASONS,
+                            "SPREAD_GAP_REASON")
 
 
 def _judge_breaking_offset(case, output):
@@ -401,7 +417,8 @@ def _merge_cases(rng):
 
 _NAIVE_MERGE = ("this looks like the naive sum of squares, (M2_a + n_a * mean_a**2 + M2_b + "
                 "n_b * mean_b**2) - n * mean**2, which cancels when the means are large next "
-                "to the spread: add delta**2 * n_a * n_b / n to M2_a + M2_b instead")
+                "to the spread: add the spread between the chunks' means, as you derived it, "
+                "to M2_a + M2_b instead")
 
 
 def _merge_mistakes(case, dtype):
@@ -420,16 +437,17 @@ def _merge_mistakes(case, dtype):
         naive_here = (case["m2_a"] + dtype.type(n_a) * mn_a * mn_a + case["m2_b"]
                       + dtype.type(n_b) * mn_b * mn_b - dtype.type(n) * mean_here * mean_here)
     return {
-        "M2 is the two chunks' M2 plus delta**2 * n_a * n_b / n, where delta = mean_b - "
-        "mean_a: M2_a + M2_b alone leaves out how far apart the chunks' means are":
+        "M2_a + M2_b alone leaves out how far apart the chunks' means are: each chunk's "
+        "M2 measures deviations from its own mean, not from the merged one":
             (mean, q_a + q_b),
-        "the term between the chunks is delta**2 * n_a * n_b / n: divide n_a * n_b by the "
-        "merged count n = n_a + n_b, once":
+        "your term between the chunks is n = n_a + n_b times too large: check the powers "
+        "of n when you write mean_a - mean and mean_b - mean through delta":
             (mean, q_a + q_b + delta**2 * n_a * n_b),
-        "the term between the chunks is delta**2 * n_a * n_b / n, with n = n_a + n_b "
-        "(not n**2, not n - 1)":
+        "your term between the chunks is n = n_a + n_b times too small: check the powers "
+        "of n when you write mean_a - mean and mean_b - mean through delta":
             (mean, q_a + q_b + delta**2 * n_a * n_b / n**2),
-        "the term between the chunks divides by n = n_a + n_b, not by n - 1":
+        "your term between the chunks divides by n - 1: nothing in the derivation brings "
+        "in n - 1, only the counts n_a, n_b and n = n_a + n_b":
             (mean, q_a + q_b + delta**2 * n_a * n_b / max(n - 1, 1)),
         "return M2, the sum of squared deviations, not the variance M2 / n":
             (mean, m2 / n),
@@ -510,11 +528,10 @@ def _chunked_mistakes(x, chunk):
         merged = recipe.merge_stats(merged, stats)
     counted = chunk * len(chunks)
     return {
-        "merging M2 needs the term delta**2 * n_a * n_b / n (delta: the gap between the "
-        "running mean and the chunk's mean): adding the chunks' M2 alone leaves out how "
-        "far apart their means are": m2_sum / d,
+        "merging M2 needs the term between the chunks that you derived for merge_stats: "
+        "adding the chunks' M2 alone leaves out how far apart their means are": m2_sum / d,
         "averaging the chunks' variances leaves out how far apart their means are: merge "
-        "(count, mean, M2) with delta**2 * n_a * n_b / n":
+        "each chunk's (count, mean, M2) with your merge_stats":
             sum(m2 / n for n, _, m2 in chunks) / len(chunks),
         "the last chunk holds only what is left of the token's features, not `chunk` of "
         "them: count what each chunk holds": merged[2] / counted,
@@ -623,7 +640,7 @@ def _judge_chunked(case, output):
                 "statistics function or an array's .var/.std method): compute each "
                 "chunk's M2 yourself")
     expected = recipe.chunked_var(x, chunk).astype(np.float64)
-    problem = mismatch(y, expected, dtype=x.dtype)
+    problem = _allowance_named(x, mismatch(y, expected, dtype=x.dtype))
     if problem is None or _close_enough_in_float32(x, y, expected):
         return None
     if x.ndim > 1 and np.shape(y) != expected.shape:
@@ -653,7 +670,7 @@ def _judge_chunked_merges(case, output):
     return _not_tiled(case["x"], int(case["chunk"]), output)
 
 
-# Inline question 3: a kernel that streams tiles of 16 features and keeps two
+# Inline question 3.1: a kernel that streams tiles of 16 features and keeps two
 # float32 numbers per token between them.
 TILED_CHOICES = {
     "a": "two-pass needs the mean before it can square a single deviation, so it reads "
@@ -676,6 +693,106 @@ def _judge_tiled_method(case, output):
         return f"TILED_KERNEL_METHOD: give one of a, b, c, d (you answered {given})"
     hint = TILED_CHOICES[choice]
     return None if hint is None else f"not yet right (you answered {given}): {hint}"
+
+
+# Inline question 3.2: two-pass, Welford (chunked_var(x, 1)) and Chan with tiles of
+# 16 (chunked_var(x, 16)), all in float32, ranked by their worst relative error on
+# float32 tokens around 10 000 of 1024 features. What sets the order is how often
+# the running mean, near 10 000 where float32's gap is about 0.001, is rounded:
+# never (two-pass: np.sum's pairwise sums keep the mean to about a gap), once per
+# tile, once per feature.
+RANKING_SHAPE, RANKING_OFFSET, RANKING_TILE = (256, 1024), 1e4, 16
+RANKING_NAMES = ("two-pass", "chan", "welford")  # most accurate first
+_RANKING_PATTERN = r"two[\s_-]*pass|2[\s_-]*pass|chan|welford"
+
+
+def ranking_tokens():
+    """The tokens inline question 3.2 hands the student."""
+    z = np.random.default_rng(0).standard_normal(RANKING_SHAPE)
+    return (RANKING_OFFSET + z).astype(np.float32)
+
+
+def _welford32(x):
+    n, mean, m2 = 0, np.zeros(x.shape[:-1], np.float32), np.zeros(x.shape[:-1], np.float32)
+    for j in range(x.shape[-1]):
+        n += 1
+        delta = x[..., j] - mean
+        mean = mean + delta / np.float32(n)
+        m2 = m2 + delta * (x[..., j] - mean)
+    return m2 / np.float32(n)
+
+
+def _tile32(part):
+    mean = part.sum(axis=-1) / np.float32(part.shape[-1])
+    return part.shape[-1], mean, ((part - mean[..., None]) ** 2).sum(axis=-1)
+
+
+def _chan32(x, tile):
+    stats = _tile32(x[..., :tile])
+    for start in range(tile, x.shape[-1], tile):
+        n_b, mean_b, m2_b = _tile32(x[..., start:start + tile])
+        n_a, mean_a, m2_a = stats
+        n = n_a + n_b
+        delta = mean_b - mean_a
+        stats = (n, mean_a + delta * np.float32(n_b / n),
+                 m2_a + m2_b + delta * delta * np.float32(n_a * n_b / n))
+    return stats[2] / np.float32(stats[0])
+
+
+def float32_worst_errors(x=None):
+    """Worst relative error of each method in float32 against float64's variance of
+    the same float32 numbers: {"two-pass": ..., "chan": ..., "welford": ...}."""
+    x = ranking_tokens() if x is None else np.asarray(x, np.float32)
+    truth = np.var(x.astype(np.float64), axis=-1)
+    methods = {"two-pass": lambda t: _tile32(t)[2] / np.float32(t.shape[-1]),
+               "chan": lambda t: _chan32(t, RANKING_TILE), "welford": _welford32}
+    return {name: float(np.max(np.abs(f(x).astype(np.float64) - truth) / truth))
+            for name, f in methods.items()}
+
+
+def ranking_from_answer(given):
+    """A ranking answer (a list or tuple of names, or one string naming all three)
+    as a tuple of canonical names in the order given, or None."""
+    if isinstance(given, (list, tuple)):
+        given = ", ".join(str(item) for item in given)
+    found = re.findall(_RANKING_PATTERN, str(given).lower())
+    names = tuple("chan" if f == "chan" else "welford" if f == "welford" else "two-pass"
+                  for f in found)
+    return names if sorted(names) == sorted(RANKING_NAMES) else None
+
+
+def _judge_float32_ranking(case, output):
+    given = output.get("float32_ranking")
+    ranking = ranking_from_answer(given)
+    if ranking is None:
+        return ("FLOAT32_RANKING: name each of \"two-pass\", \"chan\" and \"welford\" once, "
+                f"most accurate first (you answered {given})")
+    if ranking == RANKING_NAMES:
+        return None
+    wrong = f"not yet right (you answered {given})"
+    return (f"{wrong}: measure all three on the tokens the question gives, each in "
+            "float32 (print each result's dtype: in float64 all three agree to many "
+            "digits), take each one's worst relative error over the 256 tokens, and "
+            "order them by it; chunked_var(tokens, 16) should take each tile's "
+            "statistics about the tile's own mean")
+
+
+# Inline question 3.3: where the one-read methods' extra float32 error comes from.
+COST_CHOICES = {
+    "a": "the reference is float64's variance of the same float32 numbers, so what "
+         "float32 stored is the reference's input too, and two-pass reads the very "
+         "same stored numbers: storage alone cannot separate the methods",
+    "b": "two-pass also adds d squared deviations into one float32 number: if that "
+         "lost the digits, two-pass would lose them too; compare its error with the "
+         "others'",
+    "c": None,
+    "d": "each fraction of counts is rounded once per merge, to a relative 6e-8 or so, "
+         "far below the errors you measured",
+}
+
+
+def _judge_one_read_cost(case, output):
+    return _multiple_choice(str(output.get("one_read_cost")), COST_CHOICES, "ONE_READ_COST")
 
 
 # Inline question 5: layer_norm(k * x + c) = beta + a * (y - beta) for a token x of
@@ -724,8 +841,12 @@ CHECKS = {
     "merge_stats": Check(_merge_cases, _judge_merge),
     "chunked_var": Check(_chunk_cases, _judge_chunked),
     "chunked_var_merges": Check(_chunk_cases, _judge_chunked_merges),
-    "recipe_tiled_method": Check(lambda rng: [("your answer to inline question 3", {})],
+    "recipe_tiled_method": Check(lambda rng: [("your answer to inline question 3.1", {})],
                                  _judge_tiled_method),
+    "recipe_float32_ranking": Check(
+        lambda rng: [("your answer to inline question 3.2", {})], _judge_float32_ranking),
+    "recipe_one_read_cost": Check(
+        lambda rng: [("your answer to inline question 3.3", {})], _judge_one_read_cost),
     "layer_norm_token": Check(_token_cases, _judge_layer_norm),
     "layer_norm_batches": Check(_batch_cases, _judge_layer_norm),
     "recipe_safe_spread": Check(lambda rng: [("your answer to inline question 1.2", {})],

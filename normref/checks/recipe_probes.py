@@ -236,6 +236,19 @@ def _as_text(value):
     return str(value)
 
 
+def _ranking_as_text(answers, case):
+    """A ranking (a list, a tuple, an array of names or one string) as one string,
+    its names in the order given."""
+    value = answers["float32_ranking"]
+    if isinstance(value, (str, bytes)):
+        return {"float32_ranking": np.array(str(value))}
+    try:
+        items = [str(_as_text(item)) for item in value]
+    except Exception:  # not a sequence, or one that fails as it is read
+        items = [str(_as_text(value))]
+    return {"float32_ranking": np.array(", ".join(items))}
+
+
 def _answers_as_text(answers, case):
     return {name: np.array(_as_text(value)) for name, value in answers.items()}
 
@@ -271,8 +284,19 @@ def check_chunked_var_merges(chunked_var):
 
 
 def check_tiled_method(answer):
-    """Check inline question 3: which variance a one-read tiled kernel can use."""
+    """Check inline question 3.1: which variance a one-read tiled kernel can use."""
     run_check("recipe_tiled_method", {"tiled_method": answer}, _answers_as_text)
+
+
+def check_float32_ranking(answer):
+    """Check inline question 3.2: two-pass, Chan and Welford ranked by their
+    float32 error far from zero, most accurate first."""
+    run_check("recipe_float32_ranking", {"float32_ranking": answer}, _ranking_as_text)
+
+
+def check_one_read_cost(answer):
+    """Check inline question 3.3: where a one-read method's float32 error comes from."""
+    run_check("recipe_one_read_cost", {"one_read_cost": answer}, _answers_as_text)
 
 
 def check_safe_spread(answer):

@@ -105,16 +105,16 @@ def test_grades_csv_lists_every_student_even_unreadable_ones(course, venv_env):
                              "late_penalty", "final_score", "status", "reason", "flags"]
     by_student = {row["student_id"]: row for row in rows}
     assert set(by_student) == {"ada", "broken", "empty"}
-    assert (by_student["ada"]["score"], by_student["ada"]["status"]) == ("9", "graded")
+    assert (by_student["ada"]["score"], by_student["ada"]["status"]) == ("10", "graded")
     for student in ("broken", "empty"):
         row = by_student[student]
-        assert (row["score"], row["max_score"], row["status"]) == ("0", "9", "invalid")
+        assert (row["score"], row["max_score"], row["status"]) == ("0", "10", "invalid")
         assert row["reason"].startswith("not a readable notebook")
     feedback = (course.reports / "01_the_recipe" / "feedback" / "ada.html").read_text()
     assert "layer_norm_batches: all 6 cases passed" in feedback
     gradescope = json.loads(
         (course.reports / "01_the_recipe" / "gradescope" / "ada.json").read_text())
-    assert gradescope["score"] == 9
+    assert gradescope["score"] == 10
     assert {t["name"] for t in gradescope["tests"]} >= {"ln_handles_batches"}
 
 

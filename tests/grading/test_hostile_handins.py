@@ -36,7 +36,8 @@ NOTEBOOK = f"{ASSIGNMENT}.ipynb"
 GRADE_CELLS = {"token_mean_correct": 0.5, "spacing_estimate_correct": 0.5,
                "safe_spread_correct": 0.5, "spread_gap_correct": 0.5, "offset_correct": 0.5,
                "token_var_correct": 1, "merge_stats_correct": 0.5, "chunked_var_correct": 1.5,
-               "chunked_var_merges": 1, "tiled_correct": 0.5, "ln_single_token": 0.5,
+               "chunked_var_merges": 1, "tiled_correct": 0.5, "ranking_correct": 0.5,
+               "cost_correct": 0.5, "ln_single_token": 0.5,
                "ln_handles_batches": 0.5, "eps_correct": 0.5, "scale_correct": 0.5}
 # Short, but not so short that a busy machine (2 cores, shared) times out honest cells.
 SETTINGS = RunSettings(cell_timeout=15, handin_timeout=60)
@@ -85,6 +86,8 @@ def chunked_var(x, chunk):
                           'SPREAD_GAP_REASON = "c"',
     "offset_answer": "SHORTCUT_BREAKS_AT = 1e8",
     "tiled_answer": 'TILED_KERNEL_METHOD = "c"',
+    "ranking_answer": 'FLOAT32_RANKING = ["two-pass", "chan", "welford"]',
+    "cost_answer": 'ONE_READ_COST = "c"',
     "eps_answer": "EPS_HALVING_SPREAD = 0.001826",
     "scale_answer": "SCALE_POSITIVE, SCALE_NEGATIVE, SCALE_TINY = 1, -1, 3.16e-4",
     "scratch_answer": "# nothing to try",
@@ -821,12 +824,12 @@ def test_unreadable_files_are_invalid_not_crashes(graded, student):
     result = results[student]
     assert result["status"] == "invalid"
     assert result["reason"].startswith("not a readable notebook")
-    assert result["score"] == 0 and result["max_score"] == 9
+    assert result["score"] == 0 and result["max_score"] == 10
 
 
 def test_a_wrongly_named_notebook_is_graded_with_a_note(graded):
     _, results, _ = graded
-    assert results["wrong_name"]["score"] == 9
+    assert results["wrong_name"]["score"] == 10
     assert any("other.ipynb" in n for n in results["wrong_name"]["notes"])
 
 

@@ -68,7 +68,7 @@ def test_every_result_is_signed_and_verifies(course):
     for student in ("ada", "blank", "garbage"):
         data = grade.read_verified(_result_path(course, student))
         assert data is not None and data["signature"], student
-    assert grade.read_verified(_result_path(course, "ada"))["score"] == 9
+    assert grade.read_verified(_result_path(course, "ada"))["score"] == 10
 
 
 def test_a_parse_error_never_quotes_the_file(course):
@@ -114,7 +114,7 @@ def test_a_blocked_result_folder_costs_one_student_not_the_run(course):
     results = grade_assignment(course=course, assignment=ASSIGNMENT, settings=SETTINGS,
                                workers=2, engine=GRADING_ENGINE, force=True)
     by_student = {r["student_id"]: r for r in results}
-    assert by_student["ada"]["score"] == 9 and by_student["ada"]["status"] == "graded"
+    assert by_student["ada"]["score"] == 10 and by_student["ada"]["status"] == "graded"
     assert by_student["other"]["status"] == "ungraded"
     assert by_student["blank"]["status"] == "graded"
     other.unlink()

@@ -49,7 +49,7 @@ def test_every_student_and_cell_score_is_recorded(course):
                        gradebook.find_assignment(ASSIGNMENT).submissions}
         assert {s: sub.score for s, sub in submissions.items()} == \
             {"ada": 8.0, "hal": 2.0, "broken": 0.0}
-        assert gradebook.find_assignment(ASSIGNMENT).max_score == 9.0
+        assert gradebook.find_assignment(ASSIGNMENT).max_score == 10.0
         assert _auto_scores(gradebook, "ada") == {k: float(v) for k, v in MAX_POINTS.items()}
         flagged = {s: gradebook.find_submission_notebook(NOTEBOOK, ASSIGNMENT, s).flagged
                    for s in submissions}
@@ -265,8 +265,8 @@ def test_a_comment_and_score_typed_in_the_formgrader_survive_a_regrade_into_ever
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     nbgrader_page = (course.root / "feedback" / "ada" / ASSIGNMENT /
                      f"{NOTEBOOK}.html").read_text()
-    assert comment in nbgrader_page and f"{ASSIGNMENT} (Score: 8.5 / 9.0)" in nbgrader_page
+    assert comment in nbgrader_page and f"{ASSIGNMENT} (Score: 9.5 / 10.0)" in nbgrader_page
     with open(course.reports / ASSIGNMENT / "grades.csv", newline="") as f:
         (row,) = csv.DictReader(f)
-    assert (row["score"], row["final_score"]) == ("8.5", "8.5")
-    assert "8.5 / 9" in (course.reports / ASSIGNMENT / "feedback" / "ada.html").read_text()
+    assert (row["score"], row["final_score"]) == ("9.5", "9.5")
+    assert "9.5 / 10" in (course.reports / ASSIGNMENT / "feedback" / "ada.html").read_text()

@@ -176,5 +176,5 @@ def test_nbgrader_exchange_gives_each_student_the_page_nbgrader_fetch_feedback_f
     nbgrader(student_home, "fetch_feedback", assignment)
     (page,) = (student_home / assignment / "feedback").glob(f"*/{assignment}.html")
     result = json.loads((course.autograded / student / assignment / "result.json").read_text())
-    assert result["score"] == result["max_score"] == 9
-    assert f"{assignment} (Score: 9.0 / 9.0)" in page.read_text()  # nbgrader's own header
+    assert result["score"] == result["max_score"] == 10
+    assert f"{assignment} (Score: 10.0 / 10.0)" in page.read_text()  # nbgrader's own header
