@@ -574,27 +574,67 @@ def _judge_llama_bytes(case, output):
             "lesson counts; then add them up")
 
 
-BACKWARD_N = 4096  # float16
-BACKWARD_BYTES = 3 * BACKWARD_N * 2  # read x and dy, write dx
-RSTD_BYTES = 4
+# Question 2: the whole two-stage backward of Part 4 (kernel and the launcher's sum of
+# the partial sums), bfloat16 rows, w loaded once per program, PartialDW float32.
+BACKWARD_M, BACKWARD_N, BACKWARD_PROGRAMS = 4096, 4096, 64  # rows_per_program = 64
+BACKWARD_RTOL = 1e-3  # rstd, dW and its conversion to the weight's dtype: 0.05% in all
+
+
+def rms_backward_bytes(m, n, programs, *, w_loads=None, partial_bytes=F32,
+                       partial_reads=1, partial_writes=1):
+    """Bytes the backward moves: the kernel reads x and dy (bfloat16) and the M
+    float32 rstd, writes dx, loads w `w_loads` times (once per program unless told)
+    and writes each program's float32 row of partial sums; the launcher's sum reads
+    those rows back and writes dW, N float32. The keywords give the usual miscounts."""
+    w_loads = programs if w_loads is None else w_loads
+    rows = 3 * m * n * BF16 + m * F32  # x, dy in; dx out; rstd in
+    weight = w_loads * n * BF16
+    partial = programs * n * partial_bytes * (partial_writes + partial_reads)
+    return rows + weight + partial + n * F32  # + dW written by the sum
+
+
+def _true_backward_bytes():
+    return rms_backward_bytes(BACKWARD_M, BACKWARD_N, BACKWARD_PROGRAMS)
+
+
+def _backward_slips():
+    """{hint: bytes} of the usual miscounts, each well outside the tolerance."""
+    m, n, p = BACKWARD_M, BACKWARD_N, BACKWARD_PROGRAMS
+    truth = _true_backward_bytes()
+    return {
+        "w is loaded once per program, before its loop, not once per row (a kernel "
+        "that loads it in its loop finds it in cache after the first row)":
+            rms_backward_bytes(m, n, p, w_loads=m),
+        "that is x, dy and dx alone; the backward has a second stage: each program "
+        "writes its row of partial sums of dW, and the launcher's sum reads them "
+        "back (and each program loads w)": 3 * m * n * BF16,
+        "the partial sums of dW are part of the traffic: each program writes its row, "
+        "and the launcher's sum reads every row back": rms_backward_bytes(
+            m, n, p, partial_reads=0, partial_writes=0),
+        "the partial sums are float32 (4 bytes a number) whatever the input's dtype, "
+        "and they cross memory twice: the kernel writes them, the launcher's sum reads "
+        "them back": rms_backward_bytes(m, n, p, partial_reads=0),
+        "each of the 64 programs loads w for itself, not one load for them all":
+            rms_backward_bytes(m, n, p, w_loads=1),
+        "x, dy and dx are bfloat16, 2 bytes a number: count each tensor in its own "
+        "dtype": truth + 3 * m * n * (F32 - BF16),
+        "that is the count in bits; a byte is 8 bits": 8 * truth,
+    }
 
 
 def _judge_backward_bytes(case, output):
     answer = str(output.get("answer", "None")).strip()
     value = number_from_answer(answer)
     if value is None:
-        return f"give one number: the bytes per row (you gave {answer!r})"
-    if BACKWARD_BYTES <= value <= BACKWARD_BYTES + RSTD_BYTES:
+        return f"give one number, the bytes of the whole backward (you gave {answer!r})"
+    if _near(value, _true_backward_bytes(), BACKWARD_RTOL):
         return None
-    if value in (2 * BACKWARD_N * 2, 2 * BACKWARD_N * 2 + RSTD_BYTES):
-        return "not yet right: which whole rows does the backward read, and which does it write?"
-    if value in (4 * BACKWARD_N * 2, 4 * BACKWARD_N * 2 + RSTD_BYTES):
-        return ("not yet right: w is loaded once per program, not once per row; count "
-                "what each row needs of its own")
-    if value in (3 * BACKWARD_N * 4, 3 * BACKWARD_N):
-        return "not yet right: float16 takes 2 bytes a number"
-    return ("not yet right: list the rows of N numbers the kernel loads and stores for each "
-            "row, and multiply by 2 bytes a number")
+    for hint, wrong in _backward_slips().items():
+        if _near(value, wrong, BACKWARD_RTOL / 2):
+            return f"not yet right: you answered {answer}. Hint: {hint}"
+    return (f"not yet right: you answered {answer}. List what the kernel reads and "
+            "writes (each tensor in its own dtype, w once per program), then what the "
+            "launcher's sum of the partial-sum rows reads and writes, and add them up")
 
 
 # Question 3: quoted timings (Liger-Kernel's benchmark data, linkedin/Liger-Kernel,
@@ -767,7 +807,7 @@ CHECKS = {
     "rms_backward_dx": Check(_dx_cases, _judge_dx),
     "rms_backward_partial_dw": Check(_partial_cases, _judge_partial_dw),
     "rms_llama_bytes": Check(_no_inputs, _judge_llama_bytes),
-    "rms_backward_bytes_per_row": Check(_no_inputs, _judge_backward_bytes),
+    "rms_backward_bytes": Check(_no_inputs, _judge_backward_bytes),
     "rms_fused_fraction_of_peak": Check(_no_inputs, _judge_fraction_of_peak),
     "rms_eager_time_prediction": Check(_no_inputs, _judge_eager_prediction),
     "rms_autograd_function": Check(_function_cases, _judge_function),

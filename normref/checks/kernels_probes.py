@@ -521,9 +521,9 @@ def check_llama_bytes(llama_eager_bytes):
     run_check("rms_llama_bytes", llama_eager_bytes, _answer_as_text)
 
 
-def check_backward_bytes_per_row(backward_bytes_per_row):
-    """Check the bytes per row that the fused backward reads and writes."""
-    run_check("rms_backward_bytes_per_row", backward_bytes_per_row, _answer_as_text)
+def check_backward_bytes(backward_bytes):
+    """Check the bytes the whole two-stage backward (kernel and sum) moves."""
+    run_check("rms_backward_bytes", backward_bytes, _answer_as_text)
 
 
 

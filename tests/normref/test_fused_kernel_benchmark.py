@@ -194,25 +194,86 @@ def test_the_release_ships_the_module_the_assignment_imports():
     assert "import fused_kernel_bench" in "".join(benchmark["source"])
 
 
-@pytest.mark.parametrize("shipped", [True, False])
-def test_the_lesson_finds_the_module_in_the_assignments_folder_or_says_where_it_is(
-        shipped, tmp_path, capsys, monkeypatch):
-    """Laid out as students get the course: notebooks/ beside assignments/."""
+COLAB_PAGE = ("https://colab.research.google.com/github/Owner/course/blob/fall/"
+              "notebooks/07_fused_kernel_lesson.ipynb")
+RAW_BENCH = ("https://raw.githubusercontent.com/Owner/course/fall/assignments/"
+             "07_fused_kernel/fused_kernel_bench.py")
+
+
+def _fake_download(monkeypatch, content, fails=False):
+    """urllib.request.urlretrieve, writing `content` where it is asked to; the
+    addresses it was asked for."""
+    import urllib.error
+    import urllib.request
+
+    asked = []
+
+    def urlretrieve(address, filename):
+        asked.append(address)
+        if fails:
+            raise urllib.error.URLError("no network")
+        with open(filename, "w") as file:
+            file.write(content)
+
+    monkeypatch.setattr(urllib.request, "urlretrieve", urlretrieve)
+    return asked
+
+
+@pytest.mark.parametrize("where", ["shipped", "missing", "colab", "colab offline"])
+def test_the_lesson_finds_or_downloads_the_module_or_says_where_it_is(
+        where, tmp_path, capsys, monkeypatch):
+    """Laid out as students get the course (notebooks/ beside assignments/), or
+    opened alone on Colab with the page's address in COURSE_REPOSITORY."""
     ns, _ = _run_cells(LESSON, LESSON_BENCHMARK_CELL, capsys, monkeypatch)
     (tmp_path / "notebooks").mkdir()
-    if shipped:
+    if where == "shipped":
         (tmp_path / "assignments" / "07_fused_kernel").mkdir(parents=True)
         (tmp_path / "assignments" / "07_fused_kernel" / BENCH.name).write_bytes(
             BENCH.read_bytes())
+    if where.startswith("colab"):
+        ns["COURSE_REPOSITORY"] = COLAB_PAGE
+    asked = _fake_download(monkeypatch, BENCH.read_text(), fails=where == "colab offline")
     monkeypatch.chdir(tmp_path / "notebooks")
     monkeypatch.setattr("sys.path", [p for p in sys.path if "07_fused_kernel" not in p])
     monkeypatch.delitem(sys.modules, "fused_kernel_bench", raising=False)
     bench = ns["benchmark_helpers"]()
-    if shipped:
+    printed = capsys.readouterr().out
+    assert asked == ([RAW_BENCH] if where.startswith("colab") else [])
+    if where in ("shipped", "colab"):
         assert bench.run is not None and bench.__file__.startswith(str(tmp_path))
     else:
         assert bench is None
-        assert "assignments/07_fused_kernel" in capsys.readouterr().out
+        assert "assignments/07_fused_kernel" in printed and "COURSE_REPOSITORY" in printed
+
+
+@pytest.mark.parametrize("address", ["", COLAB_PAGE])
+def test_the_assignment_downloads_the_module_on_colab(address, tmp_path, capsys,
+                                                      monkeypatch):
+    """The assignment's benchmark cell as on a Colab GPU, the notebook alone in
+    its folder: with the page's address it downloads the module and runs it."""
+    cells = json.loads((REPO / "release" / "07_fused_kernel" /
+                        "07_fused_kernel.ipynb").read_text())["cells"]
+    (source,) = ["".join(c["source"]) for c in cells
+                 if c["metadata"].get("nbgrader", {}).get("grade_id") == "gpu_benchmark"]
+    assert source.count('COURSE_REPOSITORY = ""') == 1
+    source = source.replace('COURSE_REPOSITORY = ""', f"COURSE_REPOSITORY = {address!r}")
+    asked = _fake_download(monkeypatch, "def run(methods, gpu):\n    print('ran on', gpu)\n")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA T4")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", ["", *[p for p in sys.path if "07_fused_kernel" not in p]])
+    monkeypatch.delitem(sys.modules, "fused_kernel_bench", raising=False)
+    import torch.nn.functional as F
+    import triton
+
+    exec(compile(source, "<gpu_benchmark>", "exec"),  # noqa: S102
+         {"torch": torch, "triton": triton, "F": F})
+    printed = capsys.readouterr().out
+    if address:
+        assert asked == [RAW_BENCH] and printed == "ran on NVIDIA T4\n"
+    else:
+        assert asked == [] and "COURSE_REPOSITORY" in printed
+    monkeypatch.delitem(sys.modules, "fused_kernel_bench", raising=False)
 
 
 def test_time_on_gpu_asks_do_bench_for_the_median_and_gives_seconds(monkeypatch):

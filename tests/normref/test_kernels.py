@@ -22,7 +22,7 @@ import triton.language as tl  # noqa: E402
 
 from normref.checks import (  # noqa: E402
     CheckFailed,
-    check_backward_bytes_per_row,
+    check_backward_bytes,
     check_eager_time_prediction,
     check_fused_fraction_of_peak,
     check_llama_bytes,
@@ -655,15 +655,38 @@ def test_the_llama_bytes_count_matches_what_torch_runs():
     assert counted.moved == llama_rms_norm_bytes(m, n)
 
 
+def test_the_backward_bytes_are_the_tensors_each_stage_touches():
+    """Question 2's count against the tensors themselves: what the kernel reads and
+    writes (w once per program) and what the launcher's sum reads and writes."""
+    import torch
+
+    from normref.checks.kernels_judges import rms_backward_bytes
+
+    m, n, programs = 4096, 4096, 64
+
+    def nbytes(*shape, dtype):
+        return torch.empty(shape, dtype=dtype, device="meta").nbytes
+
+    bf16, f32 = torch.bfloat16, torch.float32
+    kernel = (3 * nbytes(m, n, dtype=bf16) + nbytes(m, dtype=f32)  # x, dy, dx; rstd
+              + programs * nbytes(n, dtype=bf16)  # w, once per program
+              + nbytes(programs, n, dtype=f32))  # the partial sums, written
+    launcher_sum = nbytes(programs, n, dtype=f32) + nbytes(n, dtype=f32)
+    assert rms_backward_bytes(m, n, programs) == kernel + launcher_sum == 103317504
+
+
 @pytest.mark.parametrize("answer, right", [
-    (24576, True), (24580, True), (3 * 4096 * 2.0, True), (16384, False), (32768, False),
-    (49152, False), (12288, False), ("many", False)])
+    (103317504, True), (103317504 - 4096 * 4 - 4096 * 4, True),  # without rstd and dW
+    (103317504 + 4096 * 6, True),  # with dW's conversion to bfloat16
+    (3 * 4096 * 4096 * 2, False), (103317504 - 64 * 4096 * 4, False),
+    (103317504 - 64 * 4096 * 2, False), (103317504 + 4032 * 4096 * 2, False),
+    (24576, False), ("many", False)])
 def test_the_backward_bytes_question(answer, right):
     if right:
-        check_backward_bytes_per_row(answer)
+        check_backward_bytes(answer)
     else:
         with pytest.raises(CheckFailed):
-            check_backward_bytes_per_row(answer)
+            check_backward_bytes(answer)
 
 
 # -- what counts as a kernel: a real @triton.jit function whose body stays in Triton --------
@@ -973,7 +996,7 @@ CELL_CHECKS = {
     "rms_backward_partial_dw": (check_rms_backward_partial_dw, "rms_norm_bwd_kernel"),
     "rms_autograd_function": (check_rms_autograd_function, "RMSNormFunction"),
     "llama_bytes": (check_llama_bytes, "llama_eager_bytes"),
-    "backward_bytes_per_row": (check_backward_bytes_per_row, "backward_bytes_per_row"),
+    "backward_bytes": (check_backward_bytes, "backward_bytes"),
     "fused_fraction_of_peak": (check_fused_fraction_of_peak, "fused_fraction_of_peak"),
     "eager_time_prediction": (check_eager_time_prediction, "predicted_eager_ms"),
 }
