@@ -530,3 +530,72 @@ def ablation_model(use_alpha, use_beta, n_layers, seed):
         for block in model.blocks:
             deepnorm_scale_(block, beta)
     return model
+
+
+# The assignment's next placement, QK-norm: a LayerNorm on each head's queries
+# and keys before their dot product (Dehghani et al. 2023, ViT-22B,
+# arXiv:2302.05442; OLMo 2, arXiv:2501.00656, with RMSNorm).
+
+def attention_logits(attn, x):
+    """The logits the softmax of `attn` reads on x (B, T, d): (B, heads, T, T),
+    q k^T / sqrt(d_head) of each head, with attn.ln_q and attn.ln_k applied to
+    q and k first where the module has them; -inf where a key is in the future."""
+    B, T, d = x.shape
+    d_head = d // attn.n_heads
+    q, k, _ = attn.qkv(x).split(d, dim=-1)
+    q, k = (t.view(B, T, attn.n_heads, d_head).transpose(1, 2) for t in (q, k))
+    if hasattr(attn, "ln_q"):
+        q, k = attn.ln_q(q), attn.ln_k(k)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)
+    future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+    return scores.masked_fill(future, float("-inf"))
+
+
+class QKNormAttention(CausalSelfAttention):
+    """CausalSelfAttention with ln_q and ln_k, nn.LayerNorm(d_head) each (shared
+    by the heads), on every head's queries and keys before their dot product."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__(d_model, n_heads)
+        d_head = d_model // n_heads
+        self.ln_q = nn.LayerNorm(d_head)
+        self.ln_k = nn.LayerNorm(d_head)
+
+    def forward(self, x):
+        B, T, d = x.shape
+        v = self.qkv(x)[..., 2 * d:].view(B, T, self.n_heads, d // self.n_heads).transpose(1, 2)
+        weights = attention_logits(self, x).softmax(dim=-1)
+        return self.proj((weights @ v).transpose(1, 2).reshape(B, T, d))
+
+
+QK = {"n_layers": 4, "lr": 1e-2, "seeds": (0, 1, 2)}
+
+
+def qk_model(qk_norm, n_layers, seed):
+    """A Pre-LN experiment model, its attention QKNormAttention if qk_norm;
+    init_like_xiong gives ln_q and ln_k gains 1 and biases 0."""
+    c = EXPERIMENT
+    model = TinyLM(c["vocab"], c["d_model"], n_layers, c["n_heads"], "pre", d_ff=c["d_ff"],
+                   max_len=2 * c["n_symbols"])
+    if qk_norm:
+        for block in model.blocks:
+            block.attn = QKNormAttention(c["d_model"], c["n_heads"])
+    init_like_xiong(model, seed)
+    return model
+
+
+def largest_logit(model, tokens):
+    """The largest attention logit of any block, head and (query, key) pair."""
+    found = []
+
+    def grab(attn, args):
+        found.append(float(attention_logits(attn, args[0]).max()))
+
+    hooks = [block.attn.register_forward_pre_hook(grab) for block in model.blocks]
+    try:
+        with torch.no_grad():
+            model(tokens)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return max(found)

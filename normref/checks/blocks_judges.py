@@ -67,12 +67,14 @@ def _compare_gradients(case, output, expected):
     return None
 
 
-def _block_judge(kind, diagnose):
+def _block_judge(kind, diagnose, *, make=None, what="your block's output"):
+    """kind names the reference block; make(case), where given, builds it instead."""
     def judge(case, output):
-        reference = blocks.BLOCK_CLASSES[kind](*probes._block_args(case))
+        reference = (make(case) if make is not None
+                     else blocks.BLOCK_CLASSES[kind](*probes._block_args(case)))
         expected = _reference_run(reference, case, [case["x"]])
         y = output["y"]
-        problem = mismatch(y, expected["y"], dtype=F64, what="your block's output")
+        problem = mismatch(y, expected["y"], dtype=F64, what=what)
         if problem:
             hint = diagnose(reference, case, y) if y.shape == expected["y"].shape else None
             return problem + (f". Hint: {hint}" if hint else "")
@@ -1013,6 +1015,161 @@ def _judge_ablation(case, output):
     return None
 
 
+# --- exercise 11: QK-norm ---
+
+def _attention_weights(rng, d, heads, qk_norm):
+    case = {}
+    case.update(_linear(rng, 3 * d, d, "qkv"))
+    case.update(_linear(rng, d, d, "proj"))
+    if qk_norm:
+        case.update(_layer_norm(rng, d // heads, "ln_q"))
+        case.update(_layer_norm(rng, d // heads, "ln_k"))
+    return case
+
+
+def _qk_case(rng, batch, seq_len, d, heads, *, offset=0.0, scale=1.0, qk_norm=True):
+    case = {"d_model": np.array(d), "n_heads": np.array(heads), "qk_norm": np.array(qk_norm),
+            "x": offset + scale * rng.normal(size=(batch, seq_len, d)),
+            "dy": rng.normal(size=(batch, seq_len, d))}
+    case.update(_attention_weights(rng, d, heads, qk_norm))
+    return case
+
+
+def _qk_norm_cases(rng):
+    return [
+        ("one sequence of 5 tokens, d = 8, 2 heads", _qk_case(rng, 1, 5, 8, 2)),
+        ("3 sequences of 7 tokens, d = 16, 4 heads", _qk_case(rng, 3, 7, 16, 4)),
+        ("2 sequences of 6 large tokens (x = 2 + 4 N(0, 1)), d = 12, 3 heads",
+         _qk_case(rng, 2, 6, 12, 3, offset=2.0, scale=4.0)),
+        ("a single token, d = 8, 1 head", _qk_case(rng, 2, 1, 8, 1)),
+    ]
+
+
+def _qk_forward(attn, x, *, norm_q=True, norm_k=True, scale=True, swap=False, norm_v=False,
+                affine=True):
+    """QK-norm attention with one thing changed: the slips the judge names."""
+    B, T, d = x.shape
+    h = attn.n_heads
+    d_head = d // h
+    q, k, v = (t.view(B, T, h, d_head).transpose(1, 2) for t in attn.qkv(x).split(d, dim=-1))
+    ln_q, ln_k = (attn.ln_k, attn.ln_q) if swap else (attn.ln_q, attn.ln_k)
+    if not affine:
+        ln_q = ln_k = functools.partial(F.layer_norm, normalized_shape=(d_head,))
+    if norm_q:
+        q = ln_q(q)
+    if norm_k:
+        k = ln_k(k)
+    if norm_v:
+        v = ln_k(v)
+    scores = q @ k.transpose(-2, -1) / (d_head**0.5 if scale else 1.0)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    weights = scores.masked_fill(future, float("-inf")).softmax(-1)
+    return attn.proj((weights @ v).transpose(1, 2).reshape(B, T, d))
+
+
+def _diagnose_qk_norm(attn, case, y):
+    slips = {
+        "normalize each head's queries with ln_q and its keys with ln_k before q k^T; "
+        "as written, neither is normalized": dict(norm_q=False, norm_k=False),
+        "normalize the keys too, with ln_k": dict(norm_k=False),
+        "normalize the queries too, with ln_q": dict(norm_q=False),
+        "ln_q is for the queries and ln_k for the keys, not the other way round": dict(swap=True),
+        "keep the division by sqrt(d_head) after the dot product: the norms set the size of "
+        "q and k, the division still scales their dot product": dict(scale=False),
+        "normalize q and k only, not the values": dict(norm_v=True),
+        "use ln_q and ln_k themselves, with their gains and biases, not a bare normalization":
+            dict(affine=False),
+    }
+    candidates = {hint: functools.partial(_qk_forward, attn, **kwargs)
+                  for hint, kwargs in slips.items()}
+    return _first_match(candidates, torch.from_numpy(case["x"]), y)
+
+
+_judge_qk_norm_attention = _block_judge(
+    None, _diagnose_qk_norm, what="your attention's output",
+    make=lambda case: blocks.QKNormAttention(int(case["d_model"]), int(case["n_heads"])))
+
+
+def _attention_logits_cases(rng):
+    return [
+        ("plain attention, 2 sequences of 5 tokens, d = 8, 2 heads",
+         _qk_case(rng, 2, 5, 8, 2, qk_norm=False)),
+        ("QK-norm attention, 2 sequences of 5 tokens, d = 8, 2 heads",
+         _qk_case(rng, 2, 5, 8, 2)),
+        ("plain attention, large tokens (x = 1 + 3 N(0, 1)), 3 sequences of 6, d = 12, 3 heads",
+         _qk_case(rng, 3, 6, 12, 3, offset=1.0, scale=3.0, qk_norm=False)),
+        ("QK-norm attention, large tokens (x = 1 + 3 N(0, 1)), 3 sequences of 6, d = 12, "
+         "3 heads", _qk_case(rng, 3, 6, 12, 3, offset=1.0, scale=3.0)),
+        ("QK-norm attention, one token, d = 8, 1 head", _qk_case(rng, 1, 1, 8, 1)),
+    ]
+
+
+def _logits_variant(attn, x, *, mask=True, scale=True, norms=True, softmax=False):
+    B, T, d = x.shape
+    d_head = d // attn.n_heads
+    q, k, _ = attn.qkv(x).split(d, dim=-1)
+    q, k = (t.view(B, T, attn.n_heads, d_head).transpose(1, 2) for t in (q, k))
+    if norms and hasattr(attn, "ln_q"):
+        q, k = attn.ln_q(q), attn.ln_k(k)
+    scores = q @ k.transpose(-2, -1) / (d_head**0.5 if scale else 1.0)
+    if mask:
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    return scores.softmax(-1) if softmax else scores
+
+
+def _same_logits(a, b):
+    """Equal to float32 accuracy, every logit at or below -1e30 read as masked."""
+    if a.shape != b.shape:
+        return False
+    a, b = (np.where(t <= -1e30, -1e300, t.astype(np.float64)) for t in (a, b))
+    return bool(np.allclose(a, b, rtol=1e-4, atol=1e-6))
+
+
+def _judge_attention_logits(case, output):
+    d, heads = int(case["d_model"]), int(case["n_heads"])
+    attn = probes._harness_attention(d, heads, bool(case["qk_norm"]))
+    probes._load_by_contract(attn, probes._weights(case), "the reference")
+    x = torch.from_numpy(case["x"])
+    with torch.no_grad():
+        expected = blocks.attention_logits(attn, x).numpy()
+    got = np.asarray(output["logits"])
+    if got.shape != expected.shape:
+        B, T = case["x"].shape[:2]
+        return (f"attention_logits returned shape {got.shape}; expected {expected.shape}: "
+                f"(B, heads, T, T) = ({B}, {heads}, {T}, {T}), one logit per head, query and key")
+    if not np.issubdtype(got.dtype, np.number):
+        return f"attention_logits returned {got.dtype} values, not numbers"
+    future = np.isneginf(expected)
+    tolerance = np.float32 if got.dtype == np.float32 else F64
+    got = got.astype(np.float64)
+    masked_ok = bool(np.all(got[future] <= -1e30))
+    shown = np.where(future, 0.0, got)
+    problem = mismatch(shown, np.where(future, 0.0, expected), dtype=tolerance,
+                       what="your logits where a query sees the key")
+    if problem is None and masked_ok:
+        return None
+    candidates = {
+        "the causal mask: a query must not see later keys; set their logits to -inf, as "
+        "masked_fill(future, float('-inf')) does": dict(mask=False),
+        "divide q k^T by sqrt(d_head)": dict(scale=False),
+        "where the module has ln_q and ln_k, the softmax reads the normalized q and k: "
+        "apply them to each head's queries and keys first": dict(norms=False),
+        "return the logits the softmax reads, not the softmax's output": dict(softmax=True),
+    }
+    with torch.no_grad():
+        for hint, kwargs in candidates.items():
+            wrong = _logits_variant(attn, x, **kwargs).numpy()
+            if _same_logits(got, wrong):
+                first = problem or "your logits where a key is in the future are not -inf"
+                return f"{first}. Hint: {hint}"
+    if problem:
+        return problem
+    return ("your logits where a key is in the future are " + _show(got[future])
+            + "; they must be -inf, so that the softmax gives them weight 0 and a largest "
+            "logit never counts them")
+
+
 CHECKS = {
     "blocks_sandwich_ln": Check(_sandwich_cases, _block_judge("sandwich", _diagnose_sandwich)),
     "blocks_deepnorm": Check(_deepnorm_cases, _block_judge("deepnorm", _diagnose_deepnorm)),
@@ -1026,4 +1183,6 @@ CHECKS = {
     "blocks_lowest_failing_lr": Check(_lowest_failing_cases, _judge_lowest_failing_lr),
     "blocks_ablation_model": Check(_ablation_model_cases, _judge_ablation_model),
     "blocks_ablation": Check(_ablation_cases, _judge_ablation),
+    "blocks_qk_norm_attention": Check(_qk_norm_cases, _judge_qk_norm_attention),
+    "blocks_attention_logits": Check(_attention_logits_cases, _judge_attention_logits),
 }

@@ -543,3 +543,58 @@ def check_ablation(ablation_model, train_model, *, losses, rescued_by):
     own runs, repeated, and the conclusion against those losses."""
     run_check("blocks_ablation", (ablation_model, train_model, losses, rescued_by),
               _probe_ablation)
+
+
+# --- exercise 11: QK-norm ---
+
+QK_CONTRACT = (
+    "qkv.weight (3d, d), qkv.bias (3d,), proj.weight (d, d), proj.bias (d,), "
+    "ln_q.weight (d_head,), ln_q.bias (d_head,), ln_k.weight (d_head,), ln_k.bias (d_head,)"
+)
+
+
+def _probe_qk_norm_attention(attention_class, case):
+    attn = attention_class(int(case["d_model"]), int(case["n_heads"]))
+    params = _load_by_contract(attn, _weights(case), "your attention",
+                               f"The contract is: {QK_CONTRACT}.")
+    attn.eval()
+    return _forward_backward(attn, params, [case["x"]], case["dy"])
+
+
+def check_qk_norm_attention(QKNormAttention):
+    """Check QKNormAttention(d_model, n_heads): output and gradients, float64."""
+    run_check("blocks_qk_norm_attention", QKNormAttention, _probe_qk_norm_attention)
+
+
+def _harness_attention(d_model, n_heads, qk_norm):
+    """The parts attention_logits reads, with no forward pass: qkv, n_heads,
+    and ln_q and ln_k where qk_norm."""
+    nn = _torch().nn
+
+    class Parts(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n_heads = n_heads
+            self.qkv = nn.Linear(d_model, 3 * d_model)
+            self.proj = nn.Linear(d_model, d_model)
+            if qk_norm:
+                self.ln_q = nn.LayerNorm(d_model // n_heads)
+                self.ln_k = nn.LayerNorm(d_model // n_heads)
+
+    return Parts()
+
+
+def _probe_attention_logits(attention_logits, case):
+    torch = _torch()
+    attn = _harness_attention(int(case["d_model"]), int(case["n_heads"]),
+                              bool(case["qk_norm"]))
+    _load_by_contract(attn, _weights(case), "the test attention")
+    with torch.no_grad():
+        logits = attention_logits(attn, torch.from_numpy(case["x"].copy()))
+    return {"logits": to_array(logits, what="attention_logits' result")}
+
+
+def check_attention_logits(attention_logits):
+    """Check attention_logits(attn, x) on attention modules with and without
+    ln_q and ln_k, against the reference, in float64."""
+    run_check("blocks_attention_logits", attention_logits, _probe_attention_logits)
