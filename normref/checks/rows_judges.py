@@ -817,19 +817,26 @@ _WHY = {
 }
 
 
-def _judge_batch_dependence_answer(case, output):
+def names_verdict(output, label, choices, truth, listed, missing,
+                  kind="this assignment's functions"):
+    """The verdict on a set of names: None when it is `truth`; else what is unknown,
+    or each name listed wrongly (listed(name)) and each one missing (missing(name))."""
     names = [str(name).strip().lower() for name in np.atleast_1d(output.get("names"))]
-    unknown = sorted(set(names) - set(EXERCISE_FUNCTIONS))
+    unknown = sorted(set(names) - set(choices))
     if unknown:
-        return (f"POSITION_DEPENDENT names {', '.join(repr(n) for n in unknown)}, which is "
-                "not one of this assignment's functions: choose among "
-                + ", ".join(EXERCISE_FUNCTIONS))
+        return (f"{label} names {', '.join(repr(n) for n in unknown)}, which is not one "
+                f"of {kind}: choose among " + ", ".join(choices))
     given = set(names)
-    wrong = [f"{name} is listed but mixes no positions ({_WHY[name]})"
-             for name in EXERCISE_FUNCTIONS if name in given - _MIXES_POSITIONS]
-    wrong += [f"{name} is missing ({_WHY[name]})"
-              for name in EXERCISE_FUNCTIONS if name in _MIXES_POSITIONS - given]
-    return "POSITION_DEPENDENT is not yet right: " + "; ".join(wrong) if wrong else None
+    wrong = [listed(name) for name in choices if name in given - truth]
+    wrong += [missing(name) for name in choices if name in truth - given]
+    return f"{label} is not yet right: " + "; ".join(wrong) if wrong else None
+
+
+def _judge_batch_dependence_answer(case, output):
+    return names_verdict(output, "POSITION_DEPENDENT", EXERCISE_FUNCTIONS, _MIXES_POSITIONS,
+                         lambda name: f"{name} is listed but mixes no positions "
+                                      f"({_WHY[name]})",
+                         lambda name: f"{name} is missing ({_WHY[name]})")
 
 
 # ---------------------------------------------------------------- a batch of two
@@ -927,6 +934,114 @@ def _judge_pair_information_answers(case, output):
                   "can show, take the base-2 logarithm, and add over the groups"))
 
 
+# ---------------------------------------------------------------- the spatial run
+
+# Exercise 11: a frozen 3 x 3 convolution (no padding) gives every digit 16 channels
+# of 6 x 6; spatial_batch_norm_forward, batch_norm_train on the flattened features
+# (N, 16 * 36) and group_norm with 4 groups normalize them, batch after batch, in
+# training mode.
+RUN_FUNCTIONS = ("spatial_batch_norm_forward", "batch_norm_train", "group_norm")
+_RUN_CHANNELS, _RUN_GROUPS, _RUN_POSITIONS = 16, 4, 6 * 6
+
+
+def run_values_per_statistic(batch):
+    """How many values one mean (and variance) averages over, for each of the run's
+    norms, at this batch size: a channel's N * H * W values; one feature's N values
+    (a channel at one position); a group's C / G channels at every position of one
+    image, whatever the batch."""
+    return {"spatial_batch_norm_forward": batch * _RUN_POSITIONS,
+            "batch_norm_train": batch,
+            "group_norm": _RUN_CHANNELS // _RUN_GROUPS * _RUN_POSITIONS}
+
+
+_VALUE_ANSWERS = {"spatial_bn_values": "spatial_batch_norm_forward",
+                  "position_bn_values": "batch_norm_train",
+                  "group_norm_values": "group_norm"}
+_VALUE_SLIPS = {
+    "spatial_batch_norm_forward": {
+        2.0: "that is batch norm over the N images alone; spatial batch norm takes a "
+             "channel's statistics over every position of every image, N * H * W values",
+        float(_RUN_POSITIONS): "that is one image's H * W positions; the batch holds two",
+    },
+    "batch_norm_train": {
+        2.0 * _RUN_POSITIONS: "that is spatial batch norm's count; flattened to (N, 16 * 36), "
+                              "each of the 576 features is a column of its own, with one "
+                              "value per image",
+    },
+    "group_norm": {
+        2.0 * _RUN_CHANNELS // _RUN_GROUPS * _RUN_POSITIONS: "group norm never crosses "
+             "from one image to another: its statistics cover one image's group",
+        float(_RUN_CHANNELS // _RUN_GROUPS): "a group's channels count at every one of "
+             "their H * W positions",
+    },
+}
+
+
+def _judge_spatial_run_values(case, output):
+    truth = run_values_per_statistic(2)
+    wrong = []
+    for answer, function in _VALUE_ANSWERS.items():
+        given = number_from_answer(output.get(answer))
+        if given is not None and abs(given - truth[function]) <= 1e-9:
+            continue
+        hint = _named_slip(given, _VALUE_SLIPS[function], within=1e-9)
+        wrong.append(f"{answer.upper()} (you answered {output.get(answer)}) is not right"
+                     + (f": {hint}" if hint else ""))
+    if not wrong:
+        return None
+    return ("; ".join(wrong) + ". Count the values that share one mean in a batch of two "
+            "images of 16 channels of 6 x 6")
+
+
+# the run's measured fact, the same for every seed checked (tests/normref/
+# test_rows_spatial_run.py): two values per statistic costs well over 5 points,
+# 72 (spatial batch norm) about nothing, and group norm's outputs do not change
+_LOSES_AT_BATCH_2 = {"batch_norm_train"}
+_RUN_WHY = {
+    "spatial_batch_norm_forward": "spatial batch norm still averages each channel over "
+                                  "2 x 6 x 6 = 72 values at batch 2, and its accuracy "
+                                  "stays within about a point of batch 32's",
+    "batch_norm_train": "on the flattened features each statistic has two values at batch "
+                        "2: every output is close to -1 or +1, and the accuracy falls well "
+                        "over 5 points",
+    "group_norm": "group norm's output for an image does not depend on its batch: the "
+                  "features, the trained head and the accuracy are the same at both sizes",
+}
+
+
+def _judge_spatial_run_losses(case, output):
+    verdict = names_verdict(output, "LOSES_OVER_5_POINTS", RUN_FUNCTIONS, _LOSES_AT_BATCH_2,
+                            lambda name: f"{name} is listed, but {_RUN_WHY[name]}",
+                            lambda name: f"{name} is missing: {_RUN_WHY[name]}",
+                            kind="the run's three norms")
+    listed = {str(name).strip().lower() for name in np.atleast_1d(output.get("names"))}
+    if verdict and "spatial_batch_norm_forward" in listed:
+        verdict += ("; if your own spatial_batch_norm_forward lost as much as "
+                    "batch_norm_train, it takes its statistics over the images alone: "
+                    "check it against Exercise 5's test")
+    return verdict
+
+
+# a batch of one image: which norms still average each statistic over more than one value
+_ONE_IMAGE_WORKS = {name for name, count in run_values_per_statistic(1).items()
+                    if count > 1}
+_ONE_IMAGE_WHY = {
+    "spatial_batch_norm_forward": "a channel of one image still has 6 x 6 = 36 values "
+                                  "(batch norm of one image is instance norm)",
+    "batch_norm_train": "each flattened feature has one value per image, so a batch of "
+                        "one leaves one value: no spread to measure (your function "
+                        "raises ValueError there)",
+    "group_norm": "a group of one image holds 4 x 6 x 6 = 144 values at any batch size",
+}
+
+
+def _judge_batch_of_one_answer(case, output):
+    return names_verdict(output, "WORKS_WITH_ONE_IMAGE", RUN_FUNCTIONS, _ONE_IMAGE_WORKS,
+                         lambda name: f"{name} is listed, but {_ONE_IMAGE_WHY[name]}",
+                         lambda name: f"{name} is missing: {_ONE_IMAGE_WHY[name]}",
+                         kind="the run's three norms")
+
+
 # ---------------------------------------------------------------- the precision rule
 
 PRECISION_FUNCTIONS = ("group_norm", "channel_layer_norm", "batch_norm_train",
@@ -982,4 +1097,10 @@ CHECKS = {
     "rows_pair_information_answers": Check(lambda rng: [("your answer", {})],
                                            _judge_pair_information_answers),
     "rows_precision_kept": Check(_precision_cases, _judge_precision_kept),
+    "rows_spatial_run_values": Check(lambda rng: [("your three answers", {})],
+                                     _judge_spatial_run_values),
+    "rows_spatial_run_losses": Check(lambda rng: [("your answer", {})],
+                                     _judge_spatial_run_losses),
+    "rows_batch_of_one_answer": Check(lambda rng: [("your answer", {})],
+                                      _judge_batch_of_one_answer),
 }

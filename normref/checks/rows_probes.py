@@ -298,3 +298,21 @@ def check_pair_information_answers(**answers):
 def check_precision_kept(**functions):
     """Check that each of the unit's functions returns float64 for float64 input."""
     run_check("rows_precision_kept", functions, _call_for_precision)
+
+
+def check_spatial_run_values(**answers):
+    """Check the answers on how many values each statistic of the spatial run's three
+    norms averages over at batch size 2."""
+    run_check("rows_spatial_run_values", answers, _answers_as_text)
+
+
+def check_spatial_run_losses(names):
+    """Check the answer naming the norms that lose more than 5 points of held-out
+    accuracy at batch size 2 in the spatial run."""
+    run_check("rows_spatial_run_losses", {"names": names}, _names_as_text)
+
+
+def check_batch_of_one_answer(names):
+    """Check the answer naming the norms that still have more than one value per
+    statistic on a batch of one image."""
+    run_check("rows_batch_of_one_answer", {"names": names}, _names_as_text)
