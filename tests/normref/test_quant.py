@@ -644,7 +644,9 @@ def test_every_quant_check_is_covered_here():
                                      # test_quant_beta.py covers these
                                      "quant_beta_table", "quant_beta_loses_more",
                                      "quant_beta_why", "quant_beta_folded_error",
-                                     "quant_beta_fold_why"}
+                                     "quant_beta_fold_why",
+                                     # test_quant_fp4.py covers these
+                                     "quant_mxfp4", "quant_offset_bracket"}
 
 
 # Unit 06's checks (fp8 scaling), pinned down to the verdict and the sentence a
