@@ -69,6 +69,23 @@ def calling_own_functions(subject, names, call):
     return result, bool(seen) or replaced
 
 
+def answer_text(value):
+    """An answer as the text it travels as. A one-number tensor or numpy scalar
+    travels as its number in full: str() of a tensor keeps about five significant
+    digits (805,306,368 prints as 8.0531e+08). A tensor is detached first, so
+    that its text holds no grad_fn."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            number = value.item()
+        except (ValueError, RuntimeError, TypeError):
+            number = None
+        if isinstance(number, (int, float)) and not isinstance(number, bool):
+            return repr(number)
+    if hasattr(value, "detach"):
+        value = value.detach()
+    return str(value)
+
+
 def to_array(value, *, what="the result"):
     """Turn a student's return value into a plain numpy array, or explain why not.
 

@@ -10,7 +10,7 @@ of other units do not pay for importing it.
 
 import numpy as np
 
-from normref.checks._runner import run_check
+from normref.checks._runner import answer_text, run_check
 
 MAX_MESSAGE = 2000
 
@@ -378,7 +378,7 @@ def _gradients(report, tensors):
 
 
 def _answers_as_text(answers, case):
-    return {name: np.array(str(value)[:MAX_MESSAGE]) for name, value in answers.items()}
+    return {name: np.array(answer_text(value)[:MAX_MESSAGE]) for name, value in answers.items()}
 
 
 def _sequences_as_text(answers, case):
@@ -391,7 +391,7 @@ def _sequences_as_text(answers, case):
         if isinstance(value, (list, tuple)) and value:
             report[name] = np.array([str(entry)[:MAX_MESSAGE] for entry in value])
         else:
-            report[name] = np.array(str(value)[:MAX_MESSAGE])
+            report[name] = np.array(answer_text(value)[:MAX_MESSAGE])
     return report
 
 

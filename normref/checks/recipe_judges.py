@@ -773,8 +773,10 @@ def _judge_float32_ranking(case, output):
     return (f"{wrong}: measure all three on the tokens the question gives, each in "
             "float32 (print each result's dtype: in float64 all three agree to many "
             "digits), take each one's worst relative error over the 256 tokens, and "
-            "order them by it; chunked_var(tokens, 16) should take each tile's "
-            "statistics about the tile's own mean")
+            "order them by it. Welford and Chan merge left to right here (a tree of "
+            "merges is neither), Chan's tiles with their statistics about each tile's "
+            "own mean, and counts kept as Python ints (a NumPy integer count turns "
+            "float32 arithmetic into float64)")
 
 
 # Inline question 3.3: where the one-read methods' extra float32 error comes from.

@@ -860,6 +860,11 @@ def _answer_outcome(check, **answers):
         (dict(UNFUSED_BYTES="805306368", FUSED_BYTES=Fraction(805306368, 2)), True),
         (dict(UNFUSED_BYTES=torch.tensor(805306368), FUSED_BYTES=np.int64(402653184)),
          True),
+        # floats that hold the count exactly: str() of the tensor would say 8.0531e+08
+        (dict(UNFUSED_BYTES=torch.tensor(805306368.0, dtype=torch.float64),
+              FUSED_BYTES=np.float32(402653184)), True),
+        (dict(UNFUSED_BYTES=torch.tensor(805306368.0, requires_grad=True),
+              FUSED_BYTES=torch.tensor(402653184.0)), True),
         (dict(UNFUSED_BYTES=805306368.0, FUSED_BYTES=402653184.5), False),
         (dict(UNFUSED_BYTES=5, FUSED_BYTES=4), False),
         (dict(UNFUSED_BYTES=805306368), False),

@@ -1798,9 +1798,11 @@ def test_add_probe_sets_the_cases_gamma_and_beta():
 
 
 def test_answers_travel_as_text():
-    report = P._answers_as_text({"A": 16, "B": torch.tensor(4), "C": "x" * 3000}, {})
-    assert {k: str(v) for k, v in report.items() if k != "C"} == {"A": "16",
-                                                                  "B": "tensor(4)"}
+    """A one-number tensor travels as its number in full, not as its str()."""
+    report = P._answers_as_text({"A": 16, "B": torch.tensor(4), "C": "x" * 3000,
+                                 "D": torch.tensor(805306368.0, dtype=torch.float64)}, {})
+    assert {k: str(v) for k, v in report.items() if k != "C"} == {
+        "A": "16", "B": "4", "D": "805306368.0"}
     assert len(str(report["C"])) == 2000
 
 
