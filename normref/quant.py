@@ -508,6 +508,51 @@ def zero_point_round_trip(x, dtype, per_token_scale=False):
     return stored + mean
 
 
+def range_round_trip(x, dtype):
+    """Exercise 9's zero-point round trip: each token's range [min, max] mapped
+    onto [-fmax, fmax], its midpoint (min + max) / 2 as the zero-point and
+    fmax / ((max - min) / 2) as the scale, both kept in float32 per token; a
+    constant token (max = min) keeps scale 1 and comes back exact.
+    x: (..., d) -> float32 (..., d)."""
+    x = x.float()
+    fmax = fp8_max(dtype)
+    lo, hi = x.amin(dim=-1, keepdim=True), x.amax(dim=-1, keepdim=True)  # ..., 1
+    zero = (lo + hi) / 2
+    half = (hi - lo) / 2
+    scale = torch.where(half > 0, fmax / half, torch.ones_like(half))  # ..., 1
+    stored = ((x - zero) * scale).clamp(-fmax, fmax).to(dtype).float()
+    return stored / scale + zero
+
+
+# -- an offset that differs from token to token (exercise 10) -----------------
+
+SPREAD_OFFSET_MEAN, SPREAD_OFFSET_STD, SPREAD_SEED = 20.0, 3.0, 4
+
+
+def spread_offset_batches():
+    """(RMSNorm's output of the experiment tokens, each moved by its own offset
+    from N(20, 3^2), and RMSNorm's output of a calibration batch drawn the same
+    way), as the assignment builds them."""
+    gen = torch.Generator().manual_seed(SPREAD_SEED)
+    offsets = SPREAD_OFFSET_MEAN + SPREAD_OFFSET_STD * torch.randn(64, 1, generator=gen)
+    calibration_offsets = (SPREAD_OFFSET_MEAN
+                           + SPREAD_OFFSET_STD * torch.randn(64, 1, generator=gen))
+    calibration_tokens = torch.randn(64, 256, generator=gen)
+    return (rms_norm_output(offsets + experiment_tokens()),
+            rms_norm_output(calibration_offsets + calibration_tokens))
+
+
+def spread_fold_errors(shift=None):
+    """(e4m3 error of that output stored per tensor, the same with the
+    calibration batch's mean, or `shift`, subtracted before and added back
+    after), each rmse_over_std."""
+    out, calibration = spread_offset_batches()
+    shift = calibration.mean() if shift is None else shift
+    e4m3 = torch.float8_e4m3fn
+    return (rmse_over_std(out, fp8_round_trip(out, e4m3)),
+            rmse_over_std(out, fp8_round_trip(out - shift, e4m3) + shift))
+
+
 # -- what one loud entry costs its MX block ----------------------------------
 
 MX_QUIET_VALUE = 1.875  # binary 1.111: it needs all three of e4m3's mantissa bits

@@ -36,14 +36,16 @@ def _fp8_step(value, scale, dtype):
     return 2.0 ** np.floor(np.log2(q)) * info.eps / scale
 
 
-def _same_rounding(y, ref, scale, dtype):
+def _same_rounding(y, ref, scale, dtype, atol=1e-12):
     """True when y is ref up to float32 noise, except for at most 1% of the
     elements, which may sit one fp8 step away: a scale computed another way
-    (x / (amax / fmax), say) can tip a value lying on a rounding boundary."""
+    (x / (amax / fmax), say) can tip a value lying on a rounding boundary.
+    atol (a number, or an array that broadcasts against y) widens the noise
+    allowed where a float32 zero-point was added back."""
     y = np.asarray(y, np.float64)
     if y.shape != ref.shape or not np.all(np.isfinite(y)):
         return False
-    off = ~np.isclose(y, ref, rtol=1e-5, atol=1e-12)
+    off = ~np.isclose(y, ref, rtol=1e-5, atol=atol)
     if not off.any():
         return True
     near = np.abs(y - ref) <= 1.001 * _fp8_step(ref, scale, dtype)
@@ -90,6 +92,12 @@ def _per_token_cases(rng):
           "dtype": e5m2}),
         ("one token, shape (64,), e5m2", {"x": _f32(rng.normal(2.0, 1.0, size=64)),
                                           "dtype": e5m2}),
+        # a range of 10^8 within each token: scaled onto 448 instead of e5m2's own
+        # fmax, its small entries fall into e5m2's subnormals or to zero
+        ("tokens whose entries range from 0.01 to 10^6 within each token, shape "
+         "(8, 32), e5m2",
+         {"x": _f32(np.where(rng.normal(size=(8, 32)) < 0, -1.0, 1.0)
+                    * 10.0 ** rng.uniform(-2, 6, size=(8, 32))), "dtype": e5m2}),
     ]
 
 
@@ -103,6 +111,10 @@ def _per_token_mistake(x, dtype, y, ref, scale):
             quant.fp8_round_trip(xt, dtype).numpy(),
         "you returned the scaled values: divide by each token's scale after "
         "casting back": ref * scale,
+        "each token is scaled onto 448, e4m3's largest value; scale onto the "
+        "largest value of the format asked for, torch.finfo(dtype).max":
+            quant.fp8_round_trip(xt, dtype, torch.from_numpy(
+                _row_scales(x, torch.float8_e4m3fn).astype(np.float32))).numpy(),
     }
     if columns is not None:
         column_scale = np.where(columns > 0, fmax / np.where(columns > 0, columns, 1), 1.0)
@@ -1183,12 +1195,24 @@ def _judge_mx_clipped(case, output):
             f"{hint}")
 
 
+def _read_pair(output, keys, names, answer_name):
+    """(first, second, a complaint or None) for an answer read as a pair of
+    numbers: output[keys[0]] and output[keys[1]], named by names."""
+    first, bad_first = _read_number(output, keys[0], names[0])
+    second, bad_second = _read_number(output, keys[1], names[1])
+    problem = bad_first or bad_second
+    if problem:
+        problem = (f"{answer_name} is a pair of numbers ({names[0]}, {names[1]}): "
+                   f"{problem}")
+    return first, second, problem
+
+
 def _judge_mx_rule_errors(case, output):
-    floor_error, bad_floor = _read_number(output, "floor", "the floor rule's error")
-    round_up, bad_up = _read_number(output, "round_up", "the round-up rule's error")
-    if bad_floor or bad_up:
-        return ("ANSWER_MX_RULE_ERRORS is a pair of numbers (floor rule's error, "
-                f"round-up rule's error): {bad_floor or bad_up}")
+    floor_error, round_up, problem = _read_pair(
+        output, ("floor", "round_up"), ("the floor rule's error", "the round-up rule's error"),
+        "ANSWER_MX_RULE_ERRORS")
+    if problem:
+        return problem
     _, true_floor, true_up = _mx_rule_reference()
     own_floor = _own_if_floor_rule(output, 1)
     problems = []
@@ -1215,9 +1239,6 @@ def _judge_mx_rule_errors(case, output):
 # -- exercise 9: the offset, and a zero-point per token ----------------------
 
 OFFSET_TOLERANCE = 0.05  # the offset answer against the bisection's, in units of mu
-# The error a zero-point round trip must stay below: about 0.026 in e4m3 (RMSNorm
-# at mu = 20, as N(0, 1) data), twice that in e5m2, which has a mantissa bit fewer.
-ZERO_POINT_ERROR_BOUND = {torch.float8_e4m3fn: 0.04, torch.float8_e5m2: 0.08}
 
 
 @functools.cache
@@ -1286,36 +1307,67 @@ def _zero_point_cases(rng):
     e4m3, e5m2 = np.array("float8_e4m3fn"), np.array("float8_e5m2")
     rms20 = quant.rms_norm_output(20 + quant.experiment_tokens())
     offsets = rng.uniform(-30, 30, size=(16, 1))
+    spreads = 10.0 ** rng.uniform(-3, 1, size=(16, 1))
+    with_constant = rng.normal(size=(4, 16))
+    with_constant[2] = 3.0
     return [
         ("exercise 3's RMSNorm batch at mu = 20, e4m3", {"x": _f32(rms20), "dtype": e4m3}),
-        ("tokens with offsets from -30 to 30, one per token, shape (16, 64), e4m3",
-         {"x": _f32(offsets + rng.normal(size=(16, 64))), "dtype": e4m3}),
+        ("tokens with offsets from -30 to 30 and spreads from 0.001 to 10, one of each "
+         "per token, shape (16, 64), e4m3",
+         {"x": _f32(offsets + spreads * rng.normal(size=(16, 64))), "dtype": e4m3}),
+        ("skewed tokens (exponential draws, whose mean is not the middle of their "
+         "range), shape (8, 64), e4m3",
+         {"x": _f32(rng.exponential(size=(8, 64))), "dtype": e4m3}),
         ("a 3-D batch (2, 3, 32) offset by 5, e5m2",
          {"x": _f32(5 + rng.normal(size=(2, 3, 32))), "dtype": e5m2}),
         ("one token, shape (64,), offset by 10, e4m3",
          {"x": _f32(10 + rng.normal(size=64)), "dtype": e4m3}),
+        ("token 2 is constant, 3.0 in every feature, shape (4, 16), e4m3",
+         {"x": _f32(with_constant), "dtype": e4m3}),
     ]
+
+
+def _range_scales(x, dtype):
+    """fmax over half of each token's range, 1 for a constant token."""
+    x64 = x.astype(np.float64)
+    half = (x64.max(axis=-1, keepdims=True) - x64.min(axis=-1, keepdims=True)) / 2
+    return np.where(half > 0, quant.fp8_max(dtype) / np.where(half > 0, half, 1), 1.0)
 
 
 def _zero_point_slip(x, dtype, y):
     """A sentence naming the slip y matches, or None."""
     xt = torch.from_numpy(x.copy())
-    mean = xt.mean(dim=-1, keepdim=True)
+    fmax = quant.fp8_max(dtype)
+    lo, hi = xt.amin(dim=-1, keepdim=True), xt.amax(dim=-1, keepdim=True)
+    zero, half = (lo + hi) / 2, (hi - lo) / 2
+    per_token = torch.where(half > 0, fmax / half, torch.ones_like(half))
+    whole = (xt - zero).abs().max()
+    middle = (xt.min() + xt.max()) / 2
     slips = {
-        "you returned the centred values: add each token's mean back after the round "
-        "trip": quant.fp8_round_trip(xt - mean, dtype),
-        "nothing was stored in fp8: round-trip the centred values with fp8_round_trip":
-            xt,
-        "that is one mean for the whole tensor; each token (row) needs its own mean, "
-        "over its last axis": quant.fp8_round_trip(xt - xt.mean(), dtype) + xt.mean(),
-        "that is the round trip without the zero-point: subtract each token's mean "
-        "before scaling": quant.fp8_round_trip(xt, dtype),
+        "you returned the stored values without the zero-point: add each token's "
+        "midpoint back after the round trip": quant.fp8_round_trip(xt - zero, dtype,
+                                                                   per_token),
+        "nothing was stored in fp8: round-trip the shifted, scaled values through the "
+        "fp8 dtype": xt,
+        "that is each token's mean as its zero-point; the contract's zero-point is the "
+        "midpoint of the token's range, (min + max) / 2, which puts its smallest value "
+        "at -fmax and its largest at +fmax": quant.zero_point_round_trip(
+            xt, dtype, per_token_scale=True),
+        "that is each token's mean as its zero-point and one scale for the whole "
+        "tensor: the contract asks for the midpoint of each token's range, "
+        "(min + max) / 2, and a scale per token": quant.zero_point_round_trip(xt, dtype),
+        "that is one scale for the whole tensor; each token needs its own scale, "
+        "fmax over half its range": quant.fp8_round_trip(xt - zero, dtype,
+                                                         fmax / whole) + zero,
+        "that is one zero-point and one scale for the whole tensor; each token (row, "
+        "the last axis) needs its own midpoint and its own scale":
+            quant.fp8_round_trip(xt - middle, dtype) + middle,
+        "the whole range max - min was mapped onto fmax, so the values reach only "
+        "+-fmax / 2; map half the range, (max - min) / 2, onto fmax":
+            quant.fp8_round_trip(xt - zero, dtype, per_token / 2) + zero,
+        "that is the per-token round trip without a zero-point: subtract each token's "
+        "midpoint before scaling": quant.per_token_round_trip(xt, dtype),
     }
-    if x.ndim > 1:
-        column_mean = xt.mean(dim=-2, keepdim=True)
-        slips["the mean was taken over the tokens (one per feature); take it over each "
-              "token's own features, the last axis"] = (
-            quant.fp8_round_trip(xt - column_mean, dtype) + column_mean)
     for hint, wrong in slips.items():
         if np.allclose(y, wrong.double().numpy(), rtol=1e-5, atol=1e-6):
             return hint
@@ -1325,30 +1377,25 @@ def _zero_point_slip(x, dtype, y):
 def _judge_zero_point(case, output):
     if "float8" in str(output.get("dtype", "")):
         return ("your result is a float8 tensor; cast back with .float() and add the "
-                "mean in float32")
+                "zero-point in float32")
     x, dtype = case["x"], getattr(torch, str(case["dtype"]))
     y = np.asarray(output["y"], np.float64)
     if y.shape != x.shape:
         return f"your result has shape {y.shape}; x has shape {x.shape}"
     if not np.all(np.isfinite(y)):
-        return "your result holds inf or NaN"
-    xt = torch.from_numpy(x.copy())
-    error = quant.rmse_over_std(xt, torch.from_numpy(y).float())
-    if error > ZERO_POINT_ERROR_BOUND[dtype]:
-        slip = _zero_point_slip(x, dtype, y)
-        return (f"the error of your round trip is {error:.3g}, not below "
-                f"{ZERO_POINT_ERROR_BOUND[dtype]}" + (f": {slip}" if slip else ""))
-    centred = x.astype(np.float64) - x.astype(np.float64).mean(axis=-1, keepdims=True)
-    for per_token in (False, True):
-        ref = quant.zero_point_round_trip(xt, dtype, per_token_scale=per_token).numpy()
-        scale = (_row_scales(centred, dtype) if per_token else
-                 quant.fp8_max(dtype) / np.abs(centred).max())
-        if _same_rounding(y, ref, scale, dtype):
-            return None
+        constant = np.any(np.ptp(x, axis=-1) == 0)
+        return "your result holds inf or NaN" + (
+            ": a constant token has max = min; give it a scale of 1" if constant else "")
+    ref = quant.range_round_trip(torch.from_numpy(x.copy()), dtype).double().numpy()
+    x64 = x.astype(np.float64)
+    zero = (x64.max(axis=-1, keepdims=True) + x64.min(axis=-1, keepdims=True)) / 2
+    # adding the zero-point back in float32 leaves noise of a few ulps of it
+    noise = 4 * np.finfo(np.float32).eps * np.abs(zero) + 1e-12
+    if _same_rounding(y, ref, _range_scales(x, dtype), dtype, atol=noise):
+        return None
     slip = _zero_point_slip(x, dtype, y)
-    return slip or ("your error is small, but your values are not the centred tensor's "
-                    "round trip plus each token's mean: store x minus its token's mean "
-                    "with fp8_round_trip, then add the mean back")
+    return slip or ("your values are not each token's range mapped onto [-fmax, fmax] "
+                    "and back: " + _first_difference(y, ref))
 
 
 # -- what one loud entry costs its MX block ----------------------------------
@@ -1466,9 +1513,6 @@ def _judge_beta_why(case, output):
     return None
 
 
-BETA_FOLD_WHY = "b"  # the right reason among the choices the assignment lists
-
-
 def _judge_beta_folded_error(case, output):
     error, problem = _read_number(output, "error", "ANSWER_BETA_FOLDED_ERROR")
     if problem:
@@ -1488,27 +1532,45 @@ def _judge_beta_folded_error(case, output):
     return f"ANSWER_BETA_FOLDED_ERROR is not yet right (you answered {error:.4g}): {hint}"
 
 
-def _judge_beta_fold_why(case, output):
-    answer = as_choice(output["why"])
-    choices = ("a", "b", "c", "d")
-    if answer not in choices:
-        return (f"ANSWER_BETA_FOLD_WHY is one of the letters {list(choices)} "
-                f"(you gave {answer!r})")
-    if answer != BETA_FOLD_WHY:
-        slip = {
-            "a": ("RMSNorm has no beta, but its output still carries an offset, and a "
-                  "constant added back after storing folds into a bias whatever put "
-                  "it there"),
-            "c": ("the offset is about 1, smaller than this exercise's beta of about "
-                  "5, which folded without trouble; size is not what limits the "
-                  "fold"),
-            "d": ("subtracting a constant and adding it back is exact for a constant "
-                  "of any size; what limits the fold is whether the constant is "
-                  "known in advance and shared by every token"),
-        }[answer]
-        return (f"ANSWER_BETA_FOLD_WHY is not yet right (you answered {answer!r}): "
-                f"{slip}. A bias is one vector, added to every token alike; ask what "
-                "RMSNorm's offset depends on, and when it is known")
+SPREAD_FOLD_RTOL = 0.01  # each of ANSWER_SPREAD_FOLD_ERRORS, against the grader's
+
+
+def _judge_spread_fold(case, output):
+    unfolded, folded, problem = _read_pair(
+        output, ("without", "with"),
+        ("the error without the shift", "the error with the shift folded"),
+        "ANSWER_SPREAD_FOLD_ERRORS")
+    if problem:
+        return problem
+    true_unfolded, true_folded = quant.spread_fold_errors()
+    if (np.isclose(unfolded, true_folded, rtol=SPREAD_FOLD_RTOL)
+            and np.isclose(folded, true_unfolded, rtol=SPREAD_FOLD_RTOL)):
+        return ("ANSWER_SPREAD_FOLD_ERRORS: the pair is the wrong way round: (error "
+                "without the shift, error with it folded)")
+    problems = []
+    if not np.isclose(unfolded, true_unfolded, rtol=SPREAD_FOLD_RTOL):
+        hint = ("store RMSNorm's output of SPREAD_OFFSETS + plain with fp8_round_trip"
+                "(out, E4M3) and measure masked_error(out, out_rt, everywhere)")
+        if np.isclose(unfolded, quant.rms_offset_error(20.0), rtol=SPREAD_FOLD_RTOL):
+            hint = ("that is the batch whose tokens all share the offset 20; move each "
+                    f"token by its own offset, SPREAD_OFFSETS: {hint}")
+        problems.append(f"the error without the shift is not yet right: {hint}")
+    if not np.isclose(folded, true_folded, rtol=SPREAD_FOLD_RTOL):
+        input_shift = float(quant.SPREAD_OFFSET_MEAN)
+        if np.isclose(folded, true_unfolded, rtol=SPREAD_FOLD_RTOL):
+            hint = "it equals the error without the shift: subtract the shift first"
+        elif np.isclose(folded, quant.spread_fold_errors(input_shift)[1],
+                        rtol=SPREAD_FOLD_RTOL):
+            hint = ("the shift is subtracted from RMSNorm's output, so it is the mean of "
+                    "RMSNorm's output on the calibration batch, not the offset of its "
+                    "input")
+        else:
+            hint = ("subtract one number, the mean of RMSNorm's output on the "
+                    "calibration batch, store with fp8_round_trip(out - shift, E4M3), "
+                    "add it back and measure against out")
+        problems.append(f"the error with the shift folded is not yet right: {hint}")
+    if problems:
+        return "ANSWER_SPREAD_FOLD_ERRORS: " + "; ".join(problems)
     return None
 
 
@@ -1583,7 +1645,9 @@ CHECKS = {
     "quant_beta_folded_error": Check(
         lambda rng: [("your error of LayerNorm + beta with beta folded out", {})],
         _judge_beta_folded_error),
-    "quant_beta_fold_why": Check(lambda rng: [("the reason you chose", {})],
-                                 _judge_beta_fold_why),
+    "quant_spread_fold_errors": Check(
+        lambda rng: [("your errors on the batch whose offsets differ from token to "
+                      "token, without and with the calibrated shift", {})],
+        _judge_spread_fold),
     "quant_beta_why": Check(lambda rng: [("the reason you chose", {})], _judge_beta_why),
 }

@@ -6,7 +6,7 @@ normref.checks stays quick for the units that do not use it.
 
 import numpy as np
 
-from normref.checks._runner import CheckFailed, run_check
+from normref.checks._runner import CheckFailed, answer_text, run_check
 
 FLOAT8_HINT = ("arithmetic on float8 tensors is not implemented on the CPU; "
                "cast back with .float() first, then unscale in float32")
@@ -147,20 +147,8 @@ def _table_probe(subject, case):
     return {"table": np.array(rows, np.float64), "measured": np.array(measured, np.float64)}
 
 
-def _as_text(value):
-    """An answer as the text it travels as. A 0-d torch tensor or numpy scalar
-    travels as its Python value: str() of a tensor keeps only 4 decimals."""
-    if type(value).__module__.split(".")[0] in ("torch", "numpy"):
-        try:
-            if getattr(value, "ndim", None) == 0 or getattr(value, "shape", None) == ():
-                value = value.item()
-        except Exception:  # not a scalar after all: send it as it prints
-            pass
-    return str(value)
-
-
 def _answers_as_text(answers, case):
-    return {name: np.array(_as_text(value)) for name, value in answers.items()}
+    return {name: np.array(answer_text(value)) for name, value in answers.items()}
 
 
 def check_per_token_round_trip(per_token_round_trip):
@@ -353,7 +341,7 @@ def _smooth_spread_probe(subject, case):
         measured = float(X_smooth[~quiet].abs().max() / X_smooth[quiet].abs().max())
     except Exception:  # a broken fold is the fold check's to report, not this one's
         measured = float("nan")
-    return {"answer": np.array(_as_text(answer)), "measured": np.array(measured)}
+    return {"answer": np.array(answer_text(answer)), "measured": np.array(measured)}
 
 
 
@@ -421,7 +409,7 @@ def _choices_probe(answer, case):
     """A choice or a collection of choices, each as text."""
     if isinstance(answer, str) or not hasattr(answer, "__iter__"):
         answer = [answer]
-    return {"choices": np.array([_as_text(choice) for choice in answer] or [""])}
+    return {"choices": np.array([answer_text(choice) for choice in answer] or [""])}
 
 
 def check_factor_out(answer):
@@ -495,7 +483,8 @@ def _one_case_probe(name):
                                      everywhere),
                         masked_error(rms_out, per_token, everywhere)]
 
-            return {"answer": np.array(str(answer)), "rms_row": _measured_or_nan(rms_row, 2)}
+            return {"answer": np.array(answer_text(answer)),
+                    "rms_row": _measured_or_nan(rms_row, 2)}
         schemes = (per_token_round_trip, *quantizers)
         if name == "loud channel":
             A, W = outlier_layer()
@@ -503,7 +492,7 @@ def _one_case_probe(name):
         else:
             A_loud, W_plain, quiet = loud_token_layer()
             measure = lambda: _measure_schemes(schemes, A_loud, W_plain, quiet)  # noqa: E731
-        return {"answer": np.array(str(answer)),
+        return {"answer": np.array(answer_text(answer)),
                 "errors": _measured_or_nan(measure, len(MATMUL_SCHEMES))}
 
     return probe
@@ -594,7 +583,8 @@ def check_offset_bracket(bracket):
 
 
 def check_zero_point_round_trip(zero_point_round_trip):
-    """Check zero_point_round_trip(x, dtype): each token's mean as its zero-point."""
+    """Check zero_point_round_trip(x, dtype): each token's range [min, max]
+    onto [-fmax, fmax], its midpoint as the zero-point, a scale per token."""
     run_check("quant_zero_point", zero_point_round_trip, _call_zero_point)
 
 
@@ -700,7 +690,7 @@ def _beta_loses_more_probe(subject, case):
         e4m3 = [float(row[0]) for row in _beta_table_probe(table, case)["table"]]
     except (TypeError, ValueError, KeyError, IndexError):
         e4m3 = [float("nan")] * len(BETA_TABLE_ROWS)
-    return {"answer": np.array(str(answer)), "own_e4m3": np.array(e4m3, np.float64)}
+    return {"answer": np.array(answer_text(answer)), "own_e4m3": np.array(e4m3, np.float64)}
 
 
 def check_beta_table(table):
@@ -719,9 +709,11 @@ def check_beta_folded_error(error):
     run_check("quant_beta_folded_error", {"error": error}, _answers_as_text)
 
 
-def check_beta_fold_why(answer):
-    """Check what folding RMSNorm's offset into the next layer would take."""
-    run_check("quant_beta_fold_why", {"why": answer}, _answers_as_text)
+def check_spread_fold_errors(errors):
+    """Check (error without the shift, error with the calibrated shift folded)
+    on RMSNorm's output of tokens whose offsets differ from token to token."""
+    run_check("quant_spread_fold_errors", _as_pair(errors, "without", "with"),
+              _answers_as_text)
 
 
 def check_beta_why(answer):

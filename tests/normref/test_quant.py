@@ -644,7 +644,7 @@ def test_every_quant_check_is_covered_here():
                                      # test_quant_beta.py covers these
                                      "quant_beta_table", "quant_beta_loses_more",
                                      "quant_beta_why", "quant_beta_folded_error",
-                                     "quant_beta_fold_why",
+                                     "quant_spread_fold_errors",
                                      # test_quant_fp4.py covers these
                                      "quant_mxfp4", "quant_offset_bracket"}
 
@@ -834,12 +834,14 @@ def test_per_token_cases_are_what_their_labels_say():
         "token 2 is all zeros, shape (6, 16), e4m3",
         "a 3-D batch (2, 3, 16) of tokens of different sizes, e5m2",
         "one token, shape (64,), e5m2",
+        "tokens whose entries range from 0.01 to 10^6 within each token, shape (8, 32), "
+        "e5m2",
     ]
     xs = [case["x"] for _, case in cases]
-    assert [str(case["dtype"]) for _, case in cases] == ["float8_e4m3fn"] * 5 + ["float8_e5m2"] * 2
+    assert [str(case["dtype"]) for _, case in cases] == ["float8_e4m3fn"] * 5 + ["float8_e5m2"] * 3
     assert all(x.dtype == np.float32 for x in xs)
     assert [x.shape for x in xs] == [(2, 4), (32, 64), (32, 64), (16, 64), (6, 16),
-                                     (2, 3, 16), (64,)]
+                                     (2, 3, 16), (64,), (8, 32)]
     np.testing.assert_array_equal(xs[0], np.array([[0.5, -1, 3, 7], [0.01, 0.02, -0.04, 0]],
                                                   np.float32))
     np.testing.assert_array_equal(xs[1], np.ones((32, 64)))
@@ -854,6 +856,8 @@ def test_per_token_cases_are_what_their_labels_say():
     np.testing.assert_allclose(xs[5], np.logspace(-2, 2, 6).reshape(2, 3, 1) * np.ones(16),
                                rtol=1e-6)
     np.testing.assert_array_equal(xs[6], np.full(64, 3.0))
+    # 10^8 within each token: scaled onto 448 in e5m2, the small entries are lost
+    np.testing.assert_allclose(xs[7].ravel(), np.logspace(-2, 6, 256), rtol=1e-6)
 
 
 def test_per_token_cases_multiply_the_draws_by_the_token_sizes():
@@ -1623,3 +1627,18 @@ def test_per_tensor_round_trip_scales_up_a_tensor_smaller_than_one():
     largest = quant_probes.per_tensor_round_trip(x, torch.float8_e4m3fn)[0]
     assert largest == pytest.approx(0.3, rel=1e-6)
     assert x[:1].to(torch.float8_e4m3fn).float().item() == 0.3125
+
+
+def _per_token_onto_448(x, dtype):
+    """Per-token scaling with e4m3's largest value hard-coded, whatever the dtype."""
+    amax = x.abs().amax(dim=-1, keepdim=True)
+    scale = torch.where(amax > 0, 448.0 / amax, torch.ones_like(amax))
+    fmax = torch.finfo(dtype).max
+    return (x * scale).clamp(-fmax, fmax).to(dtype).float() / scale
+
+
+def test_per_token_scaled_onto_448_fails_on_e5m2s_wide_range_case():
+    """Away from the subnormals, 448 and 57344 give e5m2 the same rounding; a token
+    spanning 10^8 is where they part, and the hint names the hard-coded 448."""
+    with pytest.raises(CheckFailed, match="scale onto the largest value of the format"):
+        check_per_token_round_trip(_per_token_onto_448)

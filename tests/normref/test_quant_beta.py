@@ -13,11 +13,11 @@ import torch
 from normref import quant
 from normref.checks import (
     CheckFailed,
-    check_beta_fold_why,
     check_beta_folded_error,
     check_beta_loses_more,
     check_beta_table,
     check_beta_why,
+    check_spread_fold_errors,
 )
 
 E4M3 = torch.float8_e4m3fn
@@ -170,16 +170,55 @@ def test_beta_folded_error_names_the_slip(answer, words):
         check_beta_folded_error(answer())
 
 
-@pytest.mark.parametrize("answer", ["b", " B ", "b"])
-def test_fold_why_accepts_the_right_letter(answer):
-    check_beta_fold_why(answer)
+def _spread_batch_by_hand():
+    """The spread-offset batch and its calibration batch, drawn and normalised
+    in float64 by hand, in the order the assignment's cell draws them."""
+    gen = torch.Generator().manual_seed(quant.SPREAD_SEED)
+    offsets = 20 + 3 * torch.randn(64, 1, generator=gen)
+    calibration_offsets = 20 + 3 * torch.randn(64, 1, generator=gen)
+    calibration_tokens = torch.randn(64, 256, generator=gen)
+
+    def rms_norm(x):
+        x = x.double()
+        return (x / (x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()).float()
+
+    return (rms_norm(offsets + quant.experiment_tokens()),
+            rms_norm(calibration_offsets + calibration_tokens))
+
+
+def test_spread_fold_errors_match_a_computation_by_hand():
+    out, calibration = _spread_batch_by_hand()
+    shift = calibration.double().mean().item()
+    folded = quant.fp8_round_trip((out.double() - shift).float(), E4M3).double() + shift
+    by_hand = (_error(out, quant.fp8_round_trip(out, E4M3)), _error(out, folded))
+    assert np.allclose(quant.spread_fold_errors(), by_hand, rtol=1e-3)
+    # the point of the question: RMSNorm maps every offset from 12 to 28 to a
+    # token mean within 0.004 of 1, so one shift still removes the whole cost
+    assert by_hand[1] < 0.03 < 0.4 < by_hand[0]
+    means = out.double().mean(-1)
+    assert means.min() > 0.996 and means.max() < 1
+
+
+@pytest.mark.parametrize("as_given", [
+    tuple, list, np.array, lambda pair: torch.tensor(pair, dtype=torch.float64),
+    lambda pair: (Fraction(pair[0]).limit_denominator(10**6), np.float32(pair[1])),
+    lambda pair: [torch.tensor(v, dtype=torch.float64) for v in pair],
+])
+def test_spread_fold_accepts_any_numeric_pair(as_given):
+    check_spread_fold_errors(as_given(quant.spread_fold_errors()))
 
 
 @pytest.mark.parametrize("answer, words", [
-    ("a", "still carries an offset"), ("c", "size is not what limits"),
-    ("d", "exact for a constant of any size"), ("e", "one of the letters"),
-    (None, "one of the letters"),
+    (lambda a, b: (b, a), "wrong way round"),
+    (lambda a, b: (a, a), "subtract the shift first"),
+    (lambda a, b: (a, quant.spread_fold_errors(20.0)[1]), "not the offset of its input"),
+    (lambda a, b: (quant.rms_offset_error(20.0), b), "share the offset 20"),
+    (lambda a, b: (a, 0.05), "mean of RMSNorm's output on the calibration batch"),
+    (lambda a, b: "about 0.03", "a pair of numbers"),
+    (lambda a, b: None, "a pair of numbers"),
 ])
-def test_fold_why_rejects_the_other_letters(answer, words):
-    with pytest.raises(CheckFailed, match=words):
-        check_beta_fold_why(answer)
+def test_spread_fold_names_the_slip_and_not_the_answer(answer, words):
+    truth = quant.spread_fold_errors()
+    with pytest.raises(CheckFailed, match=words) as failure:
+        check_spread_fold_errors(answer(*truth))
+    assert f"{truth[1]:.4f}" not in str(failure.value)

@@ -904,16 +904,25 @@ def test_exercise_3s_batch_is_the_assignments_plain_tokens():
                        quant_probes.experiment_token_sets()["plain"][0])
 
 
-def test_zero_point_round_trip_is_the_centred_round_trip_done_by_hand():
+def test_range_round_trip_is_the_midpoint_mapping_done_by_hand():
     x = quant.rms_norm_output(20 + quant.experiment_tokens()).numpy().astype(np.float64)
-    mean = x.astype(np.float32).mean(axis=-1, keepdims=True).astype(np.float64)
-    centred = x - mean
-    scale = 448.0 / np.abs(centred).max()
-    by_hand = _nearest_fp8(centred * scale, E4M3) / scale + mean
-    ours = quant.zero_point_round_trip(torch.from_numpy(x).float(), E4M3).double().numpy()
-    assert np.allclose(ours, by_hand, rtol=1e-5, atol=1e-6)
+    lo, hi = x.min(axis=-1, keepdims=True), x.max(axis=-1, keepdims=True)
+    zero, half = (lo + hi) / 2, (hi - lo) / 2
+    by_hand = _nearest_fp8((x - zero) * (448.0 / half), E4M3) * (half / 448.0) + zero
+    ours = quant.range_round_trip(torch.from_numpy(x).float(), E4M3).double().numpy()
+    # float32 against float64 arithmetic: a value on a rounding boundary may tip
+    off = ~np.isclose(ours, by_hand, rtol=1e-5, atol=1e-6)
+    assert off.mean() < 0.01
+    # each token's smallest and largest value land on -448 and 448 exactly
+    assert np.allclose(ours.min(axis=-1), x.min(axis=-1), rtol=1e-6)
+    assert np.allclose(ours.max(axis=-1), x.max(axis=-1), rtol=1e-6)
     error = np.sqrt(((by_hand - x) ** 2).mean()) / x.std()
-    assert error < quant_judges.ZERO_POINT_ERROR_BOUND[E4M3] < 0.1 * _rms_offset_error_by_hand(20)
+    assert error < 0.04 < 0.1 * _rms_offset_error_by_hand(20)
+
+
+def test_range_round_trip_keeps_a_constant_token_exact():
+    x = torch.tensor([[3.0, 3.0, 3.0], [0.0, 1.0, 4.0]])
+    assert torch.equal(quant.range_round_trip(x, E4M3), x)
 
 
 @pytest.mark.parametrize("as_given", [float, np.float32, torch.tensor, str,
@@ -939,32 +948,65 @@ def test_offset_answer_names_the_slip_and_not_the_answer(wrong, words):
     assert f"{crossing:.2f}" not in str(failure.value)
 
 
-def _zero_point_with(mean_of, add_back=True, store=quant.fp8_round_trip):
+def _range_with(zero_of, half_of, add_back=True, per_token=True):
+    """A zero-point round trip built from a zero-point and a half-width rule."""
     def zero_point(x, dtype):
-        mean = mean_of(x)
-        stored = store(x - mean, dtype)
-        return stored + mean if add_back else stored
+        fmax = torch.finfo(dtype).max
+        zero, half = zero_of(x), half_of(x)
+        if not per_token:
+            half = half.max()
+        scale = torch.where(half > 0, fmax / half, torch.ones_like(half))
+        stored = ((x - zero) * scale).clamp(-fmax, fmax).to(dtype).float() / scale
+        return stored + zero if add_back else stored
     return zero_point
 
 
+def _midpoint(x):
+    return (x.amin(-1, keepdim=True) + x.amax(-1, keepdim=True)) / 2
+
+
+def _half_range(x):
+    return (x.amax(-1, keepdim=True) - x.amin(-1, keepdim=True)) / 2
+
+
+def _range_in_numpy(x, dtype):
+    x64 = x.double().numpy()
+    lo, hi = x64.min(axis=-1, keepdims=True), x64.max(axis=-1, keepdims=True)
+    zero, half = 0.5 * (lo + hi), 0.5 * (hi - lo)
+    unit = np.where(half > 0, half / float(torch.finfo(dtype).max), 1.0)
+    stored = torch.from_numpy((x64 - zero) / unit).float().to(dtype)
+    return stored.double().numpy() * unit + zero
+
+
+def _range_without_constant_guard(x, dtype):
+    fmax = torch.finfo(dtype).max
+    zero, scale = _midpoint(x), fmax / _half_range(x)
+    return ((x - zero) * scale).clamp(-fmax, fmax).to(dtype).float() / scale + zero
+
+
 @pytest.mark.parametrize("zero_point", [
-    quant.zero_point_round_trip,
-    lambda x, dtype: quant.zero_point_round_trip(x, dtype, per_token_scale=True),
-    lambda x, dtype: quant.zero_point_round_trip(x.double(), dtype).numpy(),
-    _zero_point_with(lambda x: x.double().mean(-1, keepdim=True).float()),
+    quant.range_round_trip,
+    _range_in_numpy,
+    _range_with(lambda x: _midpoint(x.double()).float(), _half_range),
+    # the whole range onto fmax / 2: a power of two, so the same rounding
+    _range_with(_midpoint, lambda x: 2 * _half_range(x)),
 ])
 def test_zero_point_check_passes_right_code(zero_point):
     check_zero_point_round_trip(zero_point)
 
 
 @pytest.mark.parametrize("zero_point, words", [
-    (_zero_point_with(lambda x: x.mean(-1, keepdim=True), add_back=False),
-     "add each token's mean back"),
+    (_range_with(_midpoint, _half_range, add_back=False), "add each token's midpoint back"),
     (lambda x, dtype: x.clone(), "nothing was stored in fp8"),
-    (_zero_point_with(lambda x: x.mean()), "one mean for the whole tensor"),
-    (_zero_point_with(lambda x: x.mean(0, keepdim=True)), "taken over the tokens"),
-    (quant.fp8_round_trip, "without the zero-point"),
-    (lambda x, dtype: quant.zero_point_round_trip(x, dtype).to(dtype), "float8 tensor"),
+    (lambda x, dtype: quant.zero_point_round_trip(x, dtype, per_token_scale=True),
+     "each token's mean as its zero-point;"),
+    (quant.zero_point_round_trip, "and one scale for the whole tensor"),
+    (_range_with(_midpoint, _half_range, per_token=False), "each token needs its own scale"),
+    (lambda x, dtype: quant.fp8_round_trip(x - (x.min() + x.max()) / 2, dtype)
+     + (x.min() + x.max()) / 2, "one zero-point and one scale for the whole tensor"),
+    (quant.per_token_round_trip, "without a zero-point"),
+    (lambda x, dtype: quant.range_round_trip(x, dtype).to(dtype), "float8 tensor"),
+    (_range_without_constant_guard, "give it a scale of 1"),
 ])
 def test_zero_point_check_names_the_slip(zero_point, words):
     with pytest.raises(CheckFailed, match=words):
