@@ -441,13 +441,13 @@ def _answers_as_text(answers, case):
 
 def _sequences_as_text(answers, case):
     """Each answer that is a sequence of numbers (tuple, list, numpy array,
-    tensor) as the str() of each entry; anything else as its own str()."""
+    tensor) as the text of each entry (answer_text); anything else as its own."""
     report = {}
     for name, value in answers.items():
         if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
             value = value.tolist()
         if isinstance(value, (list, tuple)) and value:
-            report[name] = np.array([str(entry)[:MAX_MESSAGE] for entry in value])
+            report[name] = np.array([answer_text(entry)[:MAX_MESSAGE] for entry in value])
         else:
             report[name] = np.array(answer_text(value)[:MAX_MESSAGE])
     return report

@@ -890,6 +890,10 @@ RIGHT_INVARIANCES = dict(INSTANCENORM_CHANGED=(0, 200, 0), GROUPNORM2_CHANGED=(1
               GROUPNORM2_CHANGED=torch.tensor([100, 200, 0])), True),
         (dict(INSTANCENORM_CHANGED=np.array([0, 200, 0]),
               GROUPNORM2_CHANGED=[100, "200", 0.0]), True),
+        # one-number tensors and numpy floats inside a list travel as their numbers
+        (dict(INSTANCENORM_CHANGED=[torch.tensor(0), torch.tensor(200.0, dtype=torch.float64),
+                                    np.float32(0)],
+              GROUPNORM2_CHANGED=(np.float64(100), torch.tensor(200), 0)), True),
         # GroupNorm(1, 8)'s counts, the lesson's example layer
         ({**RIGHT_INVARIANCES, "GROUPNORM2_CHANGED": (200, 200, 200)}, False),
         # groups taken as every other channel, not runs of consecutive ones
