@@ -1221,9 +1221,34 @@ def _ln2d_backward_cases(rng):
     return [
         ("LayerNorm2d(3) on (2, 3, 4, 5) in float64, loss sum(upstream * y)",
          graded((2, 3, 4, 5), np.float64)),
+        ("LayerNorm2d(5) on (3, 5, 7, 2) in float64 (N, C, H, W all odd or unequal)",
+         graded((3, 5, 7, 2), np.float64)),
         ("LayerNorm2d(4, eps=0.1) on (3, 4, 2, 2) in float64", graded(
             (3, 4, 2, 2), np.float64, eps=0.1)),
+        ("LayerNorm2d(6) with its default eps on (2, 6, 3, 3) in float64 with spread 1e-3",
+         _with_upstream(rng, _ln2d_case(rng, (2, 6, 3, 3), np.float64, spread=1e-3))),
         ("LayerNorm2d(8) on (2, 8, 3, 3), float32", graded((2, 8, 3, 3), np.float32)),
+        ("LayerNorm2d(3) on a (2, 3, 4, 5) float64 input stored channels_last",
+         graded((2, 3, 4, 5), np.float64, channels_last=True)),
+        ("LayerNorm2d(7) on a single pixel per image, (4, 7, 1, 1), float64",
+         graded((4, 7, 1, 1), np.float64)),
+    ]
+
+
+def _with_upstream(rng, case):
+    case["upstream"] = rng.normal(size=np.shape(case["x"])).astype(np.asarray(case["x"]).dtype)
+    return case
+
+
+def _ln2d_saved_cases(rng):
+    def graded(shape, **entries):
+        case = _ln2d_case(rng, shape, np.float64, offset=1.5, spread=2.0, **entries)
+        return _with_upstream(rng, case)
+
+    return [
+        ("LayerNorm2d(5, eps=1e-3) on (3, 5, 4, 2) in float64",
+         graded((3, 5, 4, 2), eps=1e-3)),
+        ("LayerNorm2d(4, eps=0.5) on (2, 4, 3, 3) in float64", graded((2, 4, 3, 3), eps=0.5)),
     ]
 
 
@@ -1374,14 +1399,6 @@ def _judge_ln2d_forward(case, output):
     return None
 
 
-def _ln2d_constant_statistics_grad(case):
-    """d/dx of sum(upstream * y) if the mean and variance did not depend on x."""
-    x = np.asarray(case["x"], np.float64)
-    gamma, _ = _ln2d_affine(case)
-    rstd = 1.0 / np.sqrt(x.var(axis=1, keepdims=True) + _ln2d_eps(case))  # N, 1, H, W
-    return np.asarray(case["upstream"], np.float64) * gamma.reshape(1, -1, 1, 1) * rstd
-
-
 def _ln2d_slip_gradients(case):
     """The gradients of sum(upstream * y) for each LayerNorm2d forward slip that
     _likely_ln2d_mistake names, computed by autograd through that same slip."""
@@ -1398,9 +1415,18 @@ def _ln2d_slip_gradients(case):
             for variant in variants]
 
 
+_NOT_A_FUNCTION = (
+    "the output's grad_fn is {}: autograd differentiated your forward, so the backward "
+    "is not yours. Return LayerNorm2dFunction.apply(x, self.weight, self.bias, self.eps) "
+    "from LayerNorm2d.forward, with the gradients written in its backward")
+
+
 def _judge_ln2d_backward(case, output):
     if "forward_error" in output:
         return _ln2d_error_hint(_text(output, "forward_error"))
+    made_by = _text(output, "own_backward") if "own_backward" in output else ""
+    if made_by:
+        return _NOT_A_FUNCTION.format(made_by)
     missing = _text(output, "missing")
     if missing.startswith("all"):
         return (missing.split(": ", 1)[1] + ": compute the output with torch operations on "
@@ -1415,19 +1441,107 @@ def _judge_ln2d_backward(case, output):
         # names (statistics over other dims, the unbiased variance, eps outside the
         # square root or a wrong eps): charged once, there
         return None
-    if not mismatch(output["weight_grad"], expected["weight_grad"], dtype=dtype) and matches(
-            output["x_grad"], _ln2d_constant_statistics_grad(case), dtype=dtype):
-        return (
-            "the gradient with respect to x treats the mean and the variance as constants: "
-            "compute them from x with torch operations, not under torch.no_grad() and not "
-            "detached, so that autograd follows them too")
+    slips = _ln2d_backward_slips(case)
     for key, what in (("x_grad", "the gradient with respect to x"),
                       ("weight_grad", "the gradient with respect to weight"),
                       ("bias_grad", "the gradient with respect to bias")):
         problem = mismatch(output[key], expected[key], dtype=dtype, what=what)
         if problem:
-            return problem + (". The forward pass itself may be off: run the forward test"
+            hint = _closest_hint(output[key], slips.get(key, {}), dtype)
+            return problem + (f". Hint: {hint}" if hint else
+                              ". The forward pass itself may be off: run the forward test"
                               if key != "bias_grad" else "")
+    return None
+
+
+def _ln2d_backward_slips(case):
+    """Wrong gradients a hand-written backward gives, by the slip that gives
+    them: {key: {hint: gradient}}, float64."""
+    x = np.asarray(case["x"], np.float64)
+    upstream = np.asarray(case["upstream"], np.float64)
+    gamma, _ = _ln2d_affine(case)
+    mean = x.mean(axis=1, keepdims=True)
+    rstd = 1.0 / np.sqrt(x.var(axis=1, keepdims=True) + _ln2d_eps(case))
+    x_hat = (x - mean) * rstd
+    g = upstream * gamma.reshape(1, -1, 1, 1)  # the gradient reaching x_hat
+
+    def channel_mean(t):
+        return t.mean(axis=1, keepdims=True)
+
+    return {
+        "x_grad": {
+            "dx is upstream * gamma * rstd alone, as if the mean and the variance were "
+            "constants: each pixel's mean and variance depend on all C of its inputs, and "
+            "each brings a term": rstd * g,
+            "dx misses the mean's term: subtract the mean over the channels of "
+            "upstream * gamma": rstd * (g - x_hat * channel_mean(g * x_hat)),
+            "dx misses the variance's term: subtract x_hat times the mean over the "
+            "channels of upstream * gamma * x_hat": rstd * (g - channel_mean(g)),
+            "dx leaves out gamma: the gradient reaching x_hat is upstream * gamma":
+                rstd * (upstream - channel_mean(upstream)
+                        - x_hat * channel_mean(upstream * x_hat)),
+        },
+        "weight_grad": {
+            "dweight sums upstream * x_hat over N, H and W (dims 0, 2, 3); you averaged "
+            "over the batch": (upstream * x_hat).sum(axis=(2, 3)).mean(axis=0),
+            "dweight sums upstream * x_hat, the normalized input, not upstream * x":
+                (upstream * x).sum(axis=(0, 2, 3)),
+            "dweight sums over N, H and W: you summed over H and W of the first image "
+            "only": (upstream * x_hat)[0].sum(axis=(1, 2)),
+        },
+        "bias_grad": {
+            "dbias sums upstream over N, H and W (dims 0, 2, 3); you averaged over the "
+            "batch": upstream.sum(axis=(2, 3)).mean(axis=0),
+        },
+    }
+
+
+def _ln2d_statistics(case):
+    """Each pixel's mean, and candidates for its rstd, std and variance, shape
+    (N, H, W), float64. The variance may be the biased or the unbiased one and
+    eps may sit outside the square root: those forward slips are ln2d_forward's
+    to charge, so the statistics of such a forward count as saved here."""
+    x = np.asarray(case["x"], np.float64)
+    eps = _ln2d_eps(case)
+    variances = [x.var(axis=1, ddof=ddof) for ddof in (0, 1)]
+    stds = [np.sqrt(var + eps) for var in variances]
+    stds += [np.sqrt(var) + eps for var in variances]
+    return {"mean": [x.mean(axis=1)], "rstd": [1.0 / std for std in stds], "std": stds,
+            "var": variances}
+
+
+def _judge_ln2d_saved(case, output):
+    if "forward_error" in output:
+        return _ln2d_error_hint(_text(output, "forward_error"))
+    made_by = _text(output, "own_backward")
+    if made_by:
+        return _NOT_A_FUNCTION.format(made_by)
+    kept = [np.asarray(output[key], np.float64) for key in sorted(output)
+            if key.startswith("kept_")]
+    truths = _ln2d_statistics(case)
+
+    def kept_one(name):
+        return any(np.allclose(t, truth, rtol=1e-9, atol=1e-12)
+                   for t in kept for truth in truths[name])
+
+    for name, what in (("mean", "each pixel's mean over the C channels"),
+                       ("rstd", "each pixel's rstd = 1 / sqrt(var + eps)")):
+        if not kept_one(name):
+            also = ""
+            if name == "rstd" and kept_one("std"):
+                also = ("; you kept sqrt(var + eps): keep its reciprocal, which backward "
+                        "multiplies by")
+            elif name == "rstd" and kept_one("var"):
+                also = "; you kept the variance: keep rstd, computed once in forward"
+            return (f"forward keeps no tensor holding {what} (one number per pixel, shape "
+                    f"(N, 1, H, W)) for backward: pass it to ctx.save_for_backward" + also)
+    x_grad, changed = (np.asarray(output[key], np.float64)
+                       for key in ("x_grad", "x_grad_changed"))
+    if np.allclose(x_grad, changed, rtol=1e-9, atol=1e-12):
+        return ("backward does not use the mean and rstd that forward saved: changing them "
+                "between forward and backward left the input's gradient as it was, so "
+                "backward computes the statistics again from x. Read them from "
+                "ctx.saved_tensors instead")
     return None
 
 
@@ -1570,10 +1684,10 @@ def _memory_bytes_slip(name, given):
 
 
 def _judge_memory_bytes(case, output):
-    truths = _memory_bytes_truths()
-    missing = [name for name in truths if name not in output]
-    if missing:
-        return f"no answer given for {', '.join(missing)}"
+    truths = {name: truth for name, truth in _memory_bytes_truths().items()
+              if name in output}
+    if not truths:
+        return f"no answer given for {' or '.join(_BYTES_QUESTIONS)}"
     wrong = []
     for name, truth in truths.items():
         given = number_from_answer(str(output[name]))
@@ -1590,7 +1704,7 @@ CHECKS = {
     "channel_norm_invariances": Check(
         lambda rng: [("your six counts", {})], _judge_invariances),
     "add_norm_memory_bytes": Check(
-        lambda rng: [("your two byte counts", {})], _judge_memory_bytes),
+        lambda rng: [("your byte count", {})], _judge_memory_bytes),
     "my_layer_norm_parameters": Check(_parameter_cases, _judge_parameters),
     "my_layer_norm_forward": Check(_forward_cases, _judge_forward),
     "my_layer_norm_float64": Check(_float64_cases, _judge_float64),
@@ -1601,4 +1715,5 @@ CHECKS = {
     "my_layer_norm_shape_error": Check(_shape_error_cases, _judge_shape_error),
     "layer_norm_2d_forward": Check(_ln2d_forward_cases, _judge_ln2d_forward),
     "layer_norm_2d_backward": Check(_ln2d_backward_cases, _judge_ln2d_backward),
+    "layer_norm_2d_saved_statistics": Check(_ln2d_saved_cases, _judge_ln2d_saved),
 }

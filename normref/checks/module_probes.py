@@ -359,9 +359,67 @@ def _probe_layer_norm_2d(LayerNorm2d, case):
     if not isinstance(y, torch.Tensor) or not y.requires_grad:
         report["missing"] = np.array("all: the output is not connected to the autograd graph")
         return report
+    report["own_backward"] = np.array(_written_backward(y))
     (y * torch.tensor(case["upstream"])).sum().backward()
     gamma, beta = _affine_parameters(module)
     return _gradients(report, (("x_grad", x), ("weight_grad", gamma), ("bias_grad", beta)))
+
+
+def _written_backward(y):
+    """'' when y comes from a torch.autograd.Function (a backward the student
+    wrote), else the name of the grad_fn autograd built for it."""
+    from torch.autograd.function import BackwardCFunction
+
+    grad_fn = getattr(y, "grad_fn", None)
+    if isinstance(grad_fn, BackwardCFunction):
+        return ""
+    return type(grad_fn).__name__ if grad_fn is not None else "no grad_fn"
+
+
+def _pixel_statistics(grad_fn, pixels):
+    """The tensors the Function kept for backward (ctx.save_for_backward, or
+    ctx attributes) that hold one number per pixel: N * H * W of them."""
+    import torch
+
+    kept = list(grad_fn.saved_tensors)
+    kept += [value for value in vars(grad_fn).values() if isinstance(value, torch.Tensor)]
+    return [t for t in kept if isinstance(t, torch.Tensor) and t.numel() == pixels
+            and t.is_floating_point()]
+
+
+def _probe_ln2d_saved(LayerNorm2d, case):
+    """Call LayerNorm2d(C) on case["x"] (float64); report what its Function kept
+    for backward that holds one number per pixel, the input gradient of
+    sum(upstream * y), and that gradient again after every such kept tensor
+    was changed (x 1.5 + 0.25) between forward and backward: a backward that
+    uses the kept statistics then gives another gradient, one that recomputes
+    them from x the same one."""
+    import torch
+
+    module = _construct_2d(LayerNorm2d, case).double()
+    _set_affine(module, case["set_weight"], case["set_bias"])
+    x = torch.tensor(case["x"], dtype=torch.float64).requires_grad_(True)
+    upstream = torch.tensor(case["upstream"], dtype=torch.float64)
+    report = {}
+    try:
+        y = module(x)
+    except Exception as exc:
+        report["forward_error"] = _error_text(exc)
+        return report
+    report["own_backward"] = np.array(_written_backward(y))
+    if report["own_backward"]:
+        return report
+    n, _, h, w = x.shape
+    kept = _pixel_statistics(y.grad_fn, n * h * w)
+    for i, tensor in enumerate(kept):
+        report[f"kept_{i}"] = tensor.detach().reshape(n, h, w).clone()
+    (x_grad,) = torch.autograd.grad(y, x, upstream, retain_graph=True)
+    report["x_grad"] = x_grad
+    with torch.no_grad():
+        for tensor in kept:
+            tensor.data.mul_(1.5).add_(0.25)
+    (report["x_grad_changed"],) = torch.autograd.grad(y, x, upstream)
+    return report
 
 
 def _gradients(report, tensors):
@@ -383,13 +441,13 @@ def _answers_as_text(answers, case):
 
 def _sequences_as_text(answers, case):
     """Each answer that is a sequence of numbers (tuple, list, numpy array,
-    tensor) as the str() of each entry; anything else as its own str()."""
+    tensor) as the text of each entry (answer_text); anything else as its own."""
     report = {}
     for name, value in answers.items():
         if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
             value = value.tolist()
         if isinstance(value, (list, tuple)) and value:
-            report[name] = np.array([str(entry)[:MAX_MESSAGE] for entry in value])
+            report[name] = np.array([answer_text(entry)[:MAX_MESSAGE] for entry in value])
         else:
             report[name] = np.array(answer_text(value)[:MAX_MESSAGE])
     return report
@@ -454,6 +512,12 @@ def check_layer_norm_2d_forward(LayerNorm2d):
 def check_layer_norm_2d_backward(LayerNorm2d):
     """Check the gradients LayerNorm2d gives to its input, weight and bias."""
     run_check("layer_norm_2d_backward", LayerNorm2d, _probe_layer_norm_2d)
+
+
+def check_layer_norm_2d_saved_statistics(LayerNorm2d):
+    """Check that LayerNorm2d's Function keeps each pixel's mean and rstd for
+    its backward, and that the backward uses them."""
+    run_check("layer_norm_2d_saved_statistics", LayerNorm2d, _probe_ln2d_saved)
 
 
 def check_channel_norm_invariances(**answers):

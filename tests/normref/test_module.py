@@ -867,7 +867,11 @@ def _answer_outcome(check, **answers):
               FUSED_BYTES=torch.tensor(402653184.0)), True),
         (dict(UNFUSED_BYTES=805306368.0, FUSED_BYTES=402653184.5), False),
         (dict(UNFUSED_BYTES=5, FUSED_BYTES=4), False),
-        (dict(UNFUSED_BYTES=805306368), False),
+        # each count is its own test cell: one count alone is judged alone
+        (dict(UNFUSED_BYTES=805306368), True),
+        (dict(FUSED_BYTES=np.float32(402653184)), True),
+        (dict(FUSED_BYTES=805306368), False),
+        (dict(UNFUSED_BYTES=None), False),
     ],
 )
 def test_memory_bytes_question(answers, right, capsys):
@@ -886,6 +890,10 @@ RIGHT_INVARIANCES = dict(INSTANCENORM_CHANGED=(0, 200, 0), GROUPNORM2_CHANGED=(1
               GROUPNORM2_CHANGED=torch.tensor([100, 200, 0])), True),
         (dict(INSTANCENORM_CHANGED=np.array([0, 200, 0]),
               GROUPNORM2_CHANGED=[100, "200", 0.0]), True),
+        # one-number tensors and numpy floats inside a list travel as their numbers
+        (dict(INSTANCENORM_CHANGED=[torch.tensor(0), torch.tensor(200.0, dtype=torch.float64),
+                                    np.float32(0)],
+              GROUPNORM2_CHANGED=(np.float64(100), torch.tensor(200), 0)), True),
         # GroupNorm(1, 8)'s counts, the lesson's example layer
         ({**RIGHT_INVARIANCES, "GROUPNORM2_CHANGED": (200, 200, 200)}, False),
         # groups taken as every other channel, not runs of consecutive ones
@@ -906,7 +914,8 @@ def test_new_cases_cross_the_wire_as_plain_arrays():
     for name in ("add_layer_norm_module", "add_layer_norm_fp32_residual",
                  "add_norm_memory_bytes",
                  "channel_norm_invariances", "my_layer_norm_low_precision",
-                 "layer_norm_2d_forward", "layer_norm_2d_backward"):
+                 "layer_norm_2d_forward", "layer_norm_2d_backward",
+                 "layer_norm_2d_saved_statistics"):
         for _, case in _registry.make_cases(name):
             for value in case.values():
                 assert isinstance(value, np.ndarray) and value.dtype != object
@@ -973,14 +982,6 @@ class TorchDefaultEps2d(CorrectLayerNorm2d):
         super().__init__(num_channels, eps)
 
 
-class ConstantStats2d(CorrectLayerNorm2d):
-    def normalize(self, x):
-        with torch.no_grad():
-            mean = x.mean(dim=1, keepdim=True)
-            var = x.var(dim=1, keepdim=True, correction=0)
-        return (x - mean) / torch.sqrt(var + self.eps)
-
-
 class DetachedStats2d(CorrectLayerNorm2d):
     def forward(self, x):
         return super().forward(x).detach()
@@ -1039,24 +1040,97 @@ def test_ln2d_forward_check_passes_correct_modules_and_names_the_slips(module_cl
         assert message is not None and words in message, message
 
 
+def _function_2d(name, forward_slip=None, backward_slip=None, keep="mean_rstd"):
+    """A LayerNorm2d whose forward is a torch.autograd.Function with a written
+    backward, as the exercise asks; the slips are a student's."""
+
+    class Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, bias, eps):
+            mean = x.mean(dim=1, keepdim=True)
+            var = x.var(dim=1, keepdim=True,
+                        correction=1 if forward_slip == "unbiased" else 0)
+            rstd = torch.rsqrt(var + eps)
+            kept = {"mean_rstd": (x, weight, mean, rstd),
+                    "std": (x, weight, mean, 1 / rstd)}[keep]
+            ctx.save_for_backward(*kept)
+            ctx.eps = eps
+            return weight[:, None, None] * (x - mean) * rstd + bias[:, None, None]
+
+        @staticmethod
+        def backward(ctx, grad_y):
+            x, weight, mean, rstd = ctx.saved_tensors
+            if keep == "std":
+                rstd = 1 / rstd
+            if backward_slip == "recomputed":
+                mean = x.mean(dim=1, keepdim=True)
+                rstd = torch.rsqrt(x.var(dim=1, keepdim=True, correction=0) + ctx.eps)
+            x_hat = (x - mean) * rstd
+            g = grad_y * weight[:, None, None]
+            mean_term = 0 if backward_slip == "no_mean_term" else g.mean(1, keepdim=True)
+            var_term = x_hat * (g * x_hat).mean(1, keepdim=True)
+            grad_x = rstd * g if backward_slip == "constant" else rstd * (
+                g - mean_term - var_term)
+            grad_weight = (grad_y * x_hat).sum(dim=(0, 2, 3))
+            if backward_slip == "weight_batch_mean":
+                grad_weight = (grad_y * x_hat).sum(dim=(2, 3)).mean(0)
+            return grad_x, grad_weight, grad_y.sum(dim=(0, 2, 3)), None
+
+    class Module(CorrectLayerNorm2d):
+        def forward(self, x):
+            return Function.apply(x, self.weight, self.bias, self.eps)
+
+    Module.__name__ = Module.__qualname__ = name
+    return Module
+
+
+FunctionLayerNorm2d = _function_2d("FunctionLayerNorm2d")
+FunctionUnbiased2d = _function_2d("FunctionUnbiased2d", forward_slip="unbiased")
+NoMeanTerm2d = _function_2d("NoMeanTerm2d", backward_slip="no_mean_term")
+ConstantStatsFunction2d = _function_2d("ConstantStatsFunction2d", backward_slip="constant")
+WeightBatchMean2d = _function_2d("WeightBatchMean2d", backward_slip="weight_batch_mean")
+RecomputedStats2d = _function_2d("RecomputedStats2d", backward_slip="recomputed")
+KeepsStd2d = _function_2d("KeepsStd2d", keep="std")
+
+
 @pytest.mark.parametrize(
     "module_class, words",
     [
-        (CorrectLayerNorm2d, None),
-        (EinsumLayerNorm2d, None),
+        (FunctionLayerNorm2d, None),
+        (RecomputedStats2d, None),  # right gradients: the next check charges it
+        (KeepsStd2d, None),
+        (CorrectLayerNorm2d, "autograd differentiated your forward"),
         (DetachedStats2d, "not connected to the autograd graph"),
-        (ConstantStats2d, "treats the mean and the variance as constants"),
-        # right gradients of its own forward, whose slip ln2d_forward charges
-        (UnbiasedLayerNorm2d, None),
-        (TorchDefaultEps2d, None),
-        (PlanesLayerNorm2d, None),
-        (WholeMapLayerNorm2d, None),
+        (ConstantStatsFunction2d, "as if the mean and the variance were constants"),
+        (NoMeanTerm2d, "misses the mean's term"),
+        (WeightBatchMean2d, "averaged over the batch"),
     ],
     ids=lambda v: getattr(v, "__name__", str(v)),
 )
-def test_ln2d_backward_check_passes_correct_modules_and_names_the_slips(module_class, words,
-                                                                         capsys):
+def test_ln2d_backward_check_passes_correct_functions_and_names_the_slips(module_class, words,
+                                                                           capsys):
     message = _ln2d_outcome(checks.check_layer_norm_2d_backward, module_class)
+    if words is None:
+        assert message is None, message
+    else:
+        assert message is not None and words in message, message
+
+
+@pytest.mark.parametrize(
+    "module_class, words",
+    [
+        (FunctionLayerNorm2d, None),
+        (NoMeanTerm2d, None),  # uses what it saved; its dx is ln2d_backward's to charge
+        # a forward slip is ln2d_forward's to charge: its statistics count as saved
+        (FunctionUnbiased2d, None),
+        (RecomputedStats2d, "computes the statistics again from x"),
+        (KeepsStd2d, "keep its reciprocal"),
+        (CorrectLayerNorm2d, "autograd differentiated your forward"),
+    ],
+    ids=lambda v: getattr(v, "__name__", str(v)),
+)
+def test_ln2d_saved_statistics_check(module_class, words, capsys):
+    message = _ln2d_outcome(checks.check_layer_norm_2d_saved_statistics, module_class)
     if words is None:
         assert message is None, message
     else:
