@@ -1042,6 +1042,43 @@ def _judge_batch_of_one_answer(case, output):
                          kind="the run's three norms")
 
 
+# Question 4, the next case: the same batch-2 run of batch_norm_train, the running
+# statistics it returns carried from batch to batch (momentum 0.1, PyTorch's
+# convention), and the held-out images normalized by batch_norm_eval with them, one
+# image at a time. Measured over 12 seeds (4 of the convolution x 3 of the head,
+# tests/normref/test_rows_spatial_run.py): 0.922 to 0.953, against 0.75 to 0.78 when
+# the held-out images are normalized in pairs. The slips land far off: running
+# statistics never updated (still 0 and 1) 0.74, momentum 0.9 on the new batch 0.80.
+EVAL_MODE_ACCURACY = 0.94
+EVAL_MODE_TOLERANCE = 0.025
+
+
+def _judge_eval_mode_accuracy(case, output):
+    given = number_from_answer(output.get("eval_mode_accuracy"))
+    if given is None:
+        return (f"EVAL_MODE_ACCURACY (you answered {output.get('eval_mode_accuracy')}) "
+                "is not a number: give the held-out accuracy as a fraction, like 0.75")
+    accuracy = given / 100 if 1 < given <= 100 else given  # a percentage is read as one
+    if abs(accuracy - EVAL_MODE_ACCURACY) <= EVAL_MODE_TOLERANCE:
+        return None
+    if accuracy < 0.85:
+        hint = ("that is about the batch-2 figure of the run above, or below it: check that "
+                "the held-out images go through your batch_norm_eval, not in pairs through "
+                "batch_norm_train, and that the running mean and variance your "
+                "batch_norm_train returns are passed on to the next batch (momentum 0.1), "
+                "not left at 0 and 1")
+    elif accuracy > EVAL_MODE_ACCURACY:
+        hint = ("that is about batch 32's figure: the head must be the one trained at "
+                "batch 2 on batch_norm_train's features, the held-out images normalized "
+                "with the running statistics of that batch-2 pass")
+    else:
+        hint = ("run the batch-2 pass once over the 1,408 training images in the run's "
+                "order (seed 0), carrying the running statistics through all 704 batches, "
+                "and score the head trained on that pass's features")
+    return (f"EVAL_MODE_ACCURACY (you answered {output.get('eval_mode_accuracy')}) is not "
+            f"within {EVAL_MODE_TOLERANCE} of what this run gives: {hint}")
+
+
 # ---------------------------------------------------------------- the precision rule
 
 PRECISION_FUNCTIONS = ("group_norm", "channel_layer_norm", "batch_norm_train",
@@ -1103,4 +1140,6 @@ CHECKS = {
                                      _judge_spatial_run_losses),
     "rows_batch_of_one_answer": Check(lambda rng: [("your answer", {})],
                                       _judge_batch_of_one_answer),
+    "rows_eval_mode_accuracy": Check(lambda rng: [("your answer", {})],
+                                     _judge_eval_mode_accuracy),
 }

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from normref.checks._runner import run_check, to_array
+from normref.checks._runner import answer_text, run_check, to_array
 
 
 def exception_classes(exc):
@@ -214,10 +214,9 @@ def _names_as_text(answers, case):
 
 
 def _answers_as_text(answers, case):
-    """Each answer as its str(); a tensor that carries grad_fn (requires_grad) is
-    detached first, so that its text is the number alone."""
-    return {name: np.array(str(value.detach() if hasattr(value, "detach") else value))
-            for name, value in answers.items()}
+    """Each answer as the text it travels as (answer_text: a one-number tensor or
+    numpy scalar as its number in full, a tensor detached)."""
+    return {name: np.array(answer_text(value)) for name, value in answers.items()}
 
 
 def check_group_norm(group_norm):
@@ -316,3 +315,9 @@ def check_batch_of_one_answer(names):
     """Check the answer naming the norms that still have more than one value per
     statistic on a batch of one image."""
     run_check("rows_batch_of_one_answer", {"names": names}, _names_as_text)
+
+
+def check_eval_mode_accuracy(**answers):
+    """Check the held-out accuracy of the batch-2 run scored in eval mode, with the
+    running statistics of training."""
+    run_check("rows_eval_mode_accuracy", answers, _answers_as_text)
