@@ -638,22 +638,40 @@ def _judge_backward_bytes(case, output):
 
 
 # Question 3: quoted timings (Liger-Kernel's benchmark data, linkedin/Liger-Kernel,
-# benchmark/data/all_benchmark_data.csv: RMSNorm, forward, speed, y_value_50, on an
-# A100-SXM4-80GB in bfloat16) and NVIDIA's A100 datasheet (A100 80GB SXM: 2,039 GB/s).
+# benchmark/data/all_benchmark_data.csv: RMSNorm, speed, y_value_50, on an
+# A100-SXM4-80GB in bfloat16, Liger-Kernel 0.2.1) and NVIDIA's A100 datasheet (A100 80GB
+# SXM: 2,039 GB/s). (a) the backward row; (b) the forward row.
 QUOTED_M, QUOTED_N = 2048, 16384
-QUOTED_FUSED_MS = 0.09526  # Liger's Triton RMSNorm, as the question quotes it
+QUOTED_FUSED_MS = 0.09526  # Liger's Triton RMSNorm forward, as the question quotes it
+QUOTED_BACKWARD_MS = 0.3205  # its backward, the same file (0.32051199674606323)
 QUOTED_EAGER_MS = 0.9856320023536682  # Hugging Face's LlamaRMSNorm, the same file
 A100_PEAK = 2039e9  # bytes a second
 FRACTION_RTOL, PREDICTION_RTOL = 0.01, 0.02
 
 
 def _fused_rate():
-    """Bytes a second the fused kernel reached, counting 2 * M * N * bytes."""
+    """Bytes a second the fused forward reached, counting 2 * M * N * bytes."""
     return 2 * QUOTED_M * QUOTED_N * BF16 / (QUOTED_FUSED_MS * 1e-3)
 
 
+def liger_021_backward_bytes(m, n, *, dw_bytes=F32, dw_crossings=2, w_loads=1):
+    """Bytes of Liger-Kernel 0.2.1's RMSNorm backward (the version that measured the
+    quoted row): one program per row reads x and dy and writes dx (bfloat16), reads its
+    rstd (float32), and stores its row's share of dW as one row of an (M, N) buffer in
+    the weight's dtype (float32 in the benchmark); torch.sum reads those M rows back and
+    writes dW. w (float32) stays in cache after the first program: counted once. The
+    keywords give the usual miscounts."""
+    rows = 3 * m * n * BF16 + m * F32
+    return rows + dw_crossings * m * n * dw_bytes + w_loads * n * F32 + n * F32
+
+
+def _backward_rate(**miscount):
+    return (liger_021_backward_bytes(QUOTED_M, QUOTED_N, **miscount)
+            / (QUOTED_BACKWARD_MS * 1e-3))
+
+
 def _true_fraction_of_peak():
-    return _fused_rate() / A100_PEAK
+    return _backward_rate() / A100_PEAK
 
 
 def _true_eager_ms(weight_bytes=BF16):
@@ -674,10 +692,21 @@ def _judge_fraction_of_peak(case, output):
     truth = _true_fraction_of_peak()
     if _near(value, truth, FRACTION_RTOL):
         return None
+    m, n, seconds = QUOTED_M, QUOTED_N, QUOTED_BACKWARD_MS * 1e-3
     slips = [
         (truth * 100, "a fraction, not a percentage: 0.5 is 50%"),
-        (truth / 2, "the kernel reads x and writes y: two tensors of M * N numbers"),
-        (truth * 2, "bfloat16 takes 2 bytes a number"),
+        (3 * m * n * BF16 / seconds / A100_PEAK,
+         "that is the lesson's count, x and dy read and dx written; this backward also "
+         "writes a float32 row of dW for every row, which the sum reads back"),
+        (_backward_rate(dw_crossings=1) / A100_PEAK,
+         "the float32 rows of dW cross memory twice: the kernel writes them and "
+         "torch.sum reads them back, 4 bytes a number each time"),
+        (_backward_rate(w_loads=m) / A100_PEAK,
+         "w (64 KiB) stays in the cache after the first program reads it: count it once, "
+         "not once a row"),
+        (rms_backward_bytes(m, n, 108) / seconds / A100_PEAK,
+         "that is Part 4's design, one program per streaming multiprocessor; the version "
+         "that measured this row had one program per row, so its buffer of dW has M rows"),
         (truth * 1e9 / 2**30, "a datasheet's GB is 10**9 bytes, not 2**30"),
         (truth * 2**30 / 1e9, "a datasheet's GB is 10**9 bytes, not 2**30"),
         (truth * 1e3, "the quoted time is in milliseconds: 1 ms is 1e-3 s"),
@@ -686,9 +715,10 @@ def _judge_fraction_of_peak(case, output):
     for wrong, hint in slips:
         if _near(value, wrong, FRACTION_RTOL):
             return f"not yet right: you answered {answer}. Hint: {hint}"
-    return (f"not yet right: you answered {answer}. Divide the bytes the kernel moves, "
-            "2 * M * N * 2, by the quoted time in seconds: that is the rate it reached; "
-            "then divide by the peak, in bytes a second")
+    return (f"not yet right: you answered {answer}. Add up the bytes this backward "
+            "moves (x, dy, dx in bfloat16; the M float32 rows of dW, written and read "
+            "back; w once), divide by the quoted time in seconds: that is the rate it "
+            "reached; then divide by the peak, in bytes a second")
 
 
 def _judge_eager_prediction(case, output):
@@ -705,7 +735,7 @@ def _judge_eager_prediction(case, output):
                           "module; the question asks what the bytes predict from the fused "
                           "kernel's rate (it comes within 15% of the measured time)"),
         (at_peak, "that is the time at the datasheet's peak, which no kernel reaches; the "
-                  "question supposes the rate the fused kernel reached in (a)"),
+                  "question supposes the rate the fused forward reached"),
         (llama_rms_norm_bytes(LLAMA_M, LLAMA_N) / _fused_rate() * 1e3,
          "count the eight kernels' bytes at this question's shape, M = 2048 and N = 16384, "
          "not at Question 1's"),

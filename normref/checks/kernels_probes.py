@@ -32,7 +32,7 @@ data); no hooks that run code at launch, and Triton's launch machinery unchanged
 
 import numpy as np
 
-from normref.checks._runner import run_check
+from normref.checks._runner import answer_text, run_check
 
 UNWRITTEN = -1024.0  # exact in float16, bfloat16 and float32; no case's output is near it
 FORWARD_SIGNATURE = "rms_norm_fwd_kernel(X, Y, W, Rstd, row_stride, N, eps, BLOCK_SIZE)"
@@ -513,7 +513,7 @@ def check_rms_backward_partial_dw(rms_norm_bwd_kernel):
 
 
 def _answer_as_text(answer, case):
-    return {"answer": np.array(str(answer))}
+    return {"answer": np.array(answer_text(answer))}
 
 
 def check_llama_bytes(llama_eager_bytes):

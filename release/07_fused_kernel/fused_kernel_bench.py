@@ -1,11 +1,13 @@
 """The GPU benchmark of unit 07, shared by its lesson and its assignment.
 
 Each notebook says what it times: a function of the input rows `x` and the
-vectors `w` and `b` that returns {method name: a call with no arguments}.
-`sweep` times every method for each dtype and row length with the timer it
-is given (`time_on_gpu` on a GPU); `benchmark_rows` turns the times into
-GB/s = 2 * M * N * bytes / time, and that as a fraction of a copy's GB/s and
-of the GPU's peak memory bandwidth; `show_benchmark` prints the table.
+vectors `w` and `b` that returns {method name: a call with no arguments}, or
+{method name: (the call, the bytes it is charged)} for a method that is not
+charged a forward's 2 * M * N * bytes (a backward pass, say). `sweep` times
+every method for each dtype and row length with the timer it is given
+(`time_on_gpu` on a GPU); `benchmark_rows` turns the times into GB/s = bytes
+charged / time, and that as a fraction of a copy's GB/s and of the GPU's peak
+memory bandwidth; `show_benchmark` prints the table.
 """
 
 import torch
@@ -37,10 +39,12 @@ def time_on_gpu(fn):
 
 
 def sweep(methods_for, timer, device="cuda", rows=ROWS, features=FEATURES,
-          dtypes=DTYPES):
+          dtypes=DTYPES, charged=None):
     """{(dtype, N): {method: seconds}}, each time from timer(fn) for each
     method of methods_for(x, w, b); a method that fails (a kernel of yours,
-    bfloat16 on an old GPU) is reported and left out."""
+    bfloat16 on an old GPU) is reported and left out. A method given as
+    (fn, bytes) has its bytes put in `charged`, {(dtype, N): {method: bytes}},
+    when a dict is passed."""
     results = {}
     for dtype in dtypes:
         for n in features:
@@ -51,6 +55,10 @@ def sweep(methods_for, timer, device="cuda", rows=ROWS, features=FEATURES,
             b = torch.rand(n, generator=gen, device=device).to(x.dtype) - 0.5
             times = results.setdefault((dtype, n), {})
             for method, fn in methods_for(x, w, b).items():
+                if isinstance(fn, tuple):  # (the call, the bytes it moves)
+                    fn, moved = fn
+                    if charged is not None:
+                        charged.setdefault((dtype, n), {})[method] = moved
                 try:
                     times[method] = timer(fn)
                 except Exception as error:  # report it and go on
@@ -59,19 +67,24 @@ def sweep(methods_for, timer, device="cuda", rows=ROWS, features=FEATURES,
     return results
 
 
-def benchmark_rows(results, peak, rows=ROWS):
-    """One row per (dtype, N, method): microseconds, GB/s = 2 M N bytes /
-    time, and that as a fraction of the copy's and of the peak (or None)."""
+def benchmark_rows(results, peak, rows=ROWS, charged=None):
+    """One row per (dtype, N, method): microseconds, GB/s = bytes charged /
+    time (2 M N bytes unless `charged`, as sweep fills it, says otherwise),
+    and that as a fraction of the copy's GB/s and of the peak (or None)."""
     table = []
     for (dtype, n), times in results.items():
-        moved = 2 * rows * n * ELEMENT_SIZE[dtype]
+        forward = 2 * rows * n * ELEMENT_SIZE[dtype]
+        moved = {method: forward for method in times}
+        moved.update((charged or {}).get((dtype, n), {}))
+        copy_rate = (moved["copy"] / times["copy"] if "copy" in times
+                     else None)
         for method, seconds in times.items():
+            rate = moved[method] / seconds  # bytes a second
             table.append({
                 "dtype": dtype, "N": n, "method": method,
-                "us": seconds * 1e6, "GB/s": moved / seconds / 1e9,
-                "of copy": (times["copy"] / seconds if "copy" in times
-                            else None),
-                "of peak": moved / seconds / peak if peak else None})
+                "us": seconds * 1e6, "GB/s": rate / 1e9,
+                "of copy": rate / copy_rate if copy_rate else None,
+                "of peak": rate / peak if peak else None})
     return table
 
 
@@ -91,6 +104,8 @@ def run(methods_for, device_name):
     peak = peak_bandwidth(device_name)
     print(device_name, f"peak {peak / 1e9:,.0f} GB/s (datasheet)" if peak else
           "(no datasheet peak listed: the 'of peak' column shows -)")
-    table = benchmark_rows(sweep(methods_for, time_on_gpu), peak)
+    charged = {}  # the bytes of the methods not charged a forward's
+    times = sweep(methods_for, time_on_gpu, charged=charged)
+    table = benchmark_rows(times, peak, charged=charged)
     show_benchmark(table)
     return table

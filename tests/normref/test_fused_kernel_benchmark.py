@@ -71,16 +71,19 @@ def _run_cells(path, last, capsys, monkeypatch, wanted=None):
     raise AssertionError(f"no cell of {path.name} starts with {last!r}")
 
 
-def _check_table(table, times, rows, peak):
-    """Every figure of the table from the fake times, worked out here."""
+def _check_table(table, times, rows, peak, charged=None):
+    """Every figure of the table from the fake times, worked out here; a
+    method in `charged` is charged its own bytes, the rest a forward's."""
     assert len(table) == sum(len(t) for t in times.values())
     for row in table:
-        seconds = times[row["dtype"], row["N"]][row["method"]]
-        moved = 2 * rows * row["N"] * ELEMENT_SIZE[row["dtype"]]
-        copy = times[row["dtype"], row["N"]]["copy"]
+        key = row["dtype"], row["N"]
+        seconds = times[key][row["method"]]
+        forward = 2 * rows * row["N"] * ELEMENT_SIZE[row["dtype"]]
+        moved = (charged or {}).get(key, {}).get(row["method"], forward)
+        copy = times[key]["copy"]
         assert row["us"] == pytest.approx(seconds * 1e6)
         assert row["GB/s"] == pytest.approx(moved / seconds / 1e9)
-        assert row["of copy"] == pytest.approx(copy / seconds)
+        assert row["of copy"] == pytest.approx(moved / seconds / (forward / copy))
         if peak is None:
             assert row["of peak"] is None
         else:
@@ -132,7 +135,9 @@ def test_a_method_that_fails_is_reported_and_the_rest_are_timed(capsys, monkeypa
     assert "your RMS" not in times["float32", 64] and "F.rms_norm" in times["float32", 64]
 
 
-ASSIGNMENT_CELLS = {"imports", "rms_forward_answer", "launcher", "gpu_benchmark"}
+ASSIGNMENT_CELLS = {"imports", "rms_forward_answer", "launcher", "rms_backward_answer",
+                    "gpu_benchmark", "gpu_reading"}
+BACKWARD_METHODS = ["eager bwd", "your bwd", "eager f+b", "compiled f+b", "your f+b"]
 
 
 def test_the_assignment_skips_its_gpu_benchmark_on_a_cpu_and_says_why(capsys, monkeypatch):
@@ -143,16 +148,57 @@ def test_the_assignment_skips_its_gpu_benchmark_on_a_cpu_and_says_why(capsys, mo
 def test_the_assignment_table_times_the_students_kernel_by_the_timer_alone(capsys, monkeypatch):
     ns, _ = _run_cells(SOURCE, "compiled = {}", capsys, monkeypatch, ASSIGNMENT_CELLS)
     bench = _bench()
-    timer = FakeTimer()
+    timer, charged = FakeTimer(), {}
     times = bench.sweep(ns["benchmark_methods"], timer, device="cpu", rows=3,
-                        features=[64, 100], dtypes=["float32", "bfloat16"])
+                        features=[64, 100], dtypes=["float32", "bfloat16"], charged=charged)
+    assert ": " not in capsys.readouterr().out  # no method failed
     methods = ["copy", "eager RMS", "compiled RMS", "F.rms_norm", "your RMS",
-               "F.layer_norm"]
+               "F.layer_norm"] + BACKWARD_METHODS
     assert all(list(t) == methods for t in times.values())
     assert timer.calls == 4 * len(methods)
+    for (dtype, n), moved in charged.items():  # Question 2's count, 2 programs
+        size, programs = ELEMENT_SIZE[dtype], 2  # 3 rows, 2 rows a program
+        backward = 3 * 3 * n * size + 3 * 4 + programs * n * size + 2 * programs * n * 4 + n * 4
+        assert moved == dict.fromkeys(BACKWARD_METHODS[:2], backward) | dict.fromkeys(
+            BACKWARD_METHODS[2:], 2 * 3 * n * size + 3 * 4 + backward)
     peak = bench.peak_bandwidth("NVIDIA A100-SXM4-80GB")
     assert peak == 2.039e12  # the figure the assignment's question 3 gives
-    _check_table(bench.benchmark_rows(times, peak, rows=3), times, 3, peak)
+    _check_table(bench.benchmark_rows(times, peak, rows=3, charged=charged), times, 3, peak,
+                 charged)
+
+
+def test_the_assignment_launches_the_students_kernels_with_the_lessons_warps(capsys,
+                                                                              monkeypatch):
+    """num_warps by lesson 07's rule, a warp per 1024 bytes of the block; and the
+    backward kernel's dx and partial sums are right, on the interpreter."""
+    ns, _ = _run_cells(SOURCE, "compiled = {}", capsys, monkeypatch, ASSIGNMENT_CELLS)
+    assert [ns["num_warps_for"](block, size) for block, size in (
+        (1024, 2), (4096, 2), (16384, 2), (16384, 4), (128, 4))] == [2, 8, 16, 16, 1]
+    launches = []
+
+    class Recording:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launches.append(kwargs["num_warps"])
+                return self.kernel[grid](*args, **kwargs)
+            return launch
+
+    for name in ("rms_norm_fwd_kernel", "rms_norm_bwd_kernel"):
+        ns[name] = Recording(ns[name])
+    x = torch.randn(3, 600)
+    w, b = torch.rand(600) + 0.5, torch.zeros(600)
+    methods = ns["benchmark_methods"](x, w, b)
+    methods["your RMS"]()
+    your_dw = methods["your bwd"][0]()
+    assert launches == [4, 4]  # a block of 1024 float32 numbers: 4096 bytes
+    _, eager_dw = methods["eager bwd"][0]()  # autograd, with the same dy
+    assert torch.allclose(your_dw, eager_dw, rtol=1e-4, atol=1e-5)
+    your_dw = methods["your f+b"][0]()
+    assert launches == [4, 4, 4, 4]
+    assert torch.allclose(your_dw, methods["compiled f+b"][0]()[1], rtol=1e-4, atol=1e-5)
 
 
 def test_a_students_kernel_that_fails_on_launch_is_reported_not_fatal(capsys, monkeypatch):
