@@ -7,6 +7,8 @@ difference of the loss sum(dy * y) at the worst entry: evidence the student
 can reproduce without trusting the reference.
 """
 
+import re
+
 import numpy as np
 
 from normref import backward, batchnorm, recipe
@@ -1270,11 +1272,18 @@ def _accumulation_truth():
 
 # ---------------------------------------------------------------- inline answers
 
+# "a" followed by a space and a word that is not made of the letters a to d alone,
+# nor "and", "or", "nor", is the article ("b (a column)"), not the letter (a)
+_ARTICLE = re.compile(r"\ba\s+(?!(?:and|or|nor)\b)(?=[a-z]*[e-z])")
+
+
 def _letters(text):
-    """'(b), C' -> 'bc', '(d) neither' -> 'd': the chosen letters a to d, sorted, each
-    once, read from the words made of those letters alone (as the visible checks
-    read them: "and" is a word, not an a and a d)."""
-    words = "".join(ch if ch.isalpha() else " " for ch in str(text).lower()).split()
+    """'(b), C' -> 'bc', '(d) neither' -> 'd', 'b (a column)' -> 'b': the chosen
+    letters a to d, sorted, each once, read from the words made of those letters
+    alone, the article "a" left out (as the visible checks read them: "and" is a
+    word, not an a and a d)."""
+    text = _ARTICLE.sub(" ", str(text).lower())
+    words = "".join(ch if ch.isalpha() else " " for ch in text).split()
     return "".join(sorted({ch for word in words if set(word) <= set("abcd") for ch in word}))
 
 
@@ -1366,9 +1375,11 @@ def _answer_judge(name):
 
     def judge(case, output):
         given = _letters(output["answer"])
-        if not given:
-            # the visible test's words for an answer left as released
-            return f"give your answer: {expected}, from a to d"
+        if not given or (expected == ONE_LETTER and len(given) > 1):
+            # the visible test's words for an answer left as released, or of two letters
+            # where one is asked for
+            return f"give your answer: {expected}, from a to d" + (
+                f" (you answered {given})" if given else "")
         if given != truth():
             return f"not right yet: {question} (you answered {given})"
         return None

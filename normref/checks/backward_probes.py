@@ -20,7 +20,7 @@ from time import perf_counter as _clock  # bound when the checks load, before a 
 
 import numpy as np
 
-from normref.checks._runner import calling_own_functions, run_check, to_array
+from normref.checks._runner import answer_text, calling_own_functions, run_check, to_array
 
 
 def _ln_inputs(case):
@@ -281,7 +281,7 @@ def _call_rms_function(function, case):
 
 
 def _answer_as_text(answer, case):
-    return {"answer": np.array(str(answer))}
+    return {"answer": np.array(answer_text(answer))}
 
 
 def check_layer_norm_forward(layer_norm_forward):

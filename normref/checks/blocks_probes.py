@@ -13,7 +13,7 @@ import contextlib
 
 import numpy as np
 
-from normref.checks._runner import run_check, to_array
+from normref.checks._runner import answer_text, run_check, to_array
 
 BLOCK_CONTRACT = (
     "ln1.weight (d,), ln1.bias (d,), attn.qkv.weight (3d, d), attn.qkv.bias (3d,), "
@@ -418,7 +418,7 @@ def _rates_as_numbers(answers, case):
             result[name] = np.array(float(value))
         except (TypeError, ValueError):
             result[name] = np.array(np.nan)
-            result[f"{name}:text"] = np.array(str(value))
+            result[f"{name}:text"] = np.array(answer_text(value))
     return result
 
 
@@ -522,7 +522,7 @@ def _probe_ablation(subject, case):
     when every reported loss is a number."""
     ablation_model, train_model, losses, rescued_by = subject
     names = str(case["names"]).split()
-    result = {"rescued_by": np.array(str(rescued_by))}
+    result = {"rescued_by": np.array(answer_text(rescued_by))}
     if not isinstance(losses, dict):
         result["losses_type"] = np.array(type(losses).__name__)
         return result

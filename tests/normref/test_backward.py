@@ -585,7 +585,8 @@ def test_group_norm_check_reports_a_wrong_return():
     (check_rms_zero_answer, ["b", "B", "(b)"], ["a", "c", "d", "", None]),
     (check_gn_zero_sums_answer, ["bc", "cb", "b, c"], ["b", "c", "bcd", "abc", None]),
     (check_blind_check_answer, ["b", " b "], ["a", "c", "d", None]),
-    (check_bn_shift_answer, ["b", "(B)", " b "], ["a", "c", "d", "", None]),
+    (check_bn_shift_answer, ["b", "(B)", " b ", "b (a column)", np.str_("b")],
+     ["a", "c", "d", "", None, "a or b"]),
     (check_accumulation_answer, ["c", " (C) "], ["a", "b", "d", "", None]),
 ])
 def test_inline_answers_are_judged(check, right, wrong):
@@ -622,7 +623,8 @@ def _visible_answer_test(grade_id):
                                               "b and c", "(b), (c)"],
      [None, "", "both"]),
     ("blind_check_correct", "blind_check", ["b", " b ", "B", "(b)"], [None, "", "bc"]),
-    ("bn_shift_correct", "bn_shift", ["b", " (b) ", "B"], [None, "", "ab"]),
+    ("bn_shift_correct", "bn_shift", ["b", " (b) ", "B", "b (a column)",
+                                      "(b) a column of x"], [None, "", "ab", "a or b"]),
     ("acc_prediction_correct", "accumulation", ["c", " (C) "], [None, "", "cd"]),
 ])
 def test_visible_answer_asserts_accept_what_the_hidden_check_accepts(
@@ -1564,6 +1566,12 @@ def test_letters_and_letter_for():
     assert J._letters("(d) neither") == "d"
     assert J._letters(["c", "a"]) == "ac"
     assert J._letters("efg") == ""
+    # the article "a" before a word is not the letter (a)
+    assert J._letters("b (a column)") == "b"
+    assert J._letters("B: A column of x") == "b"
+    assert J._letters("a and c") == J._letters("a or c") == J._letters("a, c") == "ac"
+    assert J._letters("a b") == J._letters("(a) b") == "ab"
+    assert J._letters("(a) one example") == J._letters("a: one row") == "a"
     assert [J._letter_for(a, b) for a, b in ((1, 0), (0, 1), (1, 1), (0, 0))] == [
         "a", "b", "c", "d"]
 
@@ -1601,8 +1609,11 @@ def test_answers_are_judged_with_the_question_named(name, question, right, wrong
     for answer in right:
         assert judge({}, {"answer": np.array(answer)}) is None
     for answer in wrong:
-        assert judge({}, {"answer": np.array(answer)}) == (
-            f"not right yet: {question} (you answered {J._letters(answer)})")
+        given = J._letters(answer)
+        expected = (f"give your answer: one letter, from a to d (you answered {given})"
+                    if J._ANSWERS[name][1] == J.ONE_LETTER and len(given) > 1 else
+                    f"not right yet: {question} (you answered {given})")
+        assert judge({}, {"answer": np.array(answer)}) == expected
     assert judge({}, {"answer": np.array("None")}) == \
         f"give your answer: {J._ANSWERS[name][1]}, from a to d"
 
