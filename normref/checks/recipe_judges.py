@@ -261,9 +261,18 @@ HALVING_EPS = 1e-5
 
 
 def eps_halving_spread():
-    """The s at which layer norm with eps = 1e-5 maps s * [-1, 1, -1, 1] to
-    +-0.5: s / sqrt(s**2 + eps) = 1/2, so s = sqrt(eps / 3)."""
-    return float(np.sqrt(HALVING_EPS / 3))
+    """The s at which layer norm with eps = 1e-5 maps s * [0, 0, 0, 1] to half its
+    output for a large s. That token's mean is s / 4 and its variance 3 s**2 / 16;
+    the output is x_hat * sqrt(var / (var + eps)), half of x_hat where
+    var = eps / 3: s = sqrt(16 eps / 9) = 4 sqrt(eps) / 3."""
+    return float(4 * np.sqrt(HALVING_EPS) / 3)
+
+
+def eps_halving_fraction(s):
+    """What layer norm returns for s * [0, 0, 0, 1], as a fraction of what it
+    returns for a large s."""
+    variance = 3 * s * s / 16
+    return float(np.sqrt(variance / (variance + HALVING_EPS)))
 
 
 def _judge_safe_spread(case, output):
@@ -366,18 +375,23 @@ def _judge_eps_halving_spread(case, output):
     if np.isclose(value, truth, rtol=1e-2, atol=0):
         return None
     hints = {
-        "that is eps itself: eps goes inside the square root, beside the variance s**2, "
-        "not beside s": HALVING_EPS,
-        "that number is the token's variance s**2 at the halving point, not its spread s":
+        "that s halves a token whose variance is s**2, such as s * [-1, 1, -1, 1]; "
+        "work out the variance of s * [0, 0, 0, 1]": np.sqrt(HALVING_EPS / 3),
+        "that is where s * [0, 0, 1, 1], of variance s**2 / 4, is halved; work out "
+        "the variance of s * [0, 0, 0, 1]": 2 * np.sqrt(HALVING_EPS / 3),
+        "that is eps itself: eps goes inside the square root, beside the token's "
+        "variance, not beside s": HALVING_EPS,
+        "that number is the token's variance at the halving point, not s":
             HALVING_EPS / 3,
+        "that number is s**2 at the halving point, not s": 16 * HALVING_EPS / 9,
     }
     for hint, wrong in hints.items():
         if np.isclose(value, wrong, rtol=1e-2, atol=0):
             return f"not yet right (you answered {given}): {hint}"
     with np.errstate(all="ignore"):
-        output = abs(value) / np.sqrt(value**2 + HALVING_EPS)
+        fraction = eps_halving_fraction(value)
     return (f"not yet right (you answered {given}): at that s layer norm returns "
-            f"+-{output:.3g}, not +-0.5")
+            f"{fraction:.3g} of what it returns for a large s, not 0.5")
 
 
 # ---------------------------------------------------------------- statistics in chunks

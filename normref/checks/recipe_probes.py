@@ -309,7 +309,8 @@ def check_breaking_offset(answer):
 
 
 def check_eps_halving_spread(answer):
-    """Check inline question 4: the spread at which eps halves layer norm's output."""
+    """Check inline question 4: the s at which eps halves layer norm's output of
+    s * [0, 0, 0, 1]."""
     run_check("recipe_eps_halving_spread", {"eps_halving_spread": answer},
               _answers_as_text)
 

@@ -207,7 +207,7 @@ def test_checks_pass_correct_code(capsys):
     check_safe_spread(torch.tensor(16))
     check_breaking_offset("1e8")
     check_breaking_offset(np.float64(1e8))
-    check_eps_halving_spread(torch.tensor(np.sqrt(1e-5 / 3)))
+    check_eps_halving_spread(torch.tensor(4 * np.sqrt(1e-5) / 3))
     assert "all 6 cases passed" in capsys.readouterr().out
 
 
