@@ -261,9 +261,18 @@ HALVING_EPS = 1e-5
 
 
 def eps_halving_spread():
-    """The s at which layer norm with eps = 1e-5 maps s * [-1, 1, -1, 1] to
-    +-0.5: s / sqrt(s**2 + eps) = 1/2, so s = sqrt(eps / 3)."""
-    return float(np.sqrt(HALVING_EPS / 3))
+    """The s at which layer norm with eps = 1e-5 maps s * [0, 0, 0, 1] to half its
+    output for a large s. That token's mean is s / 4 and its variance 3 s**2 / 16;
+    the output is x_hat * sqrt(var / (var + eps)), half of x_hat where
+    var = eps / 3: s = sqrt(16 eps / 9) = 4 sqrt(eps) / 3."""
+    return float(4 * np.sqrt(HALVING_EPS) / 3)
+
+
+def eps_halving_fraction(s):
+    """What layer norm returns for s * [0, 0, 0, 1], as a fraction of what it
+    returns for a large s."""
+    variance = 3 * s * s / 16
+    return float(np.sqrt(variance / (variance + HALVING_EPS)))
 
 
 def _judge_safe_spread(case, output):
@@ -366,18 +375,23 @@ def _judge_eps_halving_spread(case, output):
     if np.isclose(value, truth, rtol=1e-2, atol=0):
         return None
     hints = {
-        "that is eps itself: eps goes inside the square root, beside the variance s**2, "
-        "not beside s": HALVING_EPS,
-        "that number is the token's variance s**2 at the halving point, not its spread s":
+        "that s halves a token whose variance is s**2, such as s * [-1, 1, -1, 1]; "
+        "work out the variance of s * [0, 0, 0, 1]": np.sqrt(HALVING_EPS / 3),
+        "that is where s * [0, 0, 1, 1], of variance s**2 / 4, is halved; work out "
+        "the variance of s * [0, 0, 0, 1]": 2 * np.sqrt(HALVING_EPS / 3),
+        "that is eps itself: eps goes inside the square root, beside the token's "
+        "variance, not beside s": HALVING_EPS,
+        "that number is the token's variance at the halving point, not s":
             HALVING_EPS / 3,
+        "that number is s**2 at the halving point, not s": 16 * HALVING_EPS / 9,
     }
     for hint, wrong in hints.items():
         if np.isclose(value, wrong, rtol=1e-2, atol=0):
             return f"not yet right (you answered {given}): {hint}"
     with np.errstate(all="ignore"):
-        output = abs(value) / np.sqrt(value**2 + HALVING_EPS)
+        fraction = eps_halving_fraction(value)
     return (f"not yet right (you answered {given}): at that s layer norm returns "
-            f"+-{output:.3g}, not +-0.5")
+            f"{fraction:.3g} of what it returns for a large s, not 0.5")
 
 
 # ---------------------------------------------------------------- statistics in chunks
@@ -797,44 +811,51 @@ def _judge_one_read_cost(case, output):
     return _multiple_choice(str(output.get("one_read_cost")), COST_CHOICES, "ONE_READ_COST")
 
 
-# Inline question 5: layer_norm(k * x + c) = beta + a * (y - beta) for a token x of
-# variance 1; a = k / sqrt(k**2 + eps) * sqrt(1 + eps).
-SCALE_EPS = 1e-5
-SCALE_KS = {"scale_positive": 5.0, "scale_negative": -5.0, "scale_tiny": 1e-6}
-SCALE_TOLERANCE = 1e-3  # how close a slip's value must come to be named
-SCALE_RELATIVE = 1e-2  # a right answer: within 1% of a (three significant figures)
+# Inline question 5: RMSNorm subtracts no mean, so a shift c does not cancel. For
+# the token x = [-1, 1, -1, 1] (mean 0, variance 1) and gamma all ones, x + c keeps
+# its spread 1 and has the mean square 1 + c**2, so rms_norm(x + c) has the spread
+# 1 / sqrt(1 + c**2 + eps): half its spread at c = 0 where c = sqrt(3 (1 + eps)).
+RMS_EPS = 1e-5
+RMS_SHIFT_TOKEN = (-1.0, 1.0, -1.0, 1.0)
+RMS_RELATIVE = 1e-2  # a right answer: within 1% (three significant figures)
 
 
-def scale_factor(k):
-    return k / np.sqrt(k * k + SCALE_EPS) * np.sqrt(1 + SCALE_EPS)
+def rms_shift_halving():
+    """The shift c > 0 at which RMSNorm's output of RMS_SHIFT_TOKEN + c has half
+    the spread it has at c = 0."""
+    return float(np.sqrt(3 * (1 + RMS_EPS)))
 
 
-def _judge_scale_factors(case, output):
-    for name, k in SCALE_KS.items():
-        given = str(output.get(name))
-        value = number_from_answer(given)
-        label = name.upper()
-        if value is None:
-            return f"{label}: give a number (you answered {given})"
-        truth = scale_factor(k)
-        if abs(value - truth) <= SCALE_RELATIVE * abs(truth):
-            continue
-        wrong = f"{label} is not yet right (you answered {given}) for k = {k:g}"
-        if k < 0 and abs(value + truth) <= SCALE_TOLERANCE:
-            return (f"{wrong}: the variance k**2 forgets the sign of k, but x - mean does "
-                    "not: follow the sign of each deviation through the formula")
-        if k < 1e-3 and abs(abs(value) - 1) <= SCALE_TOLERANCE:
-            return (f"{wrong}: at k = 1e-6 the scaled token's variance is 1e-12; compare "
-                    "it with eps = 1e-5 beside it inside the square root")
-        if k < 1e-3 and value == 0:
-            return (f"{wrong}: a is small there but not 0: the scaled token still has "
-                    "a spread, its variance 1e-12, so compare it with eps = 1e-5 "
-                    "inside the square root and keep three significant figures")
-        if any(abs(value - w) <= SCALE_TOLERANCE * max(1, abs(w)) for w in (k, 1 / k, k * k)):
-            return (f"{wrong}: compare how x - mean and the square root in the "
-                    "denominator each change when x is scaled by k")
-        return f"{wrong}: try it with your layer_norm on a token of variance 1"
-    return None
+def rms_shift_spread_ratio(c):
+    """Spread of rms_norm(x + c) over that of rms_norm(x), for RMS_SHIFT_TOKEN."""
+    return float(np.sqrt((1 + RMS_EPS) / (1 + c * c + RMS_EPS)))
+
+
+def _judge_rms_shift_halving(case, output):
+    given = str(output.get("rms_shift_halving"))
+    value = number_from_answer(given)
+    if value is None:
+        if given.strip().lower() not in ("none", ""):
+            return (f"RMS_SHIFT_HALVING: give a number, the shift c (you answered "
+                    f"{given}); RMSNorm subtracts no mean, so the shift does not "
+                    "cancel: the spread falls as c grows")
+        return f"RMS_SHIFT_HALVING: give a number, the shift c (you answered {given})"
+    truth = rms_shift_halving()
+    if abs(abs(value) - truth) <= RMS_RELATIVE * truth:
+        return None
+    slips = {
+        2.0: "mean((x + c)**2) is the token's variance 1 plus c**2, not c**2 alone: "
+             "the root mean square is not c",
+        3.0: "that is c**2 at the halving point, not c",
+        1.0: "at c = 1 the mean square doubles, so the root mean square grows by "
+             "sqrt(2), not by 2",
+    }
+    for wrong, slip in slips.items():
+        if abs(abs(value) - wrong) <= RMS_RELATIVE * wrong:
+            return f"not yet right (you answered {given}): {slip}"
+    return (f"not yet right (you answered {given}): at that c the output's spread is "
+            f"{rms_shift_spread_ratio(value):.3g} of its spread at c = 0, not 0.5; "
+            "measure it with your functions")
 
 
 CHECKS = {
@@ -859,8 +880,8 @@ CHECKS = {
         lambda rng: [("your answer to inline question 1.3", {})], _judge_spread_gap_reason),
     "recipe_breaking_offset": Check(lambda rng: [("your answer to inline question 2", {})],
                                     _judge_breaking_offset),
-    "recipe_scale_factors": Check(
-        lambda rng: [("your answers to inline question 5", {})], _judge_scale_factors),
+    "recipe_rms_shift_halving": Check(
+        lambda rng: [("your answer to inline question 5", {})], _judge_rms_shift_halving),
     "recipe_eps_halving_spread": Check(
         lambda rng: [("your answer to inline question 4", {})], _judge_eps_halving_spread),
 }

@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from normref.checks._runner import run_check, to_array
+from normref.checks._runner import answer_text, run_check, to_array
 
 
 def _plain(value):
@@ -223,19 +223,6 @@ def _call_layer_norm(layer_norm, case):
     return {"y": _plain(layer_norm(x, gamma, beta, float(case["eps"])))}
 
 
-def _as_text(value):
-    """An answer as text; a one-number tensor or numpy scalar as its number in
-    full (str() of a tensor keeps only four decimals)."""
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        try:
-            number = value.item()
-        except (ValueError, RuntimeError, TypeError):
-            return str(value)
-        if isinstance(number, (int, float)) and not isinstance(number, bool):
-            return repr(number)
-    return str(value)
-
-
 def _ranking_as_text(answers, case):
     """A ranking (a list, a tuple, an array of names or one string) as one string,
     its names in the order given."""
@@ -243,14 +230,14 @@ def _ranking_as_text(answers, case):
     if isinstance(value, (str, bytes)):
         return {"float32_ranking": np.array(str(value))}
     try:
-        items = [str(_as_text(item)) for item in value]
+        items = [str(answer_text(item)) for item in value]
     except Exception:  # not a sequence, or one that fails as it is read
-        items = [str(_as_text(value))]
+        items = [str(answer_text(value))]
     return {"float32_ranking": np.array(", ".join(items))}
 
 
 def _answers_as_text(answers, case):
-    return {name: np.array(_as_text(value)) for name, value in answers.items()}
+    return {name: np.array(answer_text(value)) for name, value in answers.items()}
 
 
 def check_token_mean(token_mean):
@@ -322,15 +309,16 @@ def check_breaking_offset(answer):
 
 
 def check_eps_halving_spread(answer):
-    """Check inline question 4: the spread at which eps halves layer norm's output."""
+    """Check inline question 4: the s at which eps halves layer norm's output of
+    s * [0, 0, 0, 1]."""
     run_check("recipe_eps_halving_spread", {"eps_halving_spread": answer},
               _answers_as_text)
 
 
-def check_scale_factors(positive, negative, tiny):
-    """Check inline question 5: layer norm of k * x + c for k = 5, -5 and 1e-6."""
-    run_check("recipe_scale_factors", {"scale_positive": positive, "scale_negative": negative,
-                                       "scale_tiny": tiny}, _answers_as_text)
+def check_rms_shift_halving(answer):
+    """Check inline question 5: the shift c at which RMSNorm's output of
+    [-1, 1, -1, 1] + c keeps half its spread."""
+    run_check("recipe_rms_shift_halving", {"rms_shift_halving": answer}, _answers_as_text)
 
 
 def check_layer_norm_token(layer_norm):

@@ -88,8 +88,8 @@ def chunked_var(x, chunk):
     "tiled_answer": 'TILED_KERNEL_METHOD = "c"',
     "ranking_answer": 'FLOAT32_RANKING = ["two-pass", "chan", "welford"]',
     "cost_answer": 'ONE_READ_COST = "c"',
-    "eps_answer": "EPS_HALVING_SPREAD = 0.001826",
-    "scale_answer": "SCALE_POSITIVE, SCALE_NEGATIVE, SCALE_TINY = 1, -1, 3.16e-4",
+    "eps_answer": "EPS_HALVING_SPREAD = 0.004216",
+    "scale_answer": "RMS_SHIFT_HALVING = 1.732",
     "scratch_answer": "# nothing to try",
 }
 

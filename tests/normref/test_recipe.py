@@ -207,7 +207,7 @@ def test_checks_pass_correct_code(capsys):
     check_safe_spread(torch.tensor(16))
     check_breaking_offset("1e8")
     check_breaking_offset(np.float64(1e8))
-    check_eps_halving_spread(torch.tensor(np.sqrt(1e-5 / 3)))
+    check_eps_halving_spread(torch.tensor(4 * np.sqrt(1e-5) / 3))
     assert "all 6 cases passed" in capsys.readouterr().out
 
 
@@ -527,34 +527,36 @@ def test_inline_question_3_two_float32_numbers_per_token_suffice_for_chans_merge
         check_tiled_method("d")
 
 
-def test_inline_question_5_scale_factors_match_torch_layer_norm_and_name_the_slips():
-    """a in layer_norm(k * x + c) = beta + a * (y - beta), from torch's layer norm."""
+def test_inline_question_5_rms_shift_matches_torch_rms_norm_and_names_the_slips():
+    """The shift c at which RMSNorm's output of [-1, 1, -1, 1] + c keeps half its
+    spread, from torch's RMSNorm; right answers of any numeric type pass."""
     from fractions import Fraction
 
-    from normref.checks import check_scale_factors
-    from normref.checks.recipe_judges import SCALE_KS, scale_factor
+    from normref.checks import check_rms_shift_halving
+    from normref.checks.recipe_judges import RMS_EPS, RMS_SHIFT_TOKEN, rms_shift_halving
 
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(16, dtype=torch.float64, generator=g)
-    x = (x - x.mean()) / x.var(unbiased=False).sqrt()
-    gamma = torch.linspace(0.5, 2.0, 16, dtype=torch.float64)
-    beta = torch.linspace(-1.0, 1.0, 16, dtype=torch.float64)
-    y = torch.nn.functional.layer_norm(x, (16,), gamma, beta, 1e-5) - beta
-    for k in SCALE_KS.values():
-        moved = torch.nn.functional.layer_norm(k * x + 3, (16,), gamma, beta, 1e-5) - beta
-        assert float(moved @ y / (y @ y)) == pytest.approx(scale_factor(k), abs=1e-9)
-    for right in [(1, -1, 3.16e-4), (Fraction(1), np.int64(-1), np.float32(3.16e-4)),
-                  (torch.tensor(1.0), -1.0, Fraction(316, 10**6))]:
-        check_scale_factors(*right)
-    # a constant token's beta is the limit, not the answer at k = 1e-6 (a = 3.16e-4)
-    for zero in (0, 0.0, "0.000"):
-        with pytest.raises(CheckFailed, match="small there but not 0"):
-            check_scale_factors(1, -1, zero)
-    with pytest.raises(CheckFailed, match="forgets the sign of k"):
-        check_scale_factors(1, 1, 0)
-    with pytest.raises(CheckFailed, match="compare it with eps = 1e-5"):
-        check_scale_factors(1, -1, 1)
-    with pytest.raises(CheckFailed, match="denominator each change"):
-        check_scale_factors(5, -1, 0)
+    x = torch.tensor(RMS_SHIFT_TOKEN, dtype=torch.float64)
+
+    def spread(c):
+        y = torch.nn.functional.rms_norm(x + c, (4,), eps=RMS_EPS)
+        return float(y.var(correction=0).sqrt())
+
+    c = rms_shift_halving()
+    assert spread(c) == pytest.approx(spread(0.0) / 2, rel=1e-12)
+    assert spread(0.99 * c) > spread(0.0) / 2 > spread(1.01 * c)
+    for right in [1.732, 1.73, -1.732, "1.73", np.float32(np.sqrt(3)), np.int64(2) - 0.268,
+                  torch.tensor(3 * (1 + 1e-5), dtype=torch.float64).sqrt(),
+                  Fraction(1732, 1000)]:
+        check_rms_shift_halving(right)
+    with pytest.raises(CheckFailed, match="not c\\*\\*2 alone"):
+        check_rms_shift_halving(2)
+    with pytest.raises(CheckFailed, match="c\\*\\*2 at the halving point"):
+        check_rms_shift_halving(np.int64(3))
+    with pytest.raises(CheckFailed, match="grows by sqrt\\(2\\)"):
+        check_rms_shift_halving(1.0)
+    with pytest.raises(CheckFailed, match="0.555 of its spread"):
+        check_rms_shift_halving(1.5)
+    with pytest.raises(CheckFailed, match="does not cancel"):
+        check_rms_shift_halving("never")
     with pytest.raises(CheckFailed, match="give a number"):
-        check_scale_factors(1, -1, None)
+        check_rms_shift_halving(None)

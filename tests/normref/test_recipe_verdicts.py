@@ -106,7 +106,7 @@ def test_right_answers_pass_every_check():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         check_breaking_offset(1e8)
-        check_eps_halving_spread(np.sqrt(1e-5 / 3))
+        check_eps_halving_spread(4 * np.sqrt(1e-5) / 3)
     assert "recipe_breaking_offset: all 1 cases passed" in out.getvalue()
     assert "recipe_eps_halving_spread: all 1 cases passed" in out.getvalue()
 
@@ -727,21 +727,26 @@ def test_the_shortcuts_error_comes_from_both_terms_not_mean_x_squared_alone():
 
 
 def test_the_eps_halving_spread_is_checked_against_torch_layer_norm():
-    """At s = sqrt(eps / 3) torch's layer norm maps s * [-1, 1, -1, 1] to +-1/2;
-    the usual slips (eps, s**2 for s) are named, and any other answer is told
-    what layer norm returns at its s."""
-    s = np.sqrt(1e-5 / 3)
-    token = torch.tensor([-1.0, 1.0, -1.0, 1.0], dtype=torch.float64) * s
-    assert torch.allclose(F.layer_norm(token, (4,), eps=1e-5), token / s / 2)
-    for right in (s, "1.826e-3", np.float32(s), torch.tensor(s), 0.00183):
+    """At s = 4 sqrt(eps) / 3 torch's layer norm maps s * [0, 0, 0, 1] to half of
+    what it gives for a large s; the usual slips (sqrt(eps / 3), as if the variance were s**2; eps;
+    the variance; s**2) are named, and any other answer is told what fraction
+    layer norm returns at its s."""
+    s = 4 * np.sqrt(1e-5) / 3
+    one_up = torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=torch.float64)
+    large = F.layer_norm(1e3 * one_up, (4,), eps=1e-5)
+    assert torch.allclose(F.layer_norm(s * one_up, (4,), eps=1e-5), large / 2)
+    for right in (s, "4.216e-3", np.float32(s), torch.tensor(s), 0.00422):
         assert _answer(_judge_eps_halving_spread, "eps_halving_spread", right) is None
-    assert "variance s**2" in _answer(_judge_eps_halving_spread, "eps_halving_spread", s * s)
+    lesson = np.sqrt(1e-5 / 3)
+    assert "whose variance is s**2" in _answer(
+        _judge_eps_halving_spread, "eps_halving_spread", lesson)
+    assert "not s" in _answer(_judge_eps_halving_spread, "eps_halving_spread", s * s)
     assert "eps itself" in _answer(_judge_eps_halving_spread, "eps_halving_spread", 1e-5)
-    at_sqrt_eps = float(F.layer_norm(token / s * np.sqrt(1e-5), (4,), eps=1e-5)[1])
-    assert f"+-{at_sqrt_eps:.3g}, not +-0.5" in _answer(
+    at_sqrt_eps = float(F.layer_norm(np.sqrt(1e-5) * one_up, (4,), eps=1e-5)[3] / large[3])
+    assert f"returns {at_sqrt_eps:.3g} of what" in _answer(
         _judge_eps_halving_spread, "eps_halving_spread", np.sqrt(1e-5))
     assert "give a number" in _answer(_judge_eps_halving_spread, "eps_halving_spread", None)
-    assert "not +-0.5" in _answer(_judge_eps_halving_spread, "eps_halving_spread", 0.0018)
+    assert "not 0.5" in _answer(_judge_eps_halving_spread, "eps_halving_spread", 0.0041)
 
 
 # Students may resubmit: a hint names what the wrong answer implies, never the right
@@ -757,8 +762,8 @@ HINT_LEAKS = {
     (recipe_judges._judge_tiled_method, "tiled_method"): (
         ["a", "b", "d"], [r"Chan", r"two numbers:", r"same for every"]),
     (_judge_eps_halving_spread, "eps_halving_spread"): (
-        [1e-5, 1e-5 / 3, np.sqrt(1e-5), 0.01, 1.0],
-        [r"eps ?/ ?3", r"0\.0018", r"1\.8\d*e-0?3", r"4 s\*\*2"]),
+        [1e-5, 1e-5 / 3, np.sqrt(1e-5), np.sqrt(1e-5 / 3), 16e-5 / 9, 0.01, 1.0],
+        [r"eps ?/ ?3", r"0\.0042", r"4\.2\d*e-0?3", r"3 s\*\*2", r"16 ?eps"]),
 }
 
 
