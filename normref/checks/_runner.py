@@ -33,6 +33,11 @@ MAX_EXECUTED = 2000  # names sent to the grader, at most
 # The engine's entry points (reverse mode) and forward-mode duals; any of them
 # also records the name "autograd".
 AUTOGRAD_MARK = "autograd"
+# An op that runs with grad mode on inside the engine's backward pass: a backward that
+# differentiates again (torch.enable_grad, torch.autograd.grad, torch.func) instead of
+# computing its gradient. The checks run backward without create_graph, so grad mode
+# is off there unless the student's own backward turned it on.
+AUTOGRAD_IN_BACKWARD_MARK = "autograd.inside_backward"
 _AUTOGRAD_FUNCTIONS = frozenset({
     "torch.Tensor.backward", "torch.autograd.grad", "torch.autograd.backward",
     "torch._make_dual",
@@ -183,6 +188,7 @@ def _load_torch():
 
     c = torch._C
     graph_task_id = getattr(c, "_current_graph_task_id", None) or (lambda: -1)
+    grad_enabled = c.is_grad_enabled
     f_len, f_at = c._len_torch_function_stack, c._get_function_stack_at
     d_len, d_at = c._len_torch_dispatch_stack, c._get_dispatch_stack_at
     all_disabled = c._is_torch_function_all_disabled
@@ -229,6 +235,8 @@ def _load_torch():
             recording.names.add(function_names(func))
             if graph_task_id() != -1:  # the autograd engine is running a backward pass
                 recording.names.add(AUTOGRAD_MARK)
+                if grad_enabled():
+                    recording.names.add(AUTOGRAD_IN_BACKWARD_MARK)
             function = self.function
             if not function.depth and not self.depth:
                 # an op that no torch function led to: torch function must still be on
@@ -259,6 +267,8 @@ def _load_torch():
                 _RECORDING_NOW[-1].names.add(function_names(func))
                 if graph_task_id() != -1:
                     _RECORDING_NOW[-1].names.add(AUTOGRAD_MARK)
+                    if grad_enabled():
+                        _RECORDING_NOW[-1].names.add(AUTOGRAD_IN_BACKWARD_MARK)
             return func(*args, **(kwargs or {}))
 
     def module_hook(module, args):

@@ -28,8 +28,8 @@ def test_sample_class_grades_to_expected_scores_through_the_cli(assignment, venv
     source's own solutions, graded first as the reference, earn every point."""
     done = subprocess.run(
         [sys.executable, "-m", "autograder", "grade-examples", assignment,
-         "--cell-timeout", "30", "--engine", GRADING_ENGINE],
-        cwd=REPO, capture_output=True, text=True, env=venv_env, timeout=1200)
+         "--cell-timeout", "60", "--engine", GRADING_ENGINE],
+        cwd=REPO, capture_output=True, text=True, env=venv_env, timeout=2400)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "MISMATCH" not in done.stdout
     assert "warning: the reference solution" not in done.stderr, done.stderr[-3000:]
