@@ -33,7 +33,6 @@ from normref.checks import (
     _registry,
     _runner,
     _wire,
-    check_layer_norm_2d_backward,
     check_layer_norm_backward_dx,
     check_layer_norm_backward_params,
     check_layer_norm_batches,
@@ -221,72 +220,6 @@ def test_the_autograd_engine_in_a_backward_exercise_is_recorded(backward, expect
     assert _forbidden_run(DX_CELL, check_layer_norm_backward_dx, numpy_forward,
                           backward) == expected
 
-
-def _layer_norm_2d_module(function):
-    class LayerNorm2d(nn.Module):
-        def __init__(self, channels, eps=1e-6):
-            super().__init__()
-            self.eps = eps
-            self.weight = nn.Parameter(torch.ones(channels))
-            self.bias = nn.Parameter(torch.zeros(channels))
-
-        def forward(self, x):
-            return function.apply(x, self.weight, self.bias, self.eps)
-
-    return LayerNorm2d
-
-
-def _ln2d_forward(x, weight, bias, eps):
-    mean = x.mean(dim=1, keepdim=True)
-    rstd = torch.rsqrt(x.var(dim=1, keepdim=True, correction=0) + eps)
-    return weight[:, None, None] * (x - mean) * rstd + bias[:, None, None], mean, rstd
-
-
-class DerivedBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        y, mean, rstd = _ln2d_forward(x, weight, bias, eps)
-        ctx.save_for_backward(x, weight, mean, rstd)
-        return y
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        x, weight, mean, rstd = ctx.saved_tensors
-        x_hat = (x - mean) * rstd
-        g = grad_y * weight[:, None, None]
-        grad_x = rstd * (g - g.mean(1, keepdim=True)
-                         - x_hat * (g * x_hat).mean(1, keepdim=True))
-        return grad_x, (grad_y * x_hat).sum((0, 2, 3)), grad_y.sum((0, 2, 3)), None
-
-
-class DifferentiatesAgain(DerivedBackward):
-    """Autograd on the forward again, inside backward: right gradients, nothing derived."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        ctx.eps = eps
-        return DerivedBackward.forward(ctx, x, weight, bias, eps)
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        x, weight, _, _ = ctx.saved_tensors
-        with torch.enable_grad():
-            again = [t.detach().requires_grad_(True) for t in (x, weight)]
-            y, _, _ = _ln2d_forward(*again, torch.zeros_like(weight), ctx.eps)
-            grad_x, grad_weight = torch.autograd.grad(y, again, grad_y)
-        return grad_x, grad_weight, grad_y.sum((0, 2, 3)), None
-
-
-@pytest.mark.parametrize("function, expected", [
-    (DerivedBackward, []),
-    (DifferentiatesAgain, ["autograd.inside_backward"]),
-], ids=lambda v: getattr(v, "__name__", ""))
-def test_a_backward_that_differentiates_its_forward_again_is_recorded(function, expected):
-    """Unit 03's Function must compute its gradient; the grader runs backward itself
-    (autograd by design), so only autograd started inside the backward counts."""
-    cell = POLICIES["03_pytorch_layernorm"]["ln2d_backward"]
-    assert _forbidden_run(cell, check_layer_norm_2d_backward,
-                          _layer_norm_2d_module(function)) == expected
 
 
 # --- honest work executes nothing its cell forbids -----------------------------------------

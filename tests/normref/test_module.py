@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from autograder.grading import forbidden
 from normref import checks
 from normref.checks import _registry, _runner, module_judges, module_probes
 from normref.torch_ref import AddLayerNorm, LayerNorm, shape_error_message
@@ -1060,6 +1061,14 @@ def _function_2d(name, forward_slip=None, backward_slip=None, keep="mean_rstd"):
         @staticmethod
         def backward(ctx, grad_y):
             x, weight, mean, rstd = ctx.saved_tensors
+            if backward_slip == "differentiates_again":  # autograd on the forward again
+                with torch.enable_grad():
+                    again = [t.detach().requires_grad_(True) for t in (x, weight)]
+                    y = again[1][:, None, None] * (again[0] - again[0].mean(
+                        1, keepdim=True)) * torch.rsqrt(again[0].var(
+                            1, keepdim=True, correction=0) + ctx.eps)
+                    grad_x, grad_weight = torch.autograd.grad(y, again, grad_y)
+                return grad_x, grad_weight, grad_y.sum(dim=(0, 2, 3)), None
             if keep == "std":
                 rstd = 1 / rstd
             if backward_slip == "recomputed":
@@ -1091,6 +1100,8 @@ ConstantStatsFunction2d = _function_2d("ConstantStatsFunction2d", backward_slip=
 WeightBatchMean2d = _function_2d("WeightBatchMean2d", backward_slip="weight_batch_mean")
 RecomputedStats2d = _function_2d("RecomputedStats2d", backward_slip="recomputed")
 KeepsStd2d = _function_2d("KeepsStd2d", keep="std")
+DifferentiatesAgain2d = _function_2d("DifferentiatesAgain2d",
+                                     backward_slip="differentiates_again")
 
 
 @pytest.mark.parametrize(
@@ -1114,6 +1125,18 @@ def test_ln2d_backward_check_passes_correct_functions_and_names_the_slips(module
         assert message is None, message
     else:
         assert message is not None and words in message, message
+
+
+@pytest.mark.parametrize("module_class, expected", [
+    (FunctionLayerNorm2d, []),
+    (DifferentiatesAgain2d, ["autograd.inside_backward"]),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_a_backward_that_differentiates_its_forward_again_is_recorded(module_class, expected):
+    """Unit 03's Function must compute its gradient; the grader runs backward itself
+    (autograd by design), so only autograd started inside the backward counts."""
+    _ln2d_outcome(checks.check_layer_norm_2d_backward, module_class)
+    cell = forbidden.load_policy("03_pytorch_layernorm")["ln2d_backward"]
+    assert forbidden.executed_violations(cell, set(_runner.last_executed)) == expected
 
 
 @pytest.mark.parametrize(
