@@ -821,15 +821,22 @@ def _bn_dx_mistakes(case):
     }
 
 
-def _judge_bn_dx(case, output):
-    x = case["x"]
-    dx, _, _ = _bn_torch_reference(case)
-    problem = mismatch(output["dx"], dx, dtype=x.dtype, what="dx")
-    if problem is None:
-        return None
-    hint = _first_hint(output["dx"], _bn_dx_mistakes(case), x.dtype)
-    evidence = _fd_evidence(_bn_loss, case, "x", "dx", output["dx"], dx)
-    return _with_hint(problem + evidence, hint)
+def _torch_dx_judge(mistakes, loss):
+    """A judge of dx against torch's autograd through F.batch_norm, naming the first
+    of `mistakes(case)` the answer reproduces, with a centred difference of `loss`."""
+    def judge(case, output):
+        x = case["x"]
+        dx, _, _ = _bn_torch_reference(case)
+        problem = mismatch(output["dx"], dx, dtype=x.dtype, what="dx")
+        if problem is None:
+            return None
+        hint = _first_hint(output["dx"], mistakes(case), x.dtype)
+        evidence = _fd_evidence(loss, case, "x", "dx", output["dx"], dx)
+        return _with_hint(problem + evidence, hint)
+    return judge
+
+
+_judge_bn_dx = _torch_dx_judge(_bn_dx_mistakes, _bn_loss)
 
 
 def _bn_param_hint(actual, case, name, expected):
@@ -1108,15 +1115,7 @@ def _bn2d_dx_mistakes(case):
     return mistakes
 
 
-def _judge_bn2d_dx(case, output):
-    x = case["x"]
-    dx, _, _ = _bn_torch_reference(case)
-    problem = mismatch(output["dx"], dx, dtype=x.dtype, what="dx")
-    if problem is None:
-        return None
-    hint = _first_hint(output["dx"], _bn2d_dx_mistakes(case), x.dtype)
-    evidence = _fd_evidence(_bn2d_loss, case, "x", "dx", output["dx"], dx)
-    return _with_hint(problem + evidence, hint)
+_judge_bn2d_dx = _torch_dx_judge(_bn2d_dx_mistakes, _bn2d_loss)
 
 
 def _bn2d_param_hint(actual, case, name, expected):

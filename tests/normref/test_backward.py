@@ -1921,6 +1921,8 @@ def test_a_complex_dx_is_quoted_by_its_real_part():
 # ---------------------------------------------------------------- BatchNorm (training mode)
 
 BN_SHAPES = [(2, 3), (4, 3), (7, 5), (6, 6), (32, 16)]
+# images: one pixel each (BatchNorm over vectors), one image (N = 1), a column of pixels
+BN2D_SHAPES = [(4, 3, 2, 5), (1, 3, 4, 4), (6, 2, 1, 1), (2, 2, 3, 1)]
 
 
 def _bn_inputs(seed, shape, loc=1.0, scale=2.0, dtype=np.float64):
@@ -1938,11 +1940,13 @@ def _bn_torch_grads(x, gamma, beta, dy, eps=1e-5):
     return [leaf.grad.numpy() for leaf in leaves]
 
 
-@pytest.mark.parametrize("seed, shape", list(enumerate(BN_SHAPES)))
+@pytest.mark.parametrize("seed, shape", list(enumerate(BN_SHAPES + BN2D_SHAPES)))
 @pytest.mark.parametrize("eps", [1e-5, 1e-1])
 def test_batch_norm_backward_matches_torch_autograd(seed, shape, eps):
+    """Over vectors (N, D), and over images (N, C, H, W), Exercise 7's case."""
     x, gamma, beta, dy = _bn_inputs(seed, shape)
-    ours = backward.batch_norm_backward(dy, x, gamma, eps)
+    route = backward.batch_norm_backward if x.ndim == 2 else backward.batch_norm_2d_backward
+    ours = route(dy, x, gamma, eps)
     for mine, theirs in zip(ours, _bn_torch_grads(x, gamma, beta, dy, eps)):
         assert mine.shape == theirs.shape
         np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
@@ -2234,9 +2238,12 @@ BN_DX_SLIPS = {
 
 @pytest.mark.parametrize("slip", list(BN_DX_SLIPS))
 def test_batch_norm_dx_slips_are_named_with_finite_difference_evidence(slip):
-    wrong, hint = BN_DX_SLIPS[slip]
+    _assert_named_with_evidence(check_batch_norm_backward_dx, *BN_DX_SLIPS[slip])
+
+
+def _assert_named_with_evidence(check, wrong, hint):
     with pytest.raises(CheckFailed, match="Hint") as failure:
-        check_batch_norm_backward_dx(wrong)
+        check(wrong)
     assert hint in str(failure.value)
     assert "A centred finite difference" in str(failure.value)
 
@@ -2258,6 +2265,19 @@ def test_batch_norm_param_slips_are_named(wrong, hint):
     with pytest.raises(CheckFailed, match="Hint") as failure:
         check_batch_norm_backward_params(wrong)
     assert hint in str(failure.value)
+
+
+def test_spatial_batch_norm_param_slips_are_named():
+    slips = [
+        (_bn2d_wrong(dgamma_axes=0), "not over the batch (axis 0) alone: one number per channel"),
+        (_bn2d_wrong(axes=(0,)), "not over the batch (axis 0) alone"),
+        (_bn2d_wrong(flat=True), "x.reshape(-1, C) does not gather"),
+        (_bn2d_wrong(ddof=1), "not N * H * W - 1"),
+    ]
+    for wrong, hint in slips:
+        with pytest.raises(CheckFailed, match="Hint|one number per channel") as failure:
+            check_batch_norm_2d_backward_params(wrong)
+        assert hint in str(failure.value)
 
 
 def test_batch_norm_param_slips_on_a_square_batch_and_from_x_are_named():
@@ -2297,18 +2317,6 @@ def test_bn_shift_truth_is_what_torch_says_in_training_mode():
 
 
 # ----- spatial BatchNorm (BatchNorm2d), Exercise 7 --------------------------------------------
-
-BN2D_SHAPES = [(4, 3, 2, 5), (1, 3, 4, 4), (6, 2, 1, 1), (2, 2, 3, 1)]
-
-
-@pytest.mark.parametrize("seed, shape", list(enumerate(BN2D_SHAPES)))
-@pytest.mark.parametrize("eps", [1e-5, 1e-1])
-def test_batch_norm_2d_backward_matches_torch_autograd(seed, shape, eps):
-    x, gamma, beta, dy = _bn_inputs(seed, shape)
-    ours = backward.batch_norm_2d_backward(dy, x, gamma, eps)
-    for mine, theirs in zip(ours, _bn_torch_grads(x, gamma, beta, dy, eps)):
-        np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
-
 
 def test_batch_norm_2d_backward_agrees_with_centred_differences():
     x, gamma, beta, dy = _bn_inputs(7, (2, 2, 2, 3))
@@ -2383,11 +2391,7 @@ BN2D_DX_SLIPS = {
 
 @pytest.mark.parametrize("slip", list(BN2D_DX_SLIPS))
 def test_spatial_batch_norm_dx_slips_are_named_with_finite_difference_evidence(slip):
-    wrong, hint = BN2D_DX_SLIPS[slip]
-    with pytest.raises(CheckFailed, match="Hint") as failure:
-        check_batch_norm_2d_backward_dx(wrong)
-    assert hint in str(failure.value)
-    assert "A centred finite difference" in str(failure.value)
+    _assert_named_with_evidence(check_batch_norm_2d_backward_dx, *BN2D_DX_SLIPS[slip])
 
 
 def test_a_right_spatial_dx_with_the_count_n_in_dx_alone_keeps_its_parameter_points():
@@ -2395,16 +2399,6 @@ def test_a_right_spatial_dx_with_the_count_n_in_dx_alone_keeps_its_parameter_poi
     check_batch_norm_2d_backward_params(_bn2d_wrong(count=lambda x: x.shape[0]))
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (_bn2d_wrong(dgamma_axes=0), "not over the batch (axis 0) alone: one number per channel"),
-    (_bn2d_wrong(axes=(0,), dgamma_axes=(0, 2, 3)), "not over the batch (axis 0) alone"),
-    (_bn2d_wrong(flat=True), "x.reshape(-1, C) does not gather"),
-    (_bn2d_wrong(ddof=1), "not N * H * W - 1"),
-])
-def test_spatial_batch_norm_param_slips_are_named(wrong, hint):
-    with pytest.raises(CheckFailed, match="Hint|one number per channel") as failure:
-        check_batch_norm_2d_backward_params(wrong)
-    assert hint in str(failure.value)
 
 
 def test_spatial_batch_norm_by_channels_last_and_a_2d_closed_form_in_torch_passes():
