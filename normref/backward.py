@@ -25,7 +25,9 @@ broadcast per channel; dgamma and dbeta sum over every axis but the channels.
 BatchNorm (training mode) works on x: (N, D) and takes its statistics per
 feature over the batch (axis 0), with the biased variance. Its dx is layer
 norm's formula with the means taken over the batch instead of the features;
-dgamma and dbeta sum over the batch as before.
+dgamma and dbeta sum over the batch as before. Spatial BatchNorm (BatchNorm2d)
+works on x: (N, C, H, W): the same formula, each channel's means taken over the
+N * H * W values of axes 0, 2 and 3.
 """
 
 import numpy as np
@@ -155,6 +157,29 @@ def batch_norm_backward(dy, x, gamma, eps=1e-5):
     dgamma = (dy64 * x_hat).sum(axis=0)  # D
     g = dy64 * gamma64  # N, D
     dx = rstd * (g - g.mean(axis=0) - x_hat * (g * x_hat).mean(axis=0))  # N, D
+    return dx.astype(dtype), dgamma.astype(dtype), dbeta.astype(dtype)
+
+
+def batch_norm_2d_backward(dy, x, gamma, eps=1e-5):
+    """Gradients of spatial batch norm (BatchNorm2d) in training mode: each
+    channel's mean and biased variance are taken over the batch and every
+    position, the N * H * W values that share the channel.
+
+    dy, x: (N, C, H, W); gamma: (C,) ->
+    (dx: (N, C, H, W) in dy's dtype, dgamma: (C,), dbeta: (C,))
+    """
+    dy64, dtype = _as_float(dy)
+    x64 = np.asarray(x, dtype=np.float64)  # N, C, H, W
+    shared = (0, 2, 3)  # the axes a channel's statistics run over
+    per_channel = np.asarray(gamma, dtype=np.float64).reshape(1, -1, 1, 1)  # 1, C, 1, 1
+    mean = x64.mean(axis=shared, keepdims=True)  # 1, C, 1, 1
+    rstd = 1.0 / np.sqrt(((x64 - mean) ** 2).mean(axis=shared, keepdims=True) + eps)
+    x_hat = (x64 - mean) * rstd  # N, C, H, W
+    dbeta = dy64.sum(axis=shared)  # C
+    dgamma = (dy64 * x_hat).sum(axis=shared)  # C
+    g = dy64 * per_channel  # N, C, H, W
+    dx = rstd * (g - g.mean(axis=shared, keepdims=True)
+                 - x_hat * (g * x_hat).mean(axis=shared, keepdims=True))  # N, C, H, W
     return dx.astype(dtype), dgamma.astype(dtype), dbeta.astype(dtype)
 
 

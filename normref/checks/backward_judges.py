@@ -1,10 +1,10 @@
 """Unit 04 checks, the grader-facing half: inputs, references, diagnoses.
 
 Every verdict compares with normref.backward at the tolerance table's
-precision, except BatchNorm's, which compare with torch's autograd through
-F.batch_norm in float64. When a gradient is wrong, the message also quotes a centred finite
-difference of the loss sum(dy * y) at the worst entry: evidence the student
-can reproduce without trusting the reference.
+precision, except BatchNorm's (over vectors and over images), which compare with
+torch's autograd through F.batch_norm in float64. When a gradient is wrong, the
+message also quotes a centred finite difference of the loss sum(dy * y) at the
+worst entry: evidence the student can reproduce without trusting the reference.
 """
 
 import re
@@ -119,7 +119,8 @@ def _sharing(case, what):
     x = case["x"]
     if "num_groups" in case:
         return x[0].size // int(case["num_groups"])
-    return x.shape[0] if what.startswith("batch_norm") else x.shape[-1]
+    # BatchNorm: one channel's values, x.shape[0] of them in (N, D), N * H * W in images
+    return x.size // x.shape[1] if what.startswith("batch_norm") else x.shape[-1]
 
 
 def _within_budget(judge, what):
@@ -820,15 +821,22 @@ def _bn_dx_mistakes(case):
     }
 
 
-def _judge_bn_dx(case, output):
-    x = case["x"]
-    dx, _, _ = _bn_torch_reference(case)
-    problem = mismatch(output["dx"], dx, dtype=x.dtype, what="dx")
-    if problem is None:
-        return None
-    hint = _first_hint(output["dx"], _bn_dx_mistakes(case), x.dtype)
-    evidence = _fd_evidence(_bn_loss, case, "x", "dx", output["dx"], dx)
-    return _with_hint(problem + evidence, hint)
+def _torch_dx_judge(mistakes, loss):
+    """A judge of dx against torch's autograd through F.batch_norm, naming the first
+    of `mistakes(case)` the answer reproduces, with a centred difference of `loss`."""
+    def judge(case, output):
+        x = case["x"]
+        dx, _, _ = _bn_torch_reference(case)
+        problem = mismatch(output["dx"], dx, dtype=x.dtype, what="dx")
+        if problem is None:
+            return None
+        hint = _first_hint(output["dx"], mistakes(case), x.dtype)
+        evidence = _fd_evidence(loss, case, "x", "dx", output["dx"], dx)
+        return _with_hint(problem + evidence, hint)
+    return judge
+
+
+_judge_bn_dx = _torch_dx_judge(_bn_dx_mistakes, _bn_loss)
 
 
 def _bn_param_hint(actual, case, name, expected):
@@ -994,8 +1002,154 @@ def _on_its_own(judge, exercise, other):
 
 
 _STAGED = "Exercise 6 asks for the staged route, each stage's gradient of its own"
-_CLOSED = ("Exercise 7 asks for dx as one expression of its own (it may call your "
-           "batch_norm_stages for x_hat and rstd)")
+_CLOSED = ("Exercise 7 asks for a closed form of its own (it may call your "
+           "batch_norm_stages for x_hat and rstd, but not your staged batch_norm_backward)")
+
+
+# ---------------------------------------------------------------- spatial BatchNorm backward
+
+# BatchNorm2d: x is (N, C, H, W), and a channel's statistics run over the batch and
+# every position, the N * H * W values of these axes
+BN2D_AXES = (0, 2, 3)
+
+
+def _bn2d_cases(rng):
+    return [
+        ("a batch of 4 images, 3 channels of 2 x 5 positions, x of shape (4, 3, 2, 5)",
+         _bn_case(rng, (4, 3, 2, 5))),
+        ("a batch (2, 4, 3, 3) whose channels have mean 3", _bn_case(rng, (2, 4, 3, 3), 3.0, 2.0)),
+        ("images of one pixel, shape (6, 3, 1, 1): Exercise 6's BatchNorm",
+         _bn_case(rng, (6, 3, 1, 1), 1.0)),
+        ("one image, shape (1, 3, 4, 4): a batch of one, its positions still share "
+         "statistics", _bn_case(rng, (1, 3, 4, 4), -1.0)),
+        ("two images of 2 x 6 positions, shape (2, 2, 2, 6)", _bn_case(rng, (2, 2, 2, 6))),
+        ("a tiny spread, 0.001 * N(0, 1), shape (2, 3, 2, 2), where eps matters",
+         _bn_case(rng, (2, 3, 2, 2), 0.0, 0.001)),
+        ("values near 100, shape (3, 2, 3, 4)", _bn_case(rng, (3, 2, 3, 4), 100.0)),
+        ("a float32 batch (4, 8, 3, 3)", _bn_case(rng, (4, 8, 3, 3), 1.0, dtype=np.float32)),
+    ]
+
+
+def _bn2d_large(rng):
+    return _large("one channel of 4 images of 128 x 128, (4, 1, 128, 128)",
+                  _bn_case(rng, (4, 1, 128, 128), 1.0))
+
+
+def _bn2d_loss(c):
+    """sum(dy * y) through normref.batchnorm's forward, the positions flattened."""
+    x = c["x"]
+    y, _, _ = batchnorm.batch_norm(x.reshape(x.shape[0], x.shape[1], -1), c["gamma"],
+                                   c["beta"], None, None, True, eps=float(c["eps"]))
+    return float(np.sum(c["dy"] * y.reshape(x.shape)))
+
+
+def _bn2d_x_hat(x, eps, axes=BN2D_AXES, ddof=0):
+    mean = x.mean(axis=axes, keepdims=True)
+    size = int(np.prod([x.shape[axis] for axis in axes]))
+    var = ((x - mean) ** 2).sum(axis=axes, keepdims=True) / max(size - ddof, 1)
+    return (x - mean) / np.sqrt(var + eps), 1.0 / np.sqrt(var + eps)
+
+
+def _bn2d_dx_variant(case, axes=BN2D_AXES, count=None, ddof=0, mean_term=True,
+                     projection_term=True, use_gamma=True):
+    """Spatial BatchNorm's dx, or one of its wrong variants: statistics over other
+    `axes`, the means in dx divided by another `count`, an unbiased variance, a term
+    left out."""
+    c = _float64(case)
+    x, dy = c["x"], c["dy"]
+    x_hat, rstd = _bn2d_x_hat(x, float(case["eps"]), axes, ddof)
+    count = int(np.prod([x.shape[axis] for axis in axes])) if count is None else count
+    g = dy * c["gamma"].reshape(1, -1, 1, 1) if use_gamma else dy
+    dx = g.copy()
+    if mean_term:
+        dx = dx - g.sum(axis=axes, keepdims=True) / count
+    if projection_term:
+        dx = dx - x_hat * (g * x_hat).sum(axis=axes, keepdims=True) / count
+    return rstd * dx
+
+
+def _channels_last(values):
+    """(N, C, H, W) -> (N * H * W, C): one column per channel."""
+    return np.moveaxis(values, 1, -1).reshape(-1, values.shape[1])
+
+
+def _bn2d_flat_without_moving(case):
+    """The 2-D backward run on x.reshape(-1, C), the channel axis left where it was."""
+    c = _float64(case)
+    x = c["x"]
+    flat = [c[key].reshape(-1, x.shape[1]) for key in ("dy", "x")]
+    return [grad.reshape(-1) if grad.ndim == 1 else grad.reshape(x.shape) for grad in
+            backward.batch_norm_backward(*flat, c["gamma"], float(case["eps"]))]
+
+
+_WRONG_AXES = ("a channel's statistics run over the batch and every position (axes 0, 2 "
+               "and 3: N * H * W values), not over the batch (axis 0) alone, which gives "
+               "every position statistics of its own")
+_NOT_MOVED = ("x.reshape(-1, C) does not gather each channel's values into a column: the "
+              "channels are axis 1 of (N, C, H, W), so move them last first "
+              "(np.moveaxis(x, 1, -1).reshape(-1, C)), or take the sums over axes (0, 2, 3)")
+
+
+def _bn2d_dx_mistakes(case):
+    x = case["x"]
+    variants = {
+        _WRONG_AXES: {"axes": (0,)},
+        "the means in dx run over the N * H * W values that share a channel's statistics: "
+        "divide the sums by N * H * W, not by N": {"count": x.shape[0]},
+        "the statistics run over the batch too (axis 0), not over each image's positions "
+        "alone (that is instance norm)": {"axes": (2, 3)},
+        "dx is missing the -mean(g) term: a channel's mean depends on every one of its "
+        "N * H * W values": {"mean_term": False},
+        "dx is missing the -x_hat * mean(g * x_hat) term: a channel's variance (and so "
+        "rstd) depends on every one of its values": {"projection_term": False},
+        "the variance is the biased one: divide by N * H * W, not N * H * W - 1":
+            {"ddof": 1},
+        "the gradient reaching x_hat is g = dy * gamma, gamma taken per channel (axis 1)":
+            {"use_gamma": False},
+    }
+    with np.errstate(all="ignore"):
+        mistakes = {hint: _bn2d_dx_variant(case, **options)
+                    for hint, options in variants.items()}
+        mistakes[_NOT_MOVED] = _bn2d_flat_without_moving(case)[0]
+        mistakes["the sign of dx is flipped"] = -_bn2d_dx_variant(case)
+    return mistakes
+
+
+_judge_bn2d_dx = _torch_dx_judge(_bn2d_dx_mistakes, _bn2d_loss)
+
+
+def _bn2d_param_hint(actual, case, name, expected):
+    c = _float64(case)
+    x, dy, eps = c["x"], c["dy"], float(case["eps"])
+    if np.shape(actual) != expected.shape:
+        if np.shape(actual) == x.shape[1:]:
+            return (f"{name} sums over every position too (axes 2 and 3), not over the "
+                    "batch (axis 0) alone: one number per channel")
+        return (f"{name} has one entry per channel (axis 1): sum over the batch and every "
+                "position, axes (0, 2, 3)")
+    x_hat, _ = _bn2d_x_hat(x, eps)
+    right = (dy * x_hat if name == "dgamma" else dy).sum(axis=BN2D_AXES)
+    candidates = {
+        f"{name} is a sum over the batch and the positions, not an average":
+            right / (x.size // x.shape[1]),
+        "dgamma and dbeta are swapped": (dy.sum(axis=BN2D_AXES) if name == "dgamma"
+                                         else (dy * x_hat).sum(axis=BN2D_AXES)),
+    }
+    if name == "dgamma":
+        candidates.update({
+            "dgamma multiplies dy by x_hat (the normalized input), not by x":
+                (dy * x).sum(axis=BN2D_AXES),
+            _WRONG_AXES: (dy * _bn2d_x_hat(x, eps, axes=(0,))[0]).sum(axis=BN2D_AXES),
+            "the variance is the biased one: divide by N * H * W, not N * H * W - 1":
+                (dy * _bn2d_x_hat(x, eps, ddof=1)[0]).sum(axis=BN2D_AXES),
+            _NOT_MOVED: _bn2d_flat_without_moving(case)[1],
+        })
+    with np.errstate(all="ignore"):
+        return _first_hint(actual, candidates, x.dtype)
+
+
+def _judge_bn2d_params(case, output):
+    return _params_verdict(case, output, _bn_torch_reference, _bn2d_param_hint, _bn2d_loss)
 
 
 # ---------------------------------------------------------------- RMSNorm in autograd
@@ -1406,14 +1560,17 @@ CHECKS = {
     "backward_gn_params": Check(_and_large(_gn_params_cases, _gn_large),
                                 _within_budget(_judge_gn_params, "group_norm_backward")),
     "backward_bn_dx": Check(_and_large(_bn_cases, _bn_large), _on_its_own(_within_budget(
-        _judge_bn_dx, "batch_norm_backward"), _STAGED, "batch_norm_backward_closed")),
+        _judge_bn_dx, "batch_norm_backward"), _STAGED, "batch_norm_2d_backward")),
     "backward_bn_stages": Check(_and_large(_bn_cases, _bn_large), _on_its_own(_within_budget(
-        _judge_bn_stages, "batch_norm_backward"), _STAGED, "batch_norm_backward_closed")),
+        _judge_bn_stages, "batch_norm_backward"), _STAGED, "batch_norm_2d_backward")),
     "backward_bn_params": Check(_and_large(_bn_params_cases, _bn_large), _on_its_own(
         _within_budget(_judge_bn_params, "batch_norm_backward"), _STAGED,
-        "batch_norm_backward_closed")),
-    "backward_bn_closed_dx": Check(_and_large(_bn_cases, _bn_large), _on_its_own(
-        _within_budget(_judge_bn_dx, "batch_norm_backward_closed"), _CLOSED,
+        "batch_norm_2d_backward")),
+    "backward_bn2d_dx": Check(_and_large(_bn2d_cases, _bn2d_large), _on_its_own(
+        _within_budget(_judge_bn2d_dx, "batch_norm_2d_backward"), _CLOSED,
+        "batch_norm_backward")),
+    "backward_bn2d_params": Check(_and_large(_bn2d_cases, _bn2d_large), _on_its_own(
+        _within_budget(_judge_bn2d_params, "batch_norm_2d_backward"), _CLOSED,
         "batch_norm_backward")),
     "backward_rms_function": Check(_rms_function_cases, _real_only(_judge_rms_function)),
     "backward_add_rms_grads": Check(_and_large(_add_rms_cases, _add_rms_large),

@@ -1,9 +1,9 @@
 """Unit 04 checks, the student-facing half: how each exercise is called.
 
 The assignment grades RMSNorm's, GroupNorm's and BatchNorm's backward passes
-(BatchNorm's twice: by stages, whose recorded stage gradients are graded
-too, then in closed form), the running sum behind dgamma in two dtypes, and five
-inline answers;
+(BatchNorm's by stages, whose recorded stage gradients are graded too, then
+spatial BatchNorm's over (N, C, H, W) in closed form), the running sum behind
+dgamma in two dtypes, and five inline answers;
 the layer-norm checks grade the lesson's own case (an instructor can run them
 on the lesson's functions) and guard the grader's autograd recorder in the
 test suite.
@@ -341,7 +341,7 @@ def check_batch_norm_backward_dx(batch_norm_backward):
     """Check dx from batch_norm_backward(dy, x, gamma, eps) -> (dx, dgamma,
     dbeta), x: (N, D), statistics over the batch (training mode)."""
     run_check("backward_bn_dx", batch_norm_backward,
-              _calling_other_route("batch_norm_backward_closed"))
+              _calling_other_route("batch_norm_2d_backward"))
 
 
 def check_batch_norm_stage_gradients(batch_norm_backward):
@@ -349,19 +349,25 @@ def check_batch_norm_stage_gradients(batch_norm_backward):
     records in grads: one per value of the staged forward pass, "x_hat",
     "var", "xc" (both of its uses) and "mean"."""
     run_check("backward_bn_stages", batch_norm_backward,
-              _calling_other_route("batch_norm_backward_closed", _call_bn_stages))
+              _calling_other_route("batch_norm_2d_backward", _call_bn_stages))
 
 
 def check_batch_norm_backward_params(batch_norm_backward):
     """Check dgamma and dbeta from batch_norm_backward: one number a feature."""
     run_check("backward_bn_params", batch_norm_backward,
-              _calling_other_route("batch_norm_backward_closed"))
+              _calling_other_route("batch_norm_2d_backward"))
 
 
-def check_batch_norm_backward_closed_dx(batch_norm_backward_closed):
-    """Check dx from batch_norm_backward_closed(dy, x, gamma, eps) -> (dx,
-    dgamma, dbeta), the closed form of the same gradient."""
-    run_check("backward_bn_closed_dx", batch_norm_backward_closed,
+def check_batch_norm_2d_backward_dx(batch_norm_2d_backward):
+    """Check dx from batch_norm_2d_backward(dy, x, gamma, eps) -> (dx, dgamma,
+    dbeta), x: (N, C, H, W), statistics per channel over N, H and W."""
+    run_check("backward_bn2d_dx", batch_norm_2d_backward,
+              _calling_other_route("batch_norm_backward"))
+
+
+def check_batch_norm_2d_backward_params(batch_norm_2d_backward):
+    """Check dgamma and dbeta from batch_norm_2d_backward: one number a channel."""
+    run_check("backward_bn2d_params", batch_norm_2d_backward,
               _calling_other_route("batch_norm_backward"))
 
 

@@ -25,7 +25,8 @@ from normref.checks import (
     check_accumulation_answer,
     check_add_rms_norm_backward_grads,
     check_add_rms_norm_backward_params,
-    check_batch_norm_backward_closed_dx,
+    check_batch_norm_2d_backward_dx,
+    check_batch_norm_2d_backward_params,
     check_batch_norm_backward_dx,
     check_batch_norm_backward_params,
     check_batch_norm_stage_gradients,
@@ -1920,6 +1921,8 @@ def test_a_complex_dx_is_quoted_by_its_real_part():
 # ---------------------------------------------------------------- BatchNorm (training mode)
 
 BN_SHAPES = [(2, 3), (4, 3), (7, 5), (6, 6), (32, 16)]
+# images: one pixel each (BatchNorm over vectors), one image (N = 1), a column of pixels
+BN2D_SHAPES = [(4, 3, 2, 5), (1, 3, 4, 4), (6, 2, 1, 1), (2, 2, 3, 1)]
 
 
 def _bn_inputs(seed, shape, loc=1.0, scale=2.0, dtype=np.float64):
@@ -1937,11 +1940,13 @@ def _bn_torch_grads(x, gamma, beta, dy, eps=1e-5):
     return [leaf.grad.numpy() for leaf in leaves]
 
 
-@pytest.mark.parametrize("seed, shape", list(enumerate(BN_SHAPES)))
+@pytest.mark.parametrize("seed, shape", list(enumerate(BN_SHAPES + BN2D_SHAPES)))
 @pytest.mark.parametrize("eps", [1e-5, 1e-1])
 def test_batch_norm_backward_matches_torch_autograd(seed, shape, eps):
+    """Over vectors (N, D), and over images (N, C, H, W), Exercise 7's case."""
     x, gamma, beta, dy = _bn_inputs(seed, shape)
-    ours = backward.batch_norm_backward(dy, x, gamma, eps)
+    route = backward.batch_norm_backward if x.ndim == 2 else backward.batch_norm_2d_backward
+    ours = route(dy, x, gamma, eps)
     for mine, theirs in zip(ours, _bn_torch_grads(x, gamma, beta, dy, eps)):
         assert mine.shape == theirs.shape
         np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
@@ -1998,9 +2003,6 @@ def test_batch_norm_checks_pass_the_reference_and_a_staged_torch_backward():
     for subject in (backward.batch_norm_backward, _bn_staged_torch):
         check_batch_norm_backward_dx(subject)
         check_batch_norm_backward_params(subject)
-    # the reference's module names it batch_norm_backward: as a closed form it would
-    # be a closed form running the staged route
-    check_batch_norm_backward_closed_dx(_bn_staged_torch)
 
 
 _BN_NOTEBOOK = """
@@ -2017,39 +2019,53 @@ def batch_norm_backward(dy, x, gamma, eps=1e-5):
     return backward.batch_norm_backward(dy, x, gamma, eps)
 
 
-def batch_norm_backward_closed(dy, x, gamma, eps=1e-5):
-    _, kept = batch_norm_stages(x, gamma, 0 * gamma, eps)
-    x_hat, n = kept["x_hat"], x.shape[0]
+def _columns(a):
+    return np.moveaxis(a, 1, -1).reshape(-1, a.shape[1])  # (N * H * W, C)
+
+
+def batch_norm_2d_backward(dy, x, gamma, eps=1e-5):
+    _, kept = batch_norm_stages(_columns(x), gamma, 0 * gamma, eps)
+    x_hat, n = kept["x_hat"], _columns(x).shape[0]
+    dy = _columns(dy)
     dbeta, dgamma = dy.sum(axis=0), (dy * x_hat).sum(axis=0)
-    return gamma * kept["rstd"] / n * (n * dy - dbeta - x_hat * dgamma), dgamma, dbeta
+    dx = gamma * kept["rstd"] / n * (n * dy - dbeta - x_hat * dgamma)
+    shape = (x.shape[0],) + x.shape[2:] + (x.shape[1],)
+    return np.moveaxis(dx.reshape(shape), -1, 1), dgamma, dbeta
 
 
 def closed_that_runs_the_staged(dy, x, gamma, eps=1e-5):
     route = batch_norm_backward
-    return route(dy, x, gamma, eps)
+    dx, dgamma, dbeta = route(_columns(dy), _columns(x), gamma, eps)
+    shape = (x.shape[0],) + x.shape[2:] + (x.shape[1],)
+    return np.moveaxis(dx.reshape(shape), -1, 1), dgamma, dbeta
 
 
 def staged_that_runs_the_closed(dy, x, gamma, eps=1e-5):
-    return batch_norm_backward_closed(dy, x, gamma, eps)
+    dx, dgamma, dbeta = batch_norm_2d_backward(dy[:, :, None, None], x[:, :, None, None],
+                                               gamma, eps)
+    return dx[:, :, 0, 0], dgamma, dbeta
 """
 
 
 def test_each_batch_norm_route_is_graded_on_its_own_work():
-    """In one notebook (one namespace), the closed form may call batch_norm_stages
-    for x_hat, but a closed form that runs the staged backward, under any name,
-    and a staged backward that runs the closed form, earn nothing."""
+    """In one notebook (one namespace), the spatial closed form may call
+    batch_norm_stages for x_hat, but a spatial backward that runs the staged
+    backward on the channels moved last (the reuse Exercise 7 rules out), and a
+    staged backward that runs the spatial one on one-pixel images, earn nothing."""
     notebook = {}
     exec(compile(_BN_NOTEBOOK, "<notebook>", "exec"), notebook)
-    check_batch_norm_backward_closed_dx(notebook["batch_norm_backward_closed"])
+    check_batch_norm_2d_backward_dx(notebook["batch_norm_2d_backward"])
+    check_batch_norm_2d_backward_params(notebook["batch_norm_2d_backward"])
     check_batch_norm_backward_dx(notebook["batch_norm_backward"])
-    closed = notebook["batch_norm_backward_closed"]
-    notebook["batch_norm_backward_closed"] = notebook["closed_that_runs_the_staged"]
-    with pytest.raises(CheckFailed, match="ran your batch_norm_backward .*Exercise 7"):
-        check_batch_norm_backward_closed_dx(notebook["closed_that_runs_the_staged"])
-    notebook["batch_norm_backward_closed"] = closed
+    closed = notebook["batch_norm_2d_backward"]
+    notebook["batch_norm_2d_backward"] = notebook["closed_that_runs_the_staged"]
+    for check in (check_batch_norm_2d_backward_dx, check_batch_norm_2d_backward_params):
+        with pytest.raises(CheckFailed, match="ran your batch_norm_backward .*Exercise 7"):
+            check(notebook["closed_that_runs_the_staged"])
+    notebook["batch_norm_2d_backward"] = closed
     notebook["batch_norm_backward"] = notebook["staged_that_runs_the_closed"]
     for check in (check_batch_norm_backward_dx, check_batch_norm_backward_params):
-        with pytest.raises(CheckFailed, match="ran your batch_norm_backward_closed.*Exercise 6"):
+        with pytest.raises(CheckFailed, match="ran your batch_norm_2d_backward.*Exercise 6"):
             check(notebook["staged_that_runs_the_closed"])
 
 
@@ -2129,9 +2145,12 @@ def test_a_right_dx_without_recorded_stages_earns_no_stage_points():
 def test_batch_norm_checks_pass_the_reference_for_any_seed():
     probe = backward_probes._call_bn_backward
     for seed in range(8):
-        for name in ("backward_bn_dx", "backward_bn_params", "backward_bn_closed_dx"):
+        for name, reference in (("backward_bn_dx", backward.batch_norm_backward),
+                                ("backward_bn_params", backward.batch_norm_backward),
+                                ("backward_bn2d_dx", backward.batch_norm_2d_backward),
+                                ("backward_bn2d_params", backward.batch_norm_2d_backward)):
             cases = _registry.make_cases(name, seed)
-            outputs, errors = _runner._probe_all(backward.batch_norm_backward, cases, probe)
+            outputs, errors = _runner._probe_all(reference, cases, probe)
             verdict = _registry.judge(name, cases, outputs, errors)
             assert verdict["passed"], (seed, verdict["message"])
 
@@ -2218,10 +2237,11 @@ BN_DX_SLIPS = {
 
 
 @pytest.mark.parametrize("slip", list(BN_DX_SLIPS))
-@pytest.mark.parametrize("check", [check_batch_norm_backward_dx,
-                                   check_batch_norm_backward_closed_dx])
-def test_batch_norm_dx_slips_are_named_with_finite_difference_evidence(slip, check):
-    wrong, hint = BN_DX_SLIPS[slip]
+def test_batch_norm_dx_slips_are_named_with_finite_difference_evidence(slip):
+    _assert_named_with_evidence(check_batch_norm_backward_dx, *BN_DX_SLIPS[slip])
+
+
+def _assert_named_with_evidence(check, wrong, hint):
     with pytest.raises(CheckFailed, match="Hint") as failure:
         check(wrong)
     assert hint in str(failure.value)
@@ -2231,7 +2251,6 @@ def test_batch_norm_dx_slips_are_named_with_finite_difference_evidence(slip, che
 def test_a_right_batch_norm_dx_with_wrong_parameters_passes_the_dx_checks():
     wrong_params = _bn_wrong(dgamma_rule=lambda dy, xh: dy.sum(0), dbeta_rule=lambda dy: 0 * dy)
     check_batch_norm_backward_dx(wrong_params)
-    check_batch_norm_backward_closed_dx(wrong_params)
 
 
 @pytest.mark.parametrize("wrong, hint", [
@@ -2246,6 +2265,19 @@ def test_batch_norm_param_slips_are_named(wrong, hint):
     with pytest.raises(CheckFailed, match="Hint") as failure:
         check_batch_norm_backward_params(wrong)
     assert hint in str(failure.value)
+
+
+def test_spatial_batch_norm_param_slips_are_named():
+    slips = [
+        (_bn2d_wrong(dgamma_axes=0), "not over the batch (axis 0) alone: one number per channel"),
+        (_bn2d_wrong(axes=(0,)), "not over the batch (axis 0) alone"),
+        (_bn2d_wrong(flat=True), "x.reshape(-1, C) does not gather"),
+        (_bn2d_wrong(ddof=1), "not N * H * W - 1"),
+    ]
+    for wrong, hint in slips:
+        with pytest.raises(CheckFailed, match="Hint|one number per channel") as failure:
+            check_batch_norm_2d_backward_params(wrong)
+        assert hint in str(failure.value)
 
 
 def test_batch_norm_param_slips_on_a_square_batch_and_from_x_are_named():
@@ -2282,6 +2314,108 @@ def test_bn_shift_truth_is_what_torch_says_in_training_mode():
     assert not torch.allclose(y(row, False), y(x, False))
     assert not torch.allclose(y(column, False), y(x, False))
     assert backward_judges._bn_shift_truth() == "b"
+
+
+# ----- spatial BatchNorm (BatchNorm2d), Exercise 7 --------------------------------------------
+
+def test_batch_norm_2d_backward_agrees_with_centred_differences():
+    x, gamma, beta, dy = _bn_inputs(7, (2, 2, 2, 3))
+
+    def loss():
+        y = F.batch_norm(torch.from_numpy(x), None, None, torch.from_numpy(gamma),
+                         torch.from_numpy(beta), training=True, eps=1e-5)
+        return float((torch.from_numpy(dy) * y).sum())
+
+    dx, dgamma, dbeta = backward.batch_norm_2d_backward(dy, x, gamma)
+    for mine, array in ((dx, x), (dgamma, gamma), (dbeta, beta)):
+        assert _relative_error(mine, _centred_differences(loss, array)) < 1e-8
+
+
+def test_batch_norm_2d_of_one_pixel_images_is_batch_norm_of_vectors():
+    x, gamma, _, dy = _bn_inputs(8, (6, 4))
+    flat = backward.batch_norm_backward(dy, x, gamma)
+    images = backward.batch_norm_2d_backward(dy[:, :, None, None], x[:, :, None, None], gamma)
+    np.testing.assert_allclose(images[0][:, :, 0, 0], flat[0], rtol=1e-12, atol=1e-14)
+    for mine, theirs in zip(images[1:], flat[1:]):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-12, atol=1e-14)
+
+
+def test_bn2d_cases_hold_one_pixel_images_a_batch_of_one_and_a_large_channel():
+    cases = _cases("backward_bn2d_dx")
+    shapes = [case["x"].shape for _, case in cases]
+    assert all(len(shape) == 4 for shape in shapes) and len(set(shapes)) >= 6
+    assert any(shape[2:] == (1, 1) for shape in shapes)
+    assert any(shape[0] == 1 and shape[2] * shape[3] > 1 for shape in shapes)
+    assert any(case["x"].dtype == np.float32 for _, case in cases)
+    for label, case in cases[:-1]:
+        assert str(case["x"].shape) in label, label
+    assert [label for label, _ in _cases("backward_bn2d_params")] == [
+        label for label, _ in cases]
+
+
+def _bn2d_wrong(axes=(0, 2, 3), count=None, ddof=0, mean_term=True, flat=False,
+                dgamma_axes=(0, 2, 3)):
+    """A spatial BatchNorm backward written here, independently of the judge, with one
+    slip: statistics over other axes, the means over another count, x.reshape(-1, C)."""
+    def batch_norm_2d_backward(dy, x, gamma, eps=1e-5):
+        x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+        if flat:  # the channel axis left in place: each "column" mixes channels
+            dx, dgamma, dbeta = backward.batch_norm_backward(
+                dy.reshape(-1, x.shape[1]), x.reshape(-1, x.shape[1]), gamma, eps)
+            return dx.reshape(x.shape), dgamma, dbeta
+        n = count(x) if count else int(np.prod([x.shape[a] for a in axes]))
+        size = int(np.prod([x.shape[a] for a in axes]))
+        mean = x.mean(axis=axes, keepdims=True)
+        rstd = 1 / np.sqrt(((x - mean) ** 2).sum(axis=axes, keepdims=True) / (size - ddof)
+                           + eps)
+        x_hat = (x - mean) * rstd
+        g = dy * np.reshape(gamma, (1, -1, 1, 1))
+        dx = g - x_hat * (g * x_hat).sum(axis=axes, keepdims=True) / n
+        if mean_term:
+            dx = dx - g.sum(axis=axes, keepdims=True) / n
+        return rstd * dx, (dy * x_hat).sum(axis=dgamma_axes), dy.sum(axis=(0, 2, 3))
+
+    return batch_norm_2d_backward
+
+
+BN2D_DX_SLIPS = {
+    "the count N in the means": (_bn2d_wrong(count=lambda x: x.shape[0]), "not by N"),
+    "statistics over the batch alone": (_bn2d_wrong(axes=(0,)),
+                                        "not over the batch (axis 0) alone"),
+    "x.reshape(-1, C)": (_bn2d_wrong(flat=True), "x.reshape(-1, C) does not gather"),
+    "instance norm's axes": (_bn2d_wrong(axes=(2, 3)), "that is instance norm"),
+    "mean treated as a constant": (_bn2d_wrong(mean_term=False), "-mean(g) term"),
+    "unbiased variance": (_bn2d_wrong(ddof=1), "not N * H * W - 1"),
+}
+
+
+@pytest.mark.parametrize("slip", list(BN2D_DX_SLIPS))
+def test_spatial_batch_norm_dx_slips_are_named_with_finite_difference_evidence(slip):
+    _assert_named_with_evidence(check_batch_norm_2d_backward_dx, *BN2D_DX_SLIPS[slip])
+
+
+def test_a_right_spatial_dx_with_the_count_n_in_dx_alone_keeps_its_parameter_points():
+    """The typical slip of the count costs dx, not dgamma and dbeta."""
+    check_batch_norm_2d_backward_params(_bn2d_wrong(count=lambda x: x.shape[0]))
+
+
+
+
+def test_spatial_batch_norm_by_channels_last_and_a_2d_closed_form_in_torch_passes():
+    """Unusual but right: the channels moved last, (N * H * W, C), and a 2-D closed
+    form of its own in torch tensors, without autograd."""
+    def batch_norm_2d_backward(dy, x, gamma, eps=1e-5):
+        dy, x = (torch.as_tensor(np.asarray(a, np.float64)).movedim(1, -1) for a in (dy, x))
+        shape, c = x.shape, x.shape[-1]
+        x, dy = x.reshape(-1, c), dy.reshape(-1, c)
+        x_hat = (x - x.mean(0)) * torch.rsqrt(x.var(0, unbiased=False) + eps)
+        g = dy * torch.as_tensor(np.asarray(gamma, np.float64))
+        dx = torch.rsqrt(x.var(0, unbiased=False) + eps) * (
+            g - g.mean(0) - x_hat * (g * x_hat).mean(0))
+        return (dx.reshape(shape).movedim(-1, 1), (dy * x_hat).sum(0), dy.sum(0))
+
+    check_batch_norm_2d_backward_dx(batch_norm_2d_backward)
+    check_batch_norm_2d_backward_params(batch_norm_2d_backward)
 
 
 class _RMSNormFunction(torch.autograd.Function):
@@ -2649,7 +2783,8 @@ def test_the_dx_dot_x_check_explains_a_result_that_is_not_one_number(answer, pro
 
 GRADED_BACKWARDS = ["backward_rms_dx", "backward_rms_dgamma", "backward_gn_dx",
                     "backward_gn_params", "backward_bn_dx", "backward_bn_stages",
-                    "backward_bn_params", "backward_bn_closed_dx", "backward_add_rms_grads",
+                    "backward_bn_params", "backward_bn2d_dx", "backward_bn2d_params",
+                    "backward_add_rms_grads",
                     "backward_add_rms_params"]
 
 
@@ -2674,7 +2809,7 @@ def _coupled(name, case):
     if name.startswith("backward_gn"):
         return x[0].size // int(case["num_groups"])
     if name.startswith("backward_bn"):
-        return x.shape[0]
+        return x.size // x.shape[1]  # one feature's N values, or a channel's N * H * W
     return x.shape[-1]
 
 
@@ -2732,14 +2867,14 @@ def test_the_probe_stops_a_call_past_its_budget_and_times_a_fast_one():
     assert _judge("backward_rms_dx", {**case, "time_budget": np.array(0.2)}, fast) is None
 
 
-@pytest.mark.parametrize("name", ["backward_rms_dx", "backward_gn_dx", "backward_bn_closed_dx",
+@pytest.mark.parametrize("name", ["backward_rms_dx", "backward_gn_dx", "backward_bn2d_dx",
                                   "backward_add_rms_grads"])
 def test_a_complex_gradient_is_refused_though_its_real_part_is_right(name):
     """Complex-step differentiation leaves complex arrays: refused, whatever their real part."""
     label, case = _cases(name)[0]
     outputs = {}
     probe = {"backward_rms_dx": ("dx", "dgamma"), "backward_gn_dx": ("dx", "dgamma", "dbeta"),
-             "backward_bn_closed_dx": ("dx", "dgamma", "dbeta"),
+             "backward_bn2d_dx": ("dx", "dgamma", "dbeta"),
              "backward_add_rms_grads": ("dx", "dresidual", "dgamma")}[name]
     for key in probe:
         outputs[key] = np.zeros(1, complex)
