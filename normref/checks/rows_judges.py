@@ -1,5 +1,7 @@
 """Unit 02 checks, the grader-facing half: inputs, references, diagnoses."""
 
+from fractions import Fraction
+
 import numpy as np
 
 from normref import batchnorm
@@ -941,57 +943,6 @@ def _judge_pair_information_answers(case, output):
 # (N, 16 * 36) and group_norm with 4 groups normalize them, batch after batch, in
 # training mode.
 RUN_FUNCTIONS = ("spatial_batch_norm_forward", "batch_norm_train", "group_norm")
-_RUN_CHANNELS, _RUN_GROUPS, _RUN_POSITIONS = 16, 4, 6 * 6
-
-
-def run_values_per_statistic(batch):
-    """How many values one mean (and variance) averages over, for each of the run's
-    norms, at this batch size: a channel's N * H * W values; one feature's N values
-    (a channel at one position); a group's C / G channels at every position of one
-    image, whatever the batch."""
-    return {"spatial_batch_norm_forward": batch * _RUN_POSITIONS,
-            "batch_norm_train": batch,
-            "group_norm": _RUN_CHANNELS // _RUN_GROUPS * _RUN_POSITIONS}
-
-
-_VALUE_ANSWERS = {"spatial_bn_values": "spatial_batch_norm_forward",
-                  "position_bn_values": "batch_norm_train",
-                  "group_norm_values": "group_norm"}
-_VALUE_SLIPS = {
-    "spatial_batch_norm_forward": {
-        2.0: "that is batch norm over the N images alone; spatial batch norm takes a "
-             "channel's statistics over every position of every image, N * H * W values",
-        float(_RUN_POSITIONS): "that is one image's H * W positions; the batch holds two",
-    },
-    "batch_norm_train": {
-        2.0 * _RUN_POSITIONS: "that is spatial batch norm's count; flattened to (N, 16 * 36), "
-                              "each of the 576 features is a column of its own, with one "
-                              "value per image",
-    },
-    "group_norm": {
-        2.0 * _RUN_CHANNELS // _RUN_GROUPS * _RUN_POSITIONS: "group norm never crosses "
-             "from one image to another: its statistics cover one image's group",
-        float(_RUN_CHANNELS // _RUN_GROUPS): "a group's channels count at every one of "
-             "their H * W positions",
-    },
-}
-
-
-def _judge_spatial_run_values(case, output):
-    truth = run_values_per_statistic(2)
-    wrong = []
-    for answer, function in _VALUE_ANSWERS.items():
-        given = number_from_answer(output.get(answer))
-        if given is not None and abs(given - truth[function]) <= 1e-9:
-            continue
-        hint = _named_slip(given, _VALUE_SLIPS[function], within=1e-9)
-        wrong.append(f"{answer.upper()} (you answered {output.get(answer)}) is not right"
-                     + (f": {hint}" if hint else ""))
-    if not wrong:
-        return None
-    return ("; ".join(wrong) + ". Count the values that share one mean in a batch of two "
-            "images of 16 channels of 6 x 6")
-
 
 # the run's measured fact, the same for every seed checked (tests/normref/
 # test_rows_spatial_run.py): two values per statistic costs well over 5 points,
@@ -1022,61 +973,103 @@ def _judge_spatial_run_losses(case, output):
     return verdict
 
 
-# a batch of one image: which norms still average each statistic over more than one value
-_ONE_IMAGE_WORKS = {name for name, count in run_values_per_statistic(1).items()
-                    if count > 1}
-_ONE_IMAGE_WHY = {
-    "spatial_batch_norm_forward": "a channel of one image still has 6 x 6 = 36 values "
-                                  "(batch norm of one image is instance norm)",
-    "batch_norm_train": "each flattened feature has one value per image, so a batch of "
-                        "one leaves one value: no spread to measure (your function "
-                        "raises ValueError there)",
-    "group_norm": "a group of one image holds 4 x 6 x 6 = 144 values at any batch size",
-}
+# Questions 2 to 4 ask for figures of the run with its seeds fixed (convolution seed 0,
+# head and batch order seed 0), as counts of the 360 held-out images. Every correct
+# implementation, numpy float64 or torch float32, gives these counts
+# (tests/normref/test_rows_spatial_run.py); one image is 1/360 = 0.0028, and a figure
+# is judged within RUN_TOLERANCE, two images and the rounding of a printed "94.7%".
+RUN_HELD_OUT = 360
+RUN_TOLERANCE = 0.007
+# the run's printed lines, batch_norm_train in training mode at each batch size
+BN_TRAIN_ACCURACY = {32: Fraction(345, 360), 16: Fraction(340, 360),
+                     8: Fraction(328, 360), 4: Fraction(305, 360), 2: Fraction(271, 360)}
+# group_norm at batch 2 (any batch: it does not see the batch), by number of groups
+GROUP_NORM_ACCURACY = {1: Fraction(342, 360), 4: Fraction(343, 360),
+                       16: Fraction(348, 360)}
+# Question 4: the batch-2 pass of batch_norm_train, its running statistics carried,
+# the held-out images through batch_norm_eval
+EVAL_MODE_ACCURACY = Fraction(341, 360)
 
 
-def _judge_batch_of_one_answer(case, output):
-    return names_verdict(output, "WORKS_WITH_ONE_IMAGE", RUN_FUNCTIONS, _ONE_IMAGE_WORKS,
-                         lambda name: f"{name} is listed, but {_ONE_IMAGE_WHY[name]}",
-                         lambda name: f"{name} is missing: {_ONE_IMAGE_WHY[name]}",
-                         kind="the run's three norms")
+def as_fraction_answer(answer):
+    """A student's accuracy as a fraction of 1, or None: a number above 1 and at most
+    100 is read as a percentage."""
+    given = number_from_answer(answer)
+    if given is None:
+        return None
+    return given / 100 if 1 < given <= 100 else given
 
 
-# Question 4, the next case: the same batch-2 run of batch_norm_train, the running
-# statistics it returns carried from batch to batch (momentum 0.1, PyTorch's
-# convention), and the held-out images normalized by batch_norm_eval with them, one
-# image at a time. Measured over 12 seeds (4 of the convolution x 3 of the head,
-# tests/normref/test_rows_spatial_run.py): 0.922 to 0.953, against 0.75 to 0.78 when
-# the held-out images are normalized in pairs. The slips land far off: running
-# statistics never updated (still 0 and 1) 0.74, momentum 0.9 on the new batch 0.80.
-EVAL_MODE_ACCURACY = 0.94
-EVAL_MODE_TOLERANCE = 0.025
+def _near(value, figure):
+    return value is not None and abs(value - float(figure)) <= RUN_TOLERANCE
+
+
+def _figure_verdict(label, answer, truth, lines, fallback):
+    """None when answer is within RUN_TOLERANCE of truth; else a sentence naming the
+    nearest of the run's other lines it matches (lines: {figure: what that line is}),
+    or fallback."""
+    value = as_fraction_answer(answer)
+    if value is None:
+        return (f"{label} (you answered {answer}) is not a number: give the held-out "
+                "accuracy as a fraction, like 0.75")
+    if _near(value, truth):
+        return None
+    near = [(abs(value - float(figure)), text) for figure, text in lines.items()
+            if _near(value, figure)]
+    hint = min(near)[1] if near else fallback  # the nearest of the run's other lines
+    return (f"{label} (you answered {answer}) is not within {RUN_TOLERANCE} of what this "
+            f"run gives: {hint}")
+
+
+def _figures_verdict(*figures):
+    """The verdicts of _figure_verdict on each (label, answer, truth, lines, fallback),
+    joined; None when every figure is right."""
+    return "; ".join(filter(None, (_figure_verdict(*figure) for figure in figures))) or None
+
+
+def _judge_small_batch_accuracy(case, output):
+    def figure(size, other):
+        lines = {BN_TRAIN_ACCURACY[other]: f"that is the batch-{other} figure; this one is "
+                                           f"batch {size}",
+                 BN_TRAIN_ACCURACY[2]: "that is the run's batch-2 line, printed above",
+                 BN_TRAIN_ACCURACY[32]: "that is the run's batch-32 line, printed above"}
+        return (f"BN_BATCH_{size}_ACCURACY", output.get(f"bn_batch_{size}_accuracy"),
+                BN_TRAIN_ACCURACY[size], lines,
+                f"run run(RUN_NORMS['batch_norm_train'], {size}, conv_features, "
+                "digit_labels), the run's function with its seed 0, and give the accuracy "
+                "it returns")
+    return _figures_verdict(figure(8, 4), figure(4, 8))
+
+
+def _judge_group_count_accuracy(case, output):
+    def figure(groups, other):
+        lines = {GROUP_NORM_ACCURACY[other]: f"that is the figure with {other} "
+                                             f"group{'s' if other > 1 else ''}; this one "
+                                             f"has {groups}"}
+        if groups == 16:  # 1 group's figure is within an image of 4 groups'
+            lines[GROUP_NORM_ACCURACY[4]] = "that is the run's line with 4 groups"
+        return (f"GROUPS_{groups}_ACCURACY", output.get(f"groups_{groups}_accuracy"),
+                GROUP_NORM_ACCURACY[groups], lines,
+                f"run the run's function with lambda f: group_norm(f, {groups}, "
+                "np.ones(16), np.zeros(16), 1e-5) as the norm, at batch 2 with its seed 0")
+    return _figures_verdict(figure(1, 16), figure(16, 1))
 
 
 def _judge_eval_mode_accuracy(case, output):
-    given = number_from_answer(output.get("eval_mode_accuracy"))
-    if given is None:
-        return (f"EVAL_MODE_ACCURACY (you answered {output.get('eval_mode_accuracy')}) "
-                "is not a number: give the held-out accuracy as a fraction, like 0.75")
-    accuracy = given / 100 if 1 < given <= 100 else given  # a percentage is read as one
-    if abs(accuracy - EVAL_MODE_ACCURACY) <= EVAL_MODE_TOLERANCE:
-        return None
-    if accuracy < 0.85:
-        hint = ("that is about the batch-2 figure of the run above, or below it: check that "
-                "the held-out images go through your batch_norm_eval, not in pairs through "
-                "batch_norm_train, and that the running mean and variance your "
-                "batch_norm_train returns are passed on to the next batch (momentum 0.1), "
-                "not left at 0 and 1")
-    elif accuracy > EVAL_MODE_ACCURACY:
-        hint = ("that is about batch 32's figure: the head must be the one trained at "
-                "batch 2 on batch_norm_train's features, the held-out images normalized "
-                "with the running statistics of that batch-2 pass")
-    else:
-        hint = ("run the batch-2 pass once over the 1,408 training images in the run's "
-                "order (seed 0), carrying the running statistics through all 704 batches, "
-                "and score the head trained on that pass's features")
-    return (f"EVAL_MODE_ACCURACY (you answered {output.get('eval_mode_accuracy')}) is not "
-            f"within {EVAL_MODE_TOLERANCE} of what this run gives: {hint}")
+    return _figure_verdict(
+        "EVAL_MODE_ACCURACY", output.get("eval_mode_accuracy"), EVAL_MODE_ACCURACY,
+        {BN_TRAIN_ACCURACY[32]: "that is the run's batch-32 line: the head must be the one "
+                                "trained at batch 2 on batch_norm_train's features, the "
+                                "held-out images normalized with the running statistics of "
+                                "that batch-2 pass",
+         BN_TRAIN_ACCURACY[2]: "that is the run's batch-2 line, with the held-out images "
+                               "normalized in pairs in training mode: put them through your "
+                               "batch_norm_eval with the final running statistics instead"},
+        "check that the running mean and variance your batch_norm_train returns are "
+        "passed on to the next batch (momentum 0.1, starting at 0 and 1), that the head is "
+        "trained on that pass's features of the 1,408 training images in the run's order "
+        "(seed 0), and that the 360 held-out images go through your batch_norm_eval with "
+        "the final running statistics")
 
 
 # ---------------------------------------------------------------- the precision rule
@@ -1134,12 +1127,12 @@ CHECKS = {
     "rows_pair_information_answers": Check(lambda rng: [("your answer", {})],
                                            _judge_pair_information_answers),
     "rows_precision_kept": Check(_precision_cases, _judge_precision_kept),
-    "rows_spatial_run_values": Check(lambda rng: [("your three answers", {})],
-                                     _judge_spatial_run_values),
+    "rows_small_batch_accuracy": Check(lambda rng: [("your two answers", {})],
+                                       _judge_small_batch_accuracy),
     "rows_spatial_run_losses": Check(lambda rng: [("your answer", {})],
                                      _judge_spatial_run_losses),
-    "rows_batch_of_one_answer": Check(lambda rng: [("your answer", {})],
-                                      _judge_batch_of_one_answer),
+    "rows_group_count_accuracy": Check(lambda rng: [("your two answers", {})],
+                                       _judge_group_count_accuracy),
     "rows_eval_mode_accuracy": Check(lambda rng: [("your answer", {})],
                                      _judge_eval_mode_accuracy),
 }

@@ -299,10 +299,9 @@ def check_precision_kept(**functions):
     run_check("rows_precision_kept", functions, _call_for_precision)
 
 
-def check_spatial_run_values(**answers):
-    """Check the answers on how many values each statistic of the spatial run's three
-    norms averages over at batch size 2."""
-    run_check("rows_spatial_run_values", answers, _answers_as_text)
+def check_small_batch_accuracy(**answers):
+    """Check the held-out accuracies of batch_norm_train's run at batch sizes 8 and 4."""
+    run_check("rows_small_batch_accuracy", answers, _answers_as_text)
 
 
 def check_spatial_run_losses(names):
@@ -311,10 +310,9 @@ def check_spatial_run_losses(names):
     run_check("rows_spatial_run_losses", {"names": names}, _names_as_text)
 
 
-def check_batch_of_one_answer(names):
-    """Check the answer naming the norms that still have more than one value per
-    statistic on a batch of one image."""
-    run_check("rows_batch_of_one_answer", {"names": names}, _names_as_text)
+def check_group_count_accuracy(**answers):
+    """Check the held-out accuracies of group_norm's run with 1 group and with 16."""
+    run_check("rows_group_count_accuracy", answers, _answers_as_text)
 
 
 def check_eval_mode_accuracy(**answers):
