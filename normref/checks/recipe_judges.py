@@ -260,7 +260,7 @@ OFFSET_FACTOR = 3.0
 HALVING_EPS = 1e-5
 
 
-def eps_halving_spread():
+def s_for_half_output():
     """The s at which layer norm with eps = 1e-5 maps s * [0, 0, 0, 1] to half its
     output for a large s. That token's mean is s / 4 and its variance 3 s**2 / 16;
     the output is x_hat * sqrt(var / (var + eps)), half of x_hat where
@@ -366,12 +366,12 @@ def _judge_breaking_offset(case, output):
             "mean(x**2) is already far larger than the variance 1")
 
 
-def _judge_eps_halving_spread(case, output):
-    given = str(output.get("eps_halving_spread"))
+def _judge_s_for_half_output(case, output):
+    given = str(output.get("s_for_half_output"))
     value = number_from_answer(given)
     if value is None:
-        return f"EPS_HALVING_SPREAD: give a number (you answered {given})"
-    truth = eps_halving_spread()
+        return f"S_FOR_HALF_OUTPUT: give a number (you answered {given})"
+    truth = s_for_half_output()
     if np.isclose(value, truth, rtol=1e-2, atol=0):
         return None
     hints = {
@@ -811,6 +811,45 @@ def _judge_one_read_cost(case, output):
     return _multiple_choice(str(output.get("one_read_cost")), COST_CHOICES, "ONE_READ_COST")
 
 
+# Inline question 3.4: the tile-size sweep. Chan's merge (chunked_var, in float32,
+# merged left to right) and the naive one-pass formula read in the same tiles, on the
+# tokens of question 3.2, for tiles of SWEEP_TILES features (the last is the whole
+# row: one tile, no merge). The merge's worst error is largest at tiles of 1
+# (Welford) and smallest for the whole row (two-pass), and most of the gap comes
+# with the first merge: each tile's mean is rounded near 10 000, and the merge's
+# delta**2 term carries that rounding; one-pass misses by far more than 100% at
+# every tile size.
+SWEEP_TILES = (1, 8, 64, 512, 1024)
+SWEEP_CHOICES = {
+    "a": "print the merge's worst error at each tile size: tiles of 1 and the whole "
+         "row differ by more than a factor of 100",
+    "b": "compare the steps of your table: how much does the merge's error change from "
+         "tiles of 64 to tiles of 512, and how much from 512 to the whole row?",
+    "c": None,
+    "d": "print one-pass's worst error at tiles of 512 and at the whole row: the running "
+         "sums near 1e8 and 1e4 still cancel, whatever the tile size",
+}
+
+
+def tile_sweep_errors(x=None):
+    """Worst relative float32 error of the merge and of one-pass at each tile size of
+    SWEEP_TILES, against float64's variance of the same float32 numbers:
+    {tile: (merge, one_pass)}."""
+    x = ranking_tokens() if x is None else np.asarray(x, np.float32)
+    truth = np.var(x.astype(np.float64), axis=-1)
+
+    def worst(v):
+        return float(np.max(np.abs(np.asarray(v, np.float64) - truth) / truth))
+
+    return {tile: (worst(_welford32(x) if tile == 1 else _chan32(x, tile)),
+                   worst(recipe.naive_chunked_var(x, tile)))
+            for tile in SWEEP_TILES}
+
+
+def _judge_tile_sweep(case, output):
+    return _multiple_choice(str(output.get("tile_sweep")), SWEEP_CHOICES, "TILE_SWEEP_PATTERN")
+
+
 # Inline question 5: RMSNorm subtracts no mean, so a shift c does not cancel. For
 # the token x = [-1, 1, -1, 1] (mean 0, variance 1) and gamma all ones, x + c keeps
 # its spread 1 and has the mean square 1 + c**2, so rms_norm(x + c) has the spread
@@ -870,6 +909,8 @@ CHECKS = {
         lambda rng: [("your answer to inline question 3.2", {})], _judge_float32_ranking),
     "recipe_one_read_cost": Check(
         lambda rng: [("your answer to inline question 3.3", {})], _judge_one_read_cost),
+    "recipe_tile_sweep": Check(
+        lambda rng: [("your answer to inline question 3.4", {})], _judge_tile_sweep),
     "layer_norm_token": Check(_token_cases, _judge_layer_norm),
     "layer_norm_batches": Check(_batch_cases, _judge_layer_norm),
     "recipe_safe_spread": Check(lambda rng: [("your answer to inline question 1.2", {})],
@@ -882,6 +923,6 @@ CHECKS = {
                                     _judge_breaking_offset),
     "recipe_rms_shift_halving": Check(
         lambda rng: [("your answer to inline question 5", {})], _judge_rms_shift_halving),
-    "recipe_eps_halving_spread": Check(
-        lambda rng: [("your answer to inline question 4", {})], _judge_eps_halving_spread),
+    "recipe_s_for_half_output": Check(
+        lambda rng: [("your answer to inline question 4", {})], _judge_s_for_half_output),
 }

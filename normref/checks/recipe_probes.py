@@ -286,6 +286,12 @@ def check_one_read_cost(answer):
     run_check("recipe_one_read_cost", {"one_read_cost": answer}, _answers_as_text)
 
 
+def check_tile_sweep(answer):
+    """Check inline question 3.4: what the tile-size sweep of the merge and of
+    one-pass shows."""
+    run_check("recipe_tile_sweep", {"tile_sweep": answer}, _answers_as_text)
+
+
 def check_safe_spread(answer):
     """Check inline question 1.2: the smallest spread the float32 shortcut survives
     at an offset of 10 000."""
@@ -308,10 +314,10 @@ def check_breaking_offset(answer):
     run_check("recipe_breaking_offset", {"breaking_offset": answer}, _answers_as_text)
 
 
-def check_eps_halving_spread(answer):
+def check_s_for_half_output(answer):
     """Check inline question 4: the s at which eps halves layer norm's output of
     s * [0, 0, 0, 1]."""
-    run_check("recipe_eps_halving_spread", {"eps_halving_spread": answer},
+    run_check("recipe_s_for_half_output", {"s_for_half_output": answer},
               _answers_as_text)
 
 

@@ -18,10 +18,10 @@ from normref.checks import (
     check_breaking_offset,
     check_chunked_var,
     check_chunked_var_merges,
-    check_eps_halving_spread,
     check_layer_norm_batches,
     check_layer_norm_token,
     check_merge_stats,
+    check_s_for_half_output,
     check_safe_spread,
     check_spacing_estimate,
     check_spread_gap_reason,
@@ -207,7 +207,7 @@ def test_checks_pass_correct_code(capsys):
     check_safe_spread(torch.tensor(16))
     check_breaking_offset("1e8")
     check_breaking_offset(np.float64(1e8))
-    check_eps_halving_spread(torch.tensor(4 * np.sqrt(1e-5) / 3))
+    check_s_for_half_output(torch.tensor(4 * np.sqrt(1e-5) / 3))
     assert "all 6 cases passed" in capsys.readouterr().out
 
 
@@ -350,7 +350,7 @@ def test_inline_answers_are_graded_for_being_right():
     with pytest.raises(CheckFailed, match="you answered 1e\\+16"):
         check_breaking_offset(1e16)
     with pytest.raises(CheckFailed, match="give a number"):
-        check_eps_halving_spread(None)
+        check_s_for_half_output(None)
 
 
 def test_inline_answers_follow_from_float_formats():

@@ -95,6 +95,9 @@ def test_shifts_and_scales_as_the_text_says(lesson):
 def test_the_eps_answers_quote_what_the_cells_compute(lesson):
     ns, text = lesson
     torch_ln, x_a, spread_of = ns["torch_ln"], ns["x_a"], ns["mean_and_spread"]
+    # the measured bends (output spread 1/sqrt(2)) against the formula, sqrt(eps)
+    assert np.isclose(ns["bend_default"], np.sqrt(1e-5), rtol=1e-6)
+    assert np.isclose(ns["bend_bigger"], np.sqrt(1e-3), rtol=1e-6)
     assert round(ns["bend_default"], 3) == 0.003 and round(ns["bend_bigger"], 2) == 0.03
     assert "from about 0.003 to 0.03" in text
     assert spread_of(torch_ln(x_a, eps=1e-2))[1] > 0.999

@@ -28,9 +28,9 @@ from normref.checks import (
     check_breaking_offset,
     check_chunked_var,
     check_chunked_var_merges,
-    check_eps_halving_spread,
     check_layer_norm_batches,
     check_layer_norm_token,
+    check_s_for_half_output,
     check_token_mean,
     check_token_var,
     recipe_judges,
@@ -41,9 +41,9 @@ from normref.checks.recipe_judges import (
     _close_enough_in_float32,
     _far_from_zero,
     _judge_breaking_offset,
-    _judge_eps_halving_spread,
     _judge_layer_norm,
     _judge_mean,
+    _judge_s_for_half_output,
     _judge_safe_spread,
     _judge_spacing_estimate,
     _judge_spread_gap_reason,
@@ -106,9 +106,9 @@ def test_right_answers_pass_every_check():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         check_breaking_offset(1e8)
-        check_eps_halving_spread(4 * np.sqrt(1e-5) / 3)
+        check_s_for_half_output(4 * np.sqrt(1e-5) / 3)
     assert "recipe_breaking_offset: all 1 cases passed" in out.getvalue()
-    assert "recipe_eps_halving_spread: all 1 cases passed" in out.getvalue()
+    assert "recipe_s_for_half_output: all 1 cases passed" in out.getvalue()
 
 
 def test_the_probe_gives_the_student_copies_and_eps_as_a_float():
@@ -726,7 +726,7 @@ def test_the_shortcuts_error_comes_from_both_terms_not_mean_x_squared_alone():
         assert np.max(mean_square) > 2 and np.max(square_mean) > 1
 
 
-def test_the_eps_halving_spread_is_checked_against_torch_layer_norm():
+def test_the_s_for_half_output_is_checked_against_torch_layer_norm():
     """At s = 4 sqrt(eps) / 3 torch's layer norm maps s * [0, 0, 0, 1] to half of
     what it gives for a large s; the usual slips (sqrt(eps / 3), as if the variance were s**2; eps;
     the variance; s**2) are named, and any other answer is told what fraction
@@ -736,17 +736,17 @@ def test_the_eps_halving_spread_is_checked_against_torch_layer_norm():
     large = F.layer_norm(1e3 * one_up, (4,), eps=1e-5)
     assert torch.allclose(F.layer_norm(s * one_up, (4,), eps=1e-5), large / 2)
     for right in (s, "4.216e-3", np.float32(s), torch.tensor(s), 0.00422):
-        assert _answer(_judge_eps_halving_spread, "eps_halving_spread", right) is None
+        assert _answer(_judge_s_for_half_output, "s_for_half_output", right) is None
     lesson = np.sqrt(1e-5 / 3)
     assert "whose variance is s**2" in _answer(
-        _judge_eps_halving_spread, "eps_halving_spread", lesson)
-    assert "not s" in _answer(_judge_eps_halving_spread, "eps_halving_spread", s * s)
-    assert "eps itself" in _answer(_judge_eps_halving_spread, "eps_halving_spread", 1e-5)
+        _judge_s_for_half_output, "s_for_half_output", lesson)
+    assert "not s" in _answer(_judge_s_for_half_output, "s_for_half_output", s * s)
+    assert "eps itself" in _answer(_judge_s_for_half_output, "s_for_half_output", 1e-5)
     at_sqrt_eps = float(F.layer_norm(np.sqrt(1e-5) * one_up, (4,), eps=1e-5)[3] / large[3])
     assert f"returns {at_sqrt_eps:.3g} of what" in _answer(
-        _judge_eps_halving_spread, "eps_halving_spread", np.sqrt(1e-5))
-    assert "give a number" in _answer(_judge_eps_halving_spread, "eps_halving_spread", None)
-    assert "not 0.5" in _answer(_judge_eps_halving_spread, "eps_halving_spread", 0.0041)
+        _judge_s_for_half_output, "s_for_half_output", np.sqrt(1e-5))
+    assert "give a number" in _answer(_judge_s_for_half_output, "s_for_half_output", None)
+    assert "not 0.5" in _answer(_judge_s_for_half_output, "s_for_half_output", 0.0041)
 
 
 # Students may resubmit: a hint names what the wrong answer implies, never the right
@@ -761,7 +761,7 @@ HINT_LEAKS = {
         [1e4, 1 / np.finfo(float).eps, 1e16], [r"offset\*\*2", r"1e\+?0?8", r"sqrt"]),
     (recipe_judges._judge_tiled_method, "tiled_method"): (
         ["a", "b", "d"], [r"Chan", r"two numbers:", r"same for every"]),
-    (_judge_eps_halving_spread, "eps_halving_spread"): (
+    (_judge_s_for_half_output, "s_for_half_output"): (
         [1e-5, 1e-5 / 3, np.sqrt(1e-5), np.sqrt(1e-5 / 3), 16e-5 / 9, 0.01, 1.0],
         [r"eps ?/ ?3", r"0\.0042", r"4\.2\d*e-0?3", r"3 s\*\*2", r"16 ?eps"]),
 }
