@@ -392,7 +392,7 @@ CHECK_NAMES = ["parameters", "forward", "float64", "flags", "state_dict", "autog
 EXPECTED_FAILURES = {
     CorrectLayerNorm: set(),
     FlattenVarMean: set(),
-    OnePassVariance: set(),
+    OnePassVariance: {"forward"},  # on the tokens around 1000 in float32
     UnbiasedVariance: {"forward"},  # flags, low precision and autograd leave it to forward
     AlwaysBias: {"flags"},
     NoShapeCheck: {"shape_error"},
@@ -430,6 +430,7 @@ def test_checks_fail_exactly_the_broken_parts(module_class, capsys):
     "module_class, check_name, words",
     [
         (UnbiasedVariance, "forward", "not n - 1"),
+        (OnePassVariance, "forward", "E[x^2] - E[x]^2, which cancels catastrophically"),
         (AlwaysBias, "flags", "bias=False"),
         (NoShapeCheck, "shape_error", "inside the computation"),
         (VagueError, "shape_error", "names both"),
@@ -451,6 +452,13 @@ def test_checks_fail_exactly_the_broken_parts(module_class, capsys):
 def test_failures_explain_themselves(module_class, check_name, words, capsys):
     message = _outcome(check_name, module_class)
     assert message is not None and words in message, message
+
+
+def test_the_one_pass_variance_is_charged_by_the_forward_check_only(capsys):
+    """Its float32 statistics of a float16 input around 1000 are off for the same
+    reason as its float32 forward: mln_forward charges it, mln_low_precision not."""
+    assert _outcome("forward", OnePassVariance) is not None
+    assert _outcome("low_precision", OnePassVariance) is None
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -386,6 +386,8 @@ FORWARD_LABELS = [
     "MyLayerNorm(torch.Size([5, 6])) on (2, 3, 5, 6) with an offset of 10",
     "MyLayerNorm(8, eps=1e-5) on tokens of small spread (about 0.003), where eps is not "
     "negligible",
+    "MyLayerNorm(64) in float32 on 8 tokens around 1000 with spread 1, gamma = 1, beta = 0 "
+    "(judged to 0.001: float32 holds these values to about 6e-5)",
 ]
 FLOAT64_LABELS = [
     "MyLayerNorm(16, eps=1e-5) in float64 on tokens around 1000, whose spread float32 "
@@ -433,8 +435,14 @@ def test_forward_cases_are_what_their_labels_say():
         ((2, 3, 4), "list", {}, (2, 2, 3, 4), "float32", both),
         ((5, 6), "size", {}, (2, 3, 5, 6), "float32", both),
         ((8,), "int", {"eps": 1e-5}, (3, 8), "float32", both),
+        ((64,), "int", {}, (8, 64), "float32", both),
     ]
     assert 0.001 < cases[7][1]["x"].std() < 0.01  # "small spread", eps not negligible
+    far = cases[8][1]
+    assert bool(far["far_from_zero"]) and abs(far["x"].mean() - 1000) < 1
+    assert 0.8 < far["x"].std(axis=-1).mean() < 1.2  # "spread 1"
+    # "float32 holds these values to about 6e-5": its spacing at 1000
+    assert np.spacing(np.float32(1000)) == 2.0 ** -14 and round(2.0 ** -14, 5) == 6e-5
     float64_cases = _cases("my_layer_norm_float64")
     assert [label for label, _ in float64_cases] == FLOAT64_LABELS
     assert [_describe(case) for _, case in float64_cases] == [
@@ -449,8 +457,8 @@ def test_forward_cases_are_what_their_labels_say():
         for key in both:
             assert case[key].shape == tuple(case["normalized_shape"]), label
             assert case[key].dtype == case["x"].dtype, label
-    identity = [cases[i][1] for i in (0, 6)]
-    for case in identity:  # "gamma = 1, beta = 0" and the offset case
+    identity = [cases[i][1] for i in (0, 6, 8)]
+    for case in identity:  # "gamma = 1, beta = 0" and the offset cases
         assert np.all(case["set_weight"] == 1) and np.all(case["set_bias"] == 0)
     constant = cases[3][1]["x"]
     assert np.ptp(constant[1]) == 0 and np.ptp(constant[0]) > 0 and np.ptp(constant[2]) > 0
@@ -658,6 +666,32 @@ def test_a_wrong_output_with_no_known_slip_gets_no_hint():
     expected = mismatch(output["y"], _torch_reference(case), dtype=np.float32,
                         what="your output")
     assert _judge("my_layer_norm_forward", case, output) == expected
+
+
+def _float32_output(case, one_pass):
+    """The case's layer norm computed in float32, as the probe reports it: the
+    variance in two passes, or in one, mean(x**2) - mean(x)**2."""
+    x = torch.from_numpy(np.asarray(case["x"]))  # float32
+    mean = x.mean(-1, keepdim=True)
+    var = ((x * x).mean(-1, keepdim=True) - mean * mean if one_pass
+           else ((x - mean) ** 2).mean(-1, keepdim=True))
+    y = (x - mean) / torch.sqrt(var + 1e-5)
+    return {"y": y.numpy(), "y_dtype": np.array("torch.float32")}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_tokens_around_1000_fail_the_one_pass_variance_and_name_it(seed):
+    """In float32, mean(x**2) - mean(x)**2 cancels on tokens around 1000 and the
+    forward check names it; the two-pass variance passes, and an output that is
+    wrong in another way gets no one-pass hint."""
+    case = _case("my_layer_norm_forward", 8, seed)
+    assert _judge("my_layer_norm_forward", case, _float32_output(case, False)) is None
+    message = _judge("my_layer_norm_forward", case, _float32_output(case, True))
+    assert message is not None and "E[x^2] - E[x]^2" in message, message
+    shifted = _float32_output(case, False)
+    shifted["y"] = shifted["y"] + 0.01
+    message = _judge("my_layer_norm_forward", case, shifted)
+    assert message is not None and "E[x^2]" not in message, message
 
 
 def test_the_fixed_eps_hint_needs_an_eps_in_the_case():
@@ -1880,8 +1914,9 @@ def _affine(index, weight=(1.0, 0.5), bias=(0.0, 0.5)):
 
 def test_forward_cases_draw_inputs_of_the_documented_offset_and_spread():
     """The single token ~ N(2, 3), the (2, 5, 16) batch ~ N(1, 2), the list case
-    ~ N(-1, 2), the offset cases 10 + N(0, 1) and, in float64, 1000 + N(0, 1): offsets
-    test the centring (and, at 1000, float64 arithmetic), spreads the
+    ~ N(-1, 2), the offset cases 10 + N(0, 1) and 1000 + N(0, 1), in float32 and in
+    float64: offsets test the centring (and, at 1000, float32's two-pass variance
+    and float64 arithmetic), spreads the
     scaling, and gamma/beta follow the labels (1 and 0 where they say so)."""
     cases = J._forward_cases(StandardDraws())
     _assert_drawn(cases, [
@@ -1893,6 +1928,7 @@ def test_forward_cases_draw_inputs_of_the_documented_offset_and_spread():
         (5, "x", -1.0, 2.0), *_affine(5),
         (6, "x", 10.0, 1.0), *_affine(6, (1.0, 0.0), (0.0, 0.0)),
         (7, "x", 0.0, 0.003), *_affine(7),
+        (8, "x", 1000.0, 1.0), *_affine(8, (1.0, 0.0), (0.0, 0.0)),
     ])
     _assert_drawn(J._float64_cases(StandardDraws()), [
         (0, "x", 1000.0, 1.0), *_affine(0),
@@ -2011,7 +2047,9 @@ def test_a_float32_slip_computed_in_float32_is_still_named():
     forward case all the same (compared at float32's tolerance, closest slip first)."""
     named = 0
     for _, case in _cases("my_layer_norm_forward", 0):
-        if case["x"].dtype != np.float32:
+        # tokens around 1000 come last and are judged to 1e-3: a slip the cases
+        # before them name never reaches them
+        if case["x"].dtype != np.float32 or "far_from_zero" in case:
             continue
         y = _divided_by_n_minus_1(case, np.float32)
         assert y.dtype == np.float32
