@@ -156,7 +156,10 @@ def _judge_channel_layer_norm(case, output):
     # the mark, where the grader's group_norm could be swapped in (calls -1: it could not)
     mark = 1 + GROUP_NORM_MARK if int(output["group_norm_calls"]) != -1 else 1.0
     unmarked = batchnorm.channel_layer_norm(x, eps)
-    problem = mismatch(output["y"], unmarked * mark, dtype=dtype, what="your channel_layer_norm")
+    # judged with the mark taken off both sides, so that the values the feedback quotes
+    # are layer norm's own, not the grader's group_norm's marked ones
+    problem = mismatch(np.asarray(output["y"]) / mark, unmarked, dtype=dtype,
+                       what="your channel_layer_norm")
     if problem is None:
         return None
     if mark != 1.0 and matches(output["y"], unmarked, dtype=dtype):
@@ -177,6 +180,10 @@ def _judge_channel_layer_norm(case, output):
         "reshape, and move it back at the end":
             batchnorm.group_norm(x64.reshape(-1, c, 1), 1, eps=eps).reshape(x.shape),
     }
+    if eps != 1e-5:  # group_norm's own default eps, or none, in place of the one given
+        candidates[f"your output is layer norm over the channels with eps = 1e-5 (or 0), "
+                   f"not the eps = {eps:g} this call passed: hand eps on to group_norm"] = \
+            batchnorm.channel_layer_norm(x64, 1e-5)
     candidates = {hint: wrong * mark for hint, wrong in candidates.items()}
     return _with_hint(problem, _first_matching_hint(output["y"], candidates, dtype))
 

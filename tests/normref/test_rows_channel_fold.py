@@ -10,6 +10,8 @@ from check_calls import fails, passes
 
 from normref.batchnorm import channel_layer_norm, fold_batch_norm, group_norm
 from normref.checks import check_channel_layer_norm, check_fold_batch_norm
+from normref.checks.rows_judges import _judge_channel_layer_norm
+from normref.checks.rows_probes import GROUP_NORM_MARK
 
 TOL = {np.float64: 1e-10, np.float32: 1e-4}
 
@@ -90,6 +92,14 @@ def by_hand_with_a_decoy_call(x, eps):
     return by_hand(x, eps)
 
 
+def eps_dropped(x, eps):
+    """Wrong: eps is not handed on, so group_norm's default 1e-5 is used."""
+    channels_last = np.moveaxis(np.asarray(x), 1, -1)
+    c = channels_last.shape[-1]
+    y = group_norm(channels_last.reshape(-1, c, 1), 1, np.ones(c), np.zeros(c))
+    return np.moveaxis(y.reshape(channels_last.shape), -1, 1)
+
+
 @pytest.mark.parametrize("right", [through_group_norm, through_group_norm_in_torch])
 def test_channel_layer_norm_written_with_group_norm_passes(right):
     assert "all 4 cases passed" in passes(check_channel_layer_norm, right)
@@ -100,9 +110,24 @@ def test_channel_layer_norm_written_with_group_norm_passes(right):
     (reshaped_in_place, "move the channel axis last first"),
     (by_hand, "not through group_norm"),
     (by_hand_with_a_decoy_call, "not through group_norm"),
+    (eps_dropped, "hand eps on to group_norm"),
 ])
 def test_each_channel_layer_norm_slip_is_named(slip, hint):
     assert hint in fails(check_channel_layer_norm, slip)
+
+
+def test_the_feedback_quotes_torchs_layer_norm_not_the_graders_marked_values():
+    """The grader's group_norm marks its output by 1 + GROUP_NORM_MARK; the expected
+    values the feedback quotes are F.layer_norm's own, with no mark in them."""
+    x = (np.random.default_rng(0).normal(size=(2, 8, 16))
+         + np.arange(8.0)[None, :, None]).astype(np.float32)
+    marked = eps_dropped(x, 1e-3) * (1 + GROUP_NORM_MARK)  # what the probe sends back
+    message = _judge_channel_layer_norm({"x": x, "eps": np.array(1e-3)},
+                                        {"y": marked, "group_norm_calls": np.array(1)})
+    quoted = float(message.split("expected [")[1].split(",")[0])
+    torchs = F.layer_norm(torch.as_tensor(x).transpose(1, -1), (8,), eps=1e-3)
+    assert quoted == pytest.approx(float(torchs[0, 0, 0]), abs=1e-4)
+    assert "hand eps on to group_norm" in message
 
 
 def test_a_wrong_group_norm_of_the_students_own_costs_nothing_here():
