@@ -172,6 +172,8 @@ def _likely_layer_norm_mistake(case, y):
                 gamma * (x64 - mu) / np.sqrt(shortcut + eps) + beta,
             "eps goes inside the square root: (x - mu) / sqrt(var + eps)":
                 gamma * (x64 - mu) / (np.sqrt(var) + eps) + beta,
+            "the eps argument is ignored (a fixed 1e-5 used): add the eps you are given "
+            "to the variance": gamma * (x64 - mu) / np.sqrt(var + 1e-5) + beta,
             "eps is missing: add it to the variance before the square root":
                 gamma * (x64 - mu) / np.sqrt(var) + beta,
             "gamma scales and beta shifts, in that order: gamma * x_hat + beta":
@@ -180,6 +182,9 @@ def _likely_layer_norm_mistake(case, y):
                 ((gamma * x64 + beta) - (gamma * x64 + beta).mean(-1, keepdims=True))
                 / np.sqrt((gamma * x64 + beta).var(-1, keepdims=True) + eps),
         }
+        if eps == 1e-5:  # a fixed 1e-5 is then the eps given
+            del candidates["the eps argument is ignored (a fixed 1e-5 used): add the eps "
+                           "you are given to the variance"]
         if x.ndim > 1:
             m0, v0 = x64.mean(0, keepdims=True), x64.var(0, keepdims=True)
             mall, vall = x64.mean(), x64.var()
@@ -563,48 +568,104 @@ _REUSE = ("the variance is right (that earns its own point), but the exercise as
           "reuse your merge_stats")
 
 
-def _run_means(x, count):
-    """The means of every run of `count` neighbouring features of every token of x,
-    in float64 (empty when count is not a whole number from 1 to d)."""
-    d = x.shape[-1]
-    if count != int(count) or not 1 <= count <= d:
-        return np.zeros(0)
-    count = int(count)
-    rows = x.astype(np.float64).reshape(-1, d)
-    sums = np.concatenate([np.zeros((len(rows), 1)), np.cumsum(rows, axis=-1)], axis=-1)
-    return ((sums[:, count:] - sums[:, :-count]) / count).ravel()
+def _piece_means(row, chunk):
+    """{count: (sorted means, their feature masks)} of the pieces a merge may take
+    from one token `row` (d,) read in chunks of `chunk` features: every union of
+    whole chunks (one chunk, neighbouring chunks, or chunks a halving tree pairs, i
+    with i + half), and every run of neighbouring features (a chunk built feature
+    by feature). A mask is an int whose bit j stands for feature j."""
+    d = len(row)
+    sums = np.concatenate([[0.0], np.cumsum(row)])
+    found = {}
+
+    def add(count, total, mask):
+        found.setdefault(count, []).append((total / count, mask))
+
+    for count in range(1, d + 1):
+        for start in range(d - count + 1):
+            add(count, sums[start + count] - sums[start], ((1 << count) - 1) << start)
+    starts = list(range(0, d, chunk))
+    if len(starts) <= 12:  # 4096 unions at most
+        for pick in range(1, 1 << len(starts)):
+            chosen = [s for i, s in enumerate(starts) if pick >> i & 1]
+            ends = [min(s + chunk, d) for s in chosen]
+            mask = sum(((1 << (e - s)) - 1) << s for s, e in zip(chosen, ends))
+            add(sum(e - s for s, e in zip(chosen, ends)),
+                sum(sums[e] - sums[s] for s, e in zip(chosen, ends)), mask)
+    pieces = {}
+    for count, options in found.items():
+        options.sort(key=lambda option: option[0])
+        pieces[count] = (np.array([m for m, _ in options]), [k for _, k in options])
+    return pieces
 
 
-def _not_neighbours(x, output):
-    """None when the mean of every merged piece is the mean of a run of as many
-    neighbouring features of a token as the piece counts; else a sentence."""
+def _masks_near(pieces, count, mean, tol):
+    """The feature masks of the pieces of `count` features whose mean is within tol
+    of `mean`."""
+    if count not in pieces:
+        return []
+    means, masks = pieces[count]
+    lo = np.searchsorted(means, mean - tol, side="left")
+    hi = np.searchsorted(means, mean + tol, side="right")
+    return masks[lo:hi]
+
+
+def _merge_sides(output):
+    """[(counts_a, means_a, counts_b, means_b)], one per merge, as flat float64
+    arrays (the probe notes each side's length in side_sizes)."""
     counts = np.asarray(output.get("side_counts", np.zeros(0)), dtype=np.float64).ravel()
     means = np.asarray(output.get("side_means", np.zeros(0)), dtype=np.float64).ravel()
-    if counts.shape != means.shape:
-        return None
+    sizes = np.asarray(output.get("side_sizes", np.zeros(0)), dtype=np.int64).ravel()
+    if counts.shape != means.shape or int(sizes.sum()) != len(counts) or len(sizes) % 2:
+        return []
+    cut = np.cumsum(sizes)[:-1]
+    counts, means = np.split(counts, cut), np.split(means, cut)
+    return [(counts[i], means[i], counts[i + 1], means[i + 1])
+            for i in range(0, len(sizes), 2)]
+
+
+_OWN = ("Each piece's (n, mean, m2) are those of its own features, about its own "
+        "mean: a chunk's, or what earlier merges returned, and no feature in two pieces")
+
+
+def _not_chunk_unions(x, chunk, output):
+    """None when the two pieces of every merge hold the statistics of disjoint sets
+    of a token's features, each a union of whole chunks or a run of neighbouring
+    features (so each piece's mean is the mean of its own features, whatever order
+    or tree merged them); else a sentence."""
+    d = x.shape[-1]
+    rows = x.astype(np.float64).reshape(-1, d)
     tol = 64 * np.finfo(x.dtype).eps * float(np.max(np.abs(x))) + 1e-12
-    runs = {}
-    for count, mean in zip(counts.tolist(), means.tolist()):
-        if not (count > 0 and np.isfinite(mean)):
-            continue  # an empty piece (a start, padding) holds no mean
-        if count not in runs:
-            runs[count] = np.sort(_run_means(x, count))
-        options = runs[count]
-        at = np.searchsorted(options, mean)
-        near = options[max(at - 1, 0):at + 1]
-        if not len(near) or np.min(np.abs(near - mean)) > tol:
-            return (f"{_REUSE} on each chunk's own statistics: one merge took a piece of "
-                    f"{count:g} features whose mean, {mean:.6g}, is not the mean of any "
-                    f"{count:g} neighbouring features of a token. Each piece's mean is the "
-                    "mean of its own features (not of the whole token, which would need a "
-                    "first pass), and a merge combines neighbouring pieces")
+    tokens = [_piece_means(row, chunk) for row in rows]
+    for counts_a, means_a, counts_b, means_b in _merge_sides(output):
+        paired = len(counts_a) == len(counts_b)
+        for k in range(max(len(counts_a), len(counts_b))):
+            sides = [(c[k], m[k]) for c, m in ((counts_a, means_a), (counts_b, means_b))
+                     if k < len(c)]
+            held = [(c, m) for c, m in sides if c > 0 and np.isfinite(m)]
+            # a token by its place when one entry stands for each token, else any token
+            where = ([tokens[k]] if len(counts_a) == len(rows) and paired else tokens)
+            for count, mean in held:
+                if not any(_masks_near(t, count, mean, tol) for t in where):
+                    return (f"{_REUSE} on each chunk's own statistics: one merge took a "
+                            f"piece of {count:g} features whose mean, {mean:.6g}, is not "
+                            f"the mean of any {count:g} of a token's features that make up "
+                            "whole chunks (or a run of neighbouring features). " + _OWN)
+            if paired and len(held) == 2 and not any(
+                    a & b == 0 for t in where
+                    for a in _masks_near(t, *held[0], tol)
+                    for b in _masks_near(t, *held[1], tol)):
+                return (f"{_REUSE} on each chunk's own statistics: one merge took pieces "
+                        f"of {held[0][0]:g} and {held[1][0]:g} features, with means "
+                        f"{held[0][1]:.6g} and {held[1][1]:.6g}, that are not two separate "
+                        "sets of a token's features (they would share features). " + _OWN)
     return None
 
 
 def _not_tiled(x, chunk, output):
     """None when chunked_var combined tiles of at most `chunk` features with
-    merge_stats into the statistics of all d features, one after another or as a
-    tree of neighbouring pieces, and its variance follows those merges; else what
+    merge_stats into the statistics of all d features, one after another or as any
+    tree of disjoint pieces, and its variance follows those merges; else what
     it did instead. (The grader makes the student's merge_stats an exact merge,
     notes the counts and means of the two sides of every call, and calls chunked_var
     again with a merge that doubles M2.)"""
@@ -629,7 +690,7 @@ def _not_tiled(x, chunk, output):
     if len(counts) and int(counts[-1].sum()) != d:
         return (f"{_REUSE} to merge every chunk once: the last merge counted "
                 f"{int(counts[-1].sum())} features, not the token's {d}")
-    apart = _not_neighbours(x, output)
+    apart = _not_chunk_unions(x, chunk, output)
     if apart:
         return apart
     if needed:

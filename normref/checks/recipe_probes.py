@@ -161,7 +161,7 @@ def _call_chunked_var_watched(chunked_var, case):
     too whether a library variance ran. Then calls it once more with a merge that
     doubles every merged M2 (y_tainted): a variance built from the merges follows."""
     chunk = int(case["chunk"])
-    merges, counts, means = [], [], []
+    merges, counts, means, sizes = [], [], [], []
     taint = []
 
     def graded_merge(a, b):
@@ -173,6 +173,7 @@ def _call_chunked_var_watched(chunked_var, case):
             side_counts, side_means = _side_values(side[0], side[1])
             counts.append(side_counts)
             means.append(side_means)
+            sizes.append(len(side_counts))
         return merged
 
     def watched():
@@ -199,6 +200,7 @@ def _call_chunked_var_watched(chunked_var, case):
     outputs["merge_counts"] = np.array(merges, dtype=np.int64).reshape(-1, 2)
     outputs["side_counts"] = np.concatenate(counts) if counts else np.zeros(0)
     outputs["side_means"] = np.concatenate(means) if means else np.zeros(0)
+    outputs["side_sizes"] = np.array(sizes, dtype=np.int64)
     return outputs
 
 

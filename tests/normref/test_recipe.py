@@ -436,7 +436,7 @@ def merge_stats(a, b):  # the name the grader rewires while chunked_var runs
     return recipe.merge_stats(a, b)
 
 
-def test_chunked_merges_needs_the_variance_from_the_merges_of_each_chunks_own_stats():
+def test_chunked_merges_needs_the_variance_from_merges_of_disjoint_unions_of_chunks():
     def for_show(x, chunk):  # merges, then returns a two-pass variance
         x = np.asarray(x, dtype=np.float64)
         stats = None
@@ -454,13 +454,23 @@ def test_chunked_merges_needs_the_variance_from_the_merges_of_each_chunks_own_st
             stats = here if stats is None else merge_stats(stats, here)
         return stats[2] / stats[0]
 
-    def skipping(x, chunk):  # merges chunk 0 with chunk 2, then chunk 1: not neighbours
+    def skipping(x, chunk):  # merges chunk 0 with chunk 2, then chunk 1: exact too
         x = np.asarray(x, dtype=np.float64)
         pieces = [_stats_of(x[..., s:s + chunk]) for s in range(0, x.shape[-1], chunk)]
         stats = pieces[0]
         for here in pieces[2:] + pieces[1:2]:
             stats = merge_stats(stats, here)
         return stats[2] / stats[0]
+
+    def halving(x, chunk):  # a GPU block's tree: chunk i merged with chunk i + half
+        x = np.asarray(x, dtype=np.float64)
+        pieces = [_stats_of(x[..., s:s + chunk]) for s in range(0, x.shape[-1], chunk)]
+        while len(pieces) > 1:
+            half = (len(pieces) + 1) // 2
+            pieces = [merge_stats(pieces[i], pieces[i + half]) if i + half < len(pieces)
+                      else pieces[i] for i in range(half)]
+        return pieces[0][2] / pieces[0][0]
+
 
     def vector_tree(x, chunk):  # every pair of a level in one call, counts as arrays
         x = np.asarray(x, dtype=np.float64)
@@ -481,15 +491,32 @@ def test_chunked_merges_needs_the_variance_from_the_merges_of_each_chunks_own_st
                 m2 = np.concatenate([m2, m2_odd], -1)
         return m2[..., 0] / n[0]
 
-    for right in (for_show, global_mean, skipping, vector_tree):
+    for right in (for_show, global_mean, skipping, halving, vector_tree):
         check_chunked_var(right)
-    check_chunked_var_merges(vector_tree)
+    for merged_exactly in (skipping, halving, vector_tree):  # Chan's merge of any disjoint pieces
+        check_chunked_var_merges(merged_exactly)
     with pytest.raises(CheckFailed, match="returned the same variance"):
         check_chunked_var_merges(for_show)
-    with pytest.raises(CheckFailed, match="not the mean of any 3 neighbouring features"):
+    with pytest.raises(CheckFailed, match="about its own mean"):
         check_chunked_var_merges(global_mean)
-    with pytest.raises(CheckFailed, match="neighbouring features of a token"):
-        check_chunked_var_merges(skipping)
+
+
+def test_chunked_merges_rejects_two_pieces_that_share_features():
+    """A merge of chunk 0 with itself: each side is a chunk's own statistics, but
+    together they count chunk 0 twice (the merge judge alone; such a variance is
+    wrong and chunked_var_correct already says so)."""
+    from normref.checks.recipe_judges import _not_chunk_unions
+    x = np.array([2.0, 4.0, 6.0, 8.0])
+
+    def noted(*sides):  # what the probe notes: counts, means and length of each side
+        return {"side_counts": np.array([n for n, _ in sides], dtype=float),
+                "side_means": np.array([m for _, m in sides], dtype=float),
+                "side_sizes": np.ones(len(sides), dtype=np.int64)}
+
+    assert _not_chunk_unions(x, 1, noted((1, 2.0), (1, 6.0), (1, 8.0), (1, 4.0))) is None
+    assert _not_chunk_unions(x, 2, noted((2, 3.0), (2, 7.0))) is None
+    assert "not two separate sets" in _not_chunk_unions(x, 2, noted((2, 3.0), (2, 3.0)))
+    assert "not the mean of any 2" in _not_chunk_unions(x, 2, noted((2, 4.0), (2, 6.0)))
 
 
 def _streamed_in_float32(x, tile, merge):

@@ -527,6 +527,9 @@ MISTAKES = {
               "the variance divides by d, not d - 1"),
     "eps outside": (lambda x, g, b, eps: ln(x, g, b, eps, eps_outside=True),
                     "eps goes inside the square root: (x - mu) / sqrt(var + eps)"),
+    "eps argument ignored": (lambda x, g, b, eps: ln(x, g, b, 1e-5),
+                             "the eps argument is ignored (a fixed 1e-5 used): add the eps "
+                             "you are given to the variance"),
     "no eps": (lambda x, g, b, eps: ln(x, g, b, 0.0),
                "eps is missing: add it to the variance before the square root"),
     "swapped": (lambda x, g, b, eps: ln(x, b, g, eps),
