@@ -13,7 +13,8 @@ import numpy as np
 
 from normref import backward, batchnorm, recipe
 from normref.checks._registry import Check
-from normref.checks.tolerances import matches, mismatch
+from normref.checks.tolerances import matches
+from normref.checks.tolerances import mismatch as _table_mismatch
 
 EXAMPLE_A = np.array([2.0, 4.0, 6.0, 8.0])
 FD_STEP = 1e-5  # centred differences in float64: error ~1e-10 relative
@@ -43,10 +44,10 @@ def _case(x, gamma=None, beta=None, dy=None, eps=1e-5, rng=None):
     }
 
 
-def _random_case(rng, shape, loc=0.0, scale=1.0, dtype=np.float64):
+def _random_case(rng, shape, loc=0.0, scale=1.0, dtype=np.float64, eps=1e-5):
     d = shape[-1]
     return _case(rng.normal(loc, scale, size=shape).astype(dtype),
-                 rng.normal(1.0, 0.5, size=d), rng.normal(size=d), rng=rng)
+                 rng.normal(1.0, 0.5, size=d), rng.normal(size=d), eps=eps, rng=rng)
 
 
 def _forward_cases(rng):
@@ -93,6 +94,8 @@ def _rms_cases(rng):
         ("tiny values, 0.001 * [2, 4, 6, 8], where eps matters",
          _case(0.001 * EXAMPLE_A, [1.5, 0.5, -1.0, 2.0], rng=rng)),
         ("a float32 batch (4, 32)", _random_case(rng, (4, 32), dtype=np.float32)),
+        ("eps = 0.1, not 1e-5: values of size 0.1, (3, 8), where eps is most of "
+         "mean(x^2) + eps", _random_case(rng, (3, 8), 0.0, 0.1, eps=0.1)),
     ]
 
 
@@ -176,6 +179,36 @@ def _large(label, case):
 
 
 # ---------------------------------------------------------------- helpers
+
+def mismatch(actual, expected, *, dtype, what="your result"):
+    """The tolerance table's verdict, which first names a float64 input answered in
+    a narrower float (a float32 result cannot reach float64's tolerance)."""
+    problem = _table_mismatch(actual, expected, dtype=dtype, what=what)
+    kind = np.asarray(actual).dtype
+    if (problem and np.dtype(dtype) == np.float64 and np.issubdtype(kind, np.floating)
+            and kind.itemsize < 8):
+        return (f"your {what} is {kind.name}, though the input is float64: compute in "
+                f"float64, as the exercise asks; {kind.name} carries too few digits for "
+                f"float64's tolerance ({problem})")
+    return problem
+
+
+DEFAULT_EPS = 1e-5
+
+
+def _names_fixed_eps(judge):
+    """`judge`, whose verdict on a case whose eps is not DEFAULT_EPS also says when
+    the answer is right for eps = DEFAULT_EPS: the eps argument was ignored."""
+    def judged(case, output):
+        problem = judge(case, output)
+        if not problem or "eps" not in case or float(case["eps"]) == DEFAULT_EPS:
+            return problem
+        if judge({**case, "eps": np.array(DEFAULT_EPS)}, output) is None:
+            return (f"{problem}. Hint: this case's eps is {float(case['eps']):g}, and your "
+                    f"answer is the right one for eps = {DEFAULT_EPS:g}: use the eps "
+                    "argument you are given, not a hard-coded 1e-5")
+        return problem
+    return judged
 
 def _float64(case):
     """Float64 copies of the case's arrays: the finite differences perturb them, and a
@@ -510,7 +543,7 @@ def _judge_rms_dgamma(case, output):
 
 # ---------------------------------------------------------------- GroupNorm backward
 
-def _gn_case(rng, shape, num_groups, loc=0.0, scale=1.0, dtype=np.float64):
+def _gn_case(rng, shape, num_groups, loc=0.0, scale=1.0, dtype=np.float64, eps=1e-5):
     channels = shape[1]
     return {
         "x": rng.normal(loc, scale, size=shape).astype(dtype),
@@ -518,7 +551,7 @@ def _gn_case(rng, shape, num_groups, loc=0.0, scale=1.0, dtype=np.float64):
         "gamma": rng.normal(1.0, 0.5, size=channels).astype(dtype),
         "beta": rng.normal(size=channels).astype(dtype),
         "dy": rng.normal(size=shape).astype(dtype),
-        "eps": np.array(1e-5),
+        "eps": np.array(eps),
     }
 
 
@@ -547,6 +580,8 @@ def _gn_cases(rng):
          _gn_case(rng, (2, 6, 3, 3), 3, 100.0)),
         ("groups of a single value, shape (3, 4), 4 groups", _gn_case(rng, (3, 4), 4)),
         ("a float32 input (2, 8, 6), 4 groups", _gn_case(rng, (2, 8, 6), 4, dtype=np.float32)),
+        ("eps = 0.1, not 1e-5: values of spread 0.1, (2, 6, 4), 3 groups, where eps "
+         "is most of var + eps", _gn_case(rng, (2, 6, 4), 3, 0.0, 0.1, eps=0.1)),
     ]
 
 
@@ -713,14 +748,14 @@ def _judge_gn_params(case, output):
 
 # ---------------------------------------------------------------- BatchNorm backward
 
-def _bn_case(rng, shape, loc=0.0, scale=1.0, dtype=np.float64):
+def _bn_case(rng, shape, loc=0.0, scale=1.0, dtype=np.float64, eps=1e-5):
     features = shape[1]
     return {
         "x": rng.normal(loc, scale, size=shape).astype(dtype),
         "gamma": rng.normal(1.0, 0.5, size=features).astype(dtype),
         "beta": rng.normal(size=features).astype(dtype),
         "dy": rng.normal(size=shape).astype(dtype),
-        "eps": np.array(1e-5),
+        "eps": np.array(eps),
     }
 
 
@@ -734,6 +769,8 @@ def _bn_cases(rng):
          _bn_case(rng, (5, 4), 0.0, 0.001)),
         ("values near 100, shape (8, 4)", _bn_case(rng, (8, 4), 100.0)),
         ("a float32 batch (32, 16)", _bn_case(rng, (32, 16), 1.0, dtype=np.float32)),
+        ("eps = 0.1, not 1e-5: values of spread 0.1, shape (6, 4), where eps is most "
+         "of var + eps", _bn_case(rng, (6, 4), 0.0, 0.1, eps=0.1)),
     ]
 
 
@@ -1027,6 +1064,8 @@ def _bn2d_cases(rng):
          _bn_case(rng, (2, 3, 2, 2), 0.0, 0.001)),
         ("values near 100, shape (3, 2, 3, 4)", _bn_case(rng, (3, 2, 3, 4), 100.0)),
         ("a float32 batch (4, 8, 3, 3)", _bn_case(rng, (4, 8, 3, 3), 1.0, dtype=np.float32)),
+        ("eps = 0.1, not 1e-5: values of spread 0.1, shape (2, 3, 2, 2), where eps is "
+         "most of var + eps", _bn_case(rng, (2, 3, 2, 2), 0.0, 0.1, eps=0.1)),
     ]
 
 
@@ -1187,6 +1226,13 @@ def _judge_rms_function(case, output):
                     "gradients, so the slip is in the Function: backward returns one "
                     "gradient per input of forward, in its order (x, gamma, eps), as "
                     "tensors: dx, dgamma, and None for eps")
+            if name != "y" and float(case["eps"]) != DEFAULT_EPS and matches(
+                    output[key], _rms_torch_reference(
+                        {**case, "eps": np.array(DEFAULT_EPS)})[1 if key == "dx" else 2],
+                    dtype=np.float64):
+                hint = (f"{name} is right for eps = {DEFAULT_EPS:g}, not for this case's "
+                        f"eps = {float(case['eps']):g}: forward saves the eps it is given "
+                        "(on ctx), and backward hands that eps to rms_norm_backward")
             return _with_hint(problem, hint)
     if not bool(np.asarray(output["gradcheck"])):
         return ("torch.autograd.gradcheck fails on your Function in float64, though one "
@@ -1383,6 +1429,17 @@ def _sum_error(total, exact):
 _RUNNING_SUM_SLACK = 4  # a running sum rounded another way lands within this factor
 
 
+def _bf16_products_summed(dy, x_hat, acc_dtype):
+    """The slip: each row's products formed in bfloat16 (dy and x_hat are), then
+    converted and added to a running sum of acc_dtype."""
+    import torch
+
+    total = torch.zeros(dy.shape[-1], dtype=acc_dtype)
+    for dy_row, x_hat_row in zip(dy, x_hat):
+        total = total + (dy_row * x_hat_row).to(acc_dtype)
+    return total
+
+
 def _judge_running_sum(case, output):
     import torch
 
@@ -1399,6 +1456,15 @@ def _judge_running_sum(case, output):
         reference = _sum_error(backward.running_row_sum(dy, x_hat, dtype).double().numpy(),
                                exact)
         if not np.isfinite(error) or error > _RUNNING_SUM_SLACK * reference:
+            slip = _sum_error(_bf16_products_summed(dy, x_hat, dtype).double().numpy(),
+                              exact)
+            if key == "fp32" and abs(error - slip) <= 0.25 * slip:
+                return (f"{call} lands {error:.1e} from the float64 sum, as far as a "
+                        "float32 running sum of products formed in bfloat16 lands: "
+                        "dy * x_hat of two bfloat16 tensors is rounded to "
+                        "bfloat16 before it reaches the sum. Convert dy and x_hat to "
+                        "acc_dtype first, then multiply (each product is then exact in "
+                        "float32)")
             return (f"{call} lands {error:.1e} from the float64 sum, further than a "
                     f"running sum kept in {name} lands. Is every row added once, its "
                     "product dy * x_hat formed feature by feature?")
@@ -1541,6 +1607,11 @@ def _answer_judge(name):
     return judge
 
 
+def _budgeted(judge, what):
+    """`judge`, within its large case's time budget, naming an eps ignored."""
+    return _within_budget(_names_fixed_eps(judge), what)
+
+
 def _and_large(cases, large):
     """cases(rng), then the large case large(rng) last."""
     return lambda rng: cases(rng) + [large(rng)]
@@ -1551,28 +1622,29 @@ CHECKS = {
     "backward_ln_dx": Check(_ln_backward_cases, _judge_ln_dx),
     "backward_ln_params": Check(_ln_params_cases, _judge_ln_params),
     "backward_rms_dx": Check(_and_large(_rms_cases, _rms_large),
-                             _within_budget(_judge_rms_dx, "rms_norm_backward")),
+                             _budgeted(_judge_rms_dx, "rms_norm_backward")),
     "backward_rms_dgamma": Check(_and_large(_rms_params_cases, _rms_large_3d),
-                                 _within_budget(_judge_rms_dgamma, "rms_norm_backward")),
+                                 _budgeted(_judge_rms_dgamma, "rms_norm_backward")),
     "backward_rms_dx_dot_x": Check(_dx_dot_x_cases, _real_only(_judge_dx_dot_x)),
     "backward_gn_dx": Check(_and_large(_gn_cases, _gn_large),
-                            _within_budget(_judge_gn_dx, "group_norm_backward")),
+                            _budgeted(_judge_gn_dx, "group_norm_backward")),
     "backward_gn_params": Check(_and_large(_gn_params_cases, _gn_large),
-                                _within_budget(_judge_gn_params, "group_norm_backward")),
-    "backward_bn_dx": Check(_and_large(_bn_cases, _bn_large), _on_its_own(_within_budget(
+                                _budgeted(_judge_gn_params, "group_norm_backward")),
+    "backward_bn_dx": Check(_and_large(_bn_cases, _bn_large), _on_its_own(_budgeted(
         _judge_bn_dx, "batch_norm_backward"), _STAGED, "batch_norm_2d_backward")),
-    "backward_bn_stages": Check(_and_large(_bn_cases, _bn_large), _on_its_own(_within_budget(
+    "backward_bn_stages": Check(_and_large(_bn_cases, _bn_large), _on_its_own(_budgeted(
         _judge_bn_stages, "batch_norm_backward"), _STAGED, "batch_norm_2d_backward")),
     "backward_bn_params": Check(_and_large(_bn_params_cases, _bn_large), _on_its_own(
-        _within_budget(_judge_bn_params, "batch_norm_backward"), _STAGED,
+        _budgeted(_judge_bn_params, "batch_norm_backward"), _STAGED,
         "batch_norm_2d_backward")),
     "backward_bn2d_dx": Check(_and_large(_bn2d_cases, _bn2d_large), _on_its_own(
-        _within_budget(_judge_bn2d_dx, "batch_norm_2d_backward"), _CLOSED,
+        _budgeted(_judge_bn2d_dx, "batch_norm_2d_backward"), _CLOSED,
         "batch_norm_backward")),
     "backward_bn2d_params": Check(_and_large(_bn2d_cases, _bn2d_large), _on_its_own(
-        _within_budget(_judge_bn2d_params, "batch_norm_2d_backward"), _CLOSED,
+        _budgeted(_judge_bn2d_params, "batch_norm_2d_backward"), _CLOSED,
         "batch_norm_backward")),
-    "backward_rms_function": Check(_rms_function_cases, _real_only(_judge_rms_function)),
+    "backward_rms_function": Check(_rms_function_cases,
+                                   _real_only(_names_fixed_eps(_judge_rms_function))),
     "backward_add_rms_grads": Check(_and_large(_add_rms_cases, _add_rms_large),
                                     _within_budget(_judge_add_rms_grads,
                                                    "add_rms_norm_backward")),

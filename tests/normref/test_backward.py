@@ -762,6 +762,7 @@ RMS_LABELS = [
     "a batch of 5 tokens, d = 8", "a 3-D batch (2, 3, 16) of tokens with mean 3",
     "a 4-D batch (2, 2, 3, 8)", "tiny values, 0.001 * [2, 4, 6, 8], where eps matters",
     "a float32 batch (4, 32)",
+    "eps = 0.1, not 1e-5: values of size 0.1, (3, 8), where eps is most of mean(x^2) + eps",
 ]
 
 
@@ -1098,7 +1099,9 @@ def test_rms_cases_are_what_their_labels_say():
     assert [label for label, _ in cases] == RMS_LABELS
     assert [(c["x"].shape, c["x"].dtype.name) for _, c in cases] == [
         ((4,), "float64"), ((5, 8), "float64"), ((2, 3, 16), "float64"),
-        ((2, 2, 3, 8), "float64"), ((4,), "float64"), ((4, 32), "float32")]
+        ((2, 2, 3, 8), "float64"), ((4,), "float64"), ((4, 32), "float32"),
+        ((3, 8), "float64")]
+    assert [float(c["eps"]) for _, c in cases] == [1e-5] * 6 + [0.1]
     np.testing.assert_array_equal(cases[0][1]["gamma"], [2, -1, 0.5, 3])
     np.testing.assert_array_equal(cases[0][1]["dy"], [1, 0, -2, 0.5])
     np.testing.assert_array_equal(cases[4][1]["gamma"], [1.5, 0.5, -1.0, 2.0])
@@ -1121,7 +1124,7 @@ def test_a_right_rms_backward_passes(name, labels):
     verdict = _verdict(name, _rms_reference, P._call_rms_backward)
     labels = labels + [_cases(name)[-1][0]]
     assert verdict == {"passed": True, "case": None, "message": (
-        f"{name}: all 7 cases passed (" + ", ".join(labels) + ")")}
+        f"{name}: all {len(labels)} cases passed (" + ", ".join(labels) + ")")}
 
 
 def _rms_pieces(case):
@@ -1214,6 +1217,8 @@ GN_FIXED = [
     ("a 4-D input (2, 6, 3, 3), 3 groups, values near 100", (2, 6, 3, 3), 3, "float64"),
     ("groups of a single value, shape (3, 4), 4 groups", (3, 4), 4, "float64"),
     ("a float32 input (2, 8, 6), 4 groups", (2, 8, 6), 4, "float32"),
+    ("eps = 0.1, not 1e-5: values of spread 0.1, (2, 6, 4), 3 groups, where eps is most "
+     "of var + eps", (2, 6, 4), 3, "float64"),
 ]
 
 
@@ -1232,7 +1237,8 @@ def test_gn_cases_are_what_their_labels_say():
         for label, case in cases:
             channels = case["x"].shape[1]
             assert case["gamma"].shape == case["beta"].shape == (channels,), label
-            assert case["dy"].shape == case["x"].shape and float(case["eps"]) == 1e-5
+            assert case["dy"].shape == case["x"].shape
+            assert float(case["eps"]) == (0.1 if label.startswith("eps = 0.1") else 1e-5)
             assert case["gamma"].dtype == case["dy"].dtype == case["x"].dtype
         assert abs(cases[5][1]["x"].mean() - 100) < 1
         assert abs(cases[0][1]["x"].mean() - 1) < 1.5
@@ -2705,6 +2711,53 @@ def test_the_running_sum_check_passes_the_reference_and_a_once_rounded_sum():
 def test_the_running_sum_check_names_the_slip(wrong, message):
     with pytest.raises(CheckFailed, match=message):
         check_accumulate_rows(wrong)
+
+
+def _bf16_products(dy, x_hat, acc_dtype):
+    """A running sum of acc_dtype, each row's products formed in bfloat16 first."""
+    total = torch.zeros(dy.shape[-1], dtype=acc_dtype)
+    for dy_row, x_hat_row in zip(dy, x_hat):
+        total = total + (dy_row * x_hat_row).to(acc_dtype)
+    return total
+
+
+def test_the_running_sum_check_names_products_formed_in_bfloat16():
+    with pytest.raises(CheckFailed, match=r"rounded to bfloat16 before it reaches the sum\. "
+                       "Convert dy and x_hat to acc_dtype first, then multiply"):
+        check_accumulate_rows(_bf16_products)
+
+
+def _fixed_eps(backward_pass):
+    """`backward_pass` that ignores the eps it is given and uses 1e-5."""
+    def fixed(*args, **kwargs):
+        kwargs.pop("eps", None)
+        return backward_pass(*args[:-1], **kwargs)
+    return fixed
+
+
+@pytest.mark.parametrize("check, backward_pass", [
+    (check_rms_norm_backward_dx, backward.rms_norm_backward),
+    (check_rms_norm_backward_dgamma, backward.rms_norm_backward),
+    (check_group_norm_backward_dx, backward.group_norm_backward),
+    (check_group_norm_backward_params, backward.group_norm_backward),
+    (check_batch_norm_2d_backward_dx, backward.batch_norm_2d_backward),
+    (check_batch_norm_2d_backward_params, backward.batch_norm_2d_backward),
+])
+def test_a_backward_pass_that_ignores_eps_fails_and_is_told_so(check, backward_pass):
+    check(backward_pass)  # the same pass, eps used: passes
+    with pytest.raises(CheckFailed, match=r"(?s)eps = 0\.1, not 1e-5.*this case's eps is 0\.1, "
+                       r"and your answer is the right one for eps = 1e-05.*hard-coded 1e-5"):
+        check(_fixed_eps(backward_pass))
+
+
+def test_a_float32_result_for_a_float64_input_is_named():
+    def in_float32(dy, x, gamma, eps=1e-5):
+        """The inputs cast to float32 and the pass computed there."""
+        return backward.batch_norm_2d_backward(
+            *(np.asarray(a, np.float32) for a in (dy, x, gamma)), eps)
+    with pytest.raises(CheckFailed, match=r"your dx is float32, though the input is "
+                       r"float64: compute in float64"):
+        check_batch_norm_2d_backward_dx(in_float32)
 
 
 def test_the_running_sum_verdicts_quote_only_the_students_own_error():
