@@ -1527,10 +1527,42 @@ def _judge_ln2d_backward(case, output):
         problem = mismatch(output[key], expected[key], dtype=dtype, what=what)
         if problem:
             hint = _closest_hint(output[key], slips.get(key, {}), dtype)
-            return problem + (f". Hint: {hint}" if hint else
-                              ". The forward pass itself may be off: run the forward test"
+            if hint:
+                return f"{problem}. Hint: {hint}"
+            if "y" in output and not mismatch(output["y"], _ln2d_reference(case)[0],
+                                              dtype=dtype):
+                return (f"{problem}. Your forward output is right on this case, so the "
+                        f"backward is off: {_ln2d_backward_focus(case)}")
+            return problem + (". The forward pass itself may be off: run the forward test"
                               if key != "bias_grad" else "")
     return None
+
+
+def _ln2d_backward_focus(case):
+    """What this backward case has that the others lack, as a place to look."""
+    x = np.asarray(case["x"])
+    _, channels, height, width = x.shape
+    if height == width == 1:
+        return ("this case has H = W = 1, one pixel per image: check how the saved "
+                "statistics are reshaped before they broadcast against (N, C, H, W) "
+                "(squeeze() also drops the H and W dims of size 1)")
+    if bool(case.get("channels_last", False)):
+        return ("this input is stored channels_last in memory: a view() or a reshape "
+                "that assumes the (N, C, H, W) memory order mixes pixels up")
+    if x.dtype == np.float32:
+        return ("this case is float32: compute the backward in the input's dtype, "
+                "with the saved statistics in that dtype too")
+    if "eps" in case:
+        return (f"this case sets eps = {_ln2d_eps(case):g}: rstd in the backward must be "
+                "1 / sqrt(var + eps) with the module's eps, the one the forward used")
+    if float(x.std(axis=1).max()) < 0.01:
+        return ("the channels of each pixel here spread by about 1e-3, so var is small "
+                "next to eps: rstd must be 1 / sqrt(var + eps), the forward's own")
+    if height != width or channels % 2:
+        return (f"this case has C = {channels}, H = {height}, W = {width}, all unequal "
+                "or odd: check which dim each reduction and each reshape uses")
+    return ("check which dims each reduction uses (C only, for dx) and that the "
+            "saved statistics broadcast over C")
 
 
 def _ln2d_backward_slips(case):

@@ -1061,7 +1061,9 @@ def _function_2d(name, forward_slip=None, backward_slip=None, keep="mean_rstd"):
                         correction=1 if forward_slip == "unbiased" else 0)
             rstd = torch.rsqrt(var + eps)
             kept = {"mean_rstd": (x, weight, mean, rstd),
-                    "std": (x, weight, mean, 1 / rstd)}[keep]
+                    "std": (x, weight, mean, 1 / rstd),
+                    # (N, H, W), or (N,) when H = W = 1: unsqueeze(1) then misplaces it
+                    "squeezed": (x, weight, mean.squeeze(), rstd.squeeze())}[keep]
             ctx.save_for_backward(*kept)
             ctx.eps = eps
             return weight[:, None, None] * (x - mean) * rstd + bias[:, None, None]
@@ -1079,6 +1081,8 @@ def _function_2d(name, forward_slip=None, backward_slip=None, keep="mean_rstd"):
                 return grad_x, grad_weight, grad_y.sum(dim=(0, 2, 3)), None
             if keep == "std":
                 rstd = 1 / rstd
+            if keep == "squeezed":
+                mean, rstd = mean.unsqueeze(1), rstd.unsqueeze(1)
             if backward_slip == "recomputed":
                 mean = x.mean(dim=1, keepdim=True)
                 rstd = torch.rsqrt(x.var(dim=1, keepdim=True, correction=0) + ctx.eps)
@@ -1108,6 +1112,7 @@ ConstantStatsFunction2d = _function_2d("ConstantStatsFunction2d", backward_slip=
 WeightBatchMean2d = _function_2d("WeightBatchMean2d", backward_slip="weight_batch_mean")
 RecomputedStats2d = _function_2d("RecomputedStats2d", backward_slip="recomputed")
 KeepsStd2d = _function_2d("KeepsStd2d", keep="std")
+SqueezedStats2d = _function_2d("SqueezedStats2d", keep="squeezed")
 DifferentiatesAgain2d = _function_2d("DifferentiatesAgain2d",
                                      backward_slip="differentiates_again")
 
@@ -1123,6 +1128,9 @@ DifferentiatesAgain2d = _function_2d("DifferentiatesAgain2d",
         (ConstantStatsFunction2d, "as if the mean and the variance were constants"),
         (NoMeanTerm2d, "misses the mean's term"),
         (WeightBatchMean2d, "averaged over the batch"),
+        # right on every case but the one-pixel maps, whose forward is right too
+        (SqueezedStats2d, "Your forward output is right on this case, so the backward "
+                          "is off: this case has H = W = 1"),
     ],
     ids=lambda v: getattr(v, "__name__", str(v)),
 )
