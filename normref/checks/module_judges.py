@@ -1175,6 +1175,12 @@ def _fp32_residual_cases(rng):
             case((2, 16), rng.normal(size=(3, 2, 16)), False,
                  bfloat16(rng.normal(size=(3, 2, 16))), "bfloat16"),
         ),
+        (
+            "AddLayerNorm(64) on bfloat16 x and a bfloat16 stream around 300 of spread "
+            "2, where the sum rounded to bfloat16 (spacing 2) loses what the norm reads",
+            case(64, rng.normal(size=(3, 64)), False,
+                 bfloat16(rng.normal(300.0, 2.0, size=(3, 64))), "bfloat16"),
+        ),
     ]
 
 
@@ -1245,12 +1251,13 @@ def _judge_add_fp32_residual(case, output):
     problem = mismatch(output["y"], normed, dtype=normed_dtype, what="your normed output")
     if problem and _inherited_slip(output, normed, normed_dtype):
         return None
-    if problem and sum_dtype == "float32":
+    if problem and ("residual" in case or sum_dtype == "float32"):
         narrowed = _reference_output({**case, "x": _bfloat16_values(exact)})
         if matches(output["y"], narrowed, dtype=normed_dtype):
             return problem + (
-                ". Hint: that is the layer norm of the sum rounded to bfloat16: "
-                "normalize the float32 sum, then cast the result to x's dtype")
+                ". Hint: that is the layer norm of the sum rounded to bfloat16: add "
+                "in float32 and normalize that float32 sum, then cast the result to "
+                "x's dtype (residual_sum alone is stored in the residual's dtype)")
     return problem
 
 

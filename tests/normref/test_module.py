@@ -731,6 +731,10 @@ def test_fp32_residual_cases_are_what_their_labels_say():
     assert not torch.equal(torch.from_numpy(spread_8).bfloat16().float(),
                            torch.from_numpy(spread_8))  # rounding it would show
     assert str(cases[4][1]["residual_dtype"]) == "bfloat16"
+    both_bfloat16 = cases[5][1]  # a sum rounded to bfloat16 there loses a unit of 2
+    assert str(both_bfloat16["residual_dtype"]) == "bfloat16"
+    assert abs(both_bfloat16["residual"].mean() - 300) < 1
+    assert 1.5 < both_bfloat16["residual"].std() < 2.5
 
 
 class TorchFp32Add(nn.LayerNorm):
@@ -777,6 +781,17 @@ class NormsTheNarrowSum(TorchFp32Add):
         _, residual_sum = super().forward(x, residual)
         return nn.LayerNorm.forward(self, residual_sum.to(x.dtype).float()).to(x.dtype), \
             residual_sum
+
+
+class AddsInThePromotedDtype(TorchFp32Add):
+    """Adds x + residual as torch promotes them: bfloat16 + bfloat16 stays
+    bfloat16, so the norm reads a sum already rounded."""
+
+    def forward(self, x, residual=None):
+        if residual is None or residual.dtype != x.dtype:
+            return super().forward(x, residual)
+        total = x + residual
+        return super().forward(total)[0], total
 
 
 class NormedInFloat32(TorchFp32Add):
@@ -830,6 +845,7 @@ def _fp32_outcome(module_class):
         (TorchFp32Add, None),
         (RoundsResidual, "the residual rounded to bfloat16 first"),
         (NormsTheNarrowSum, "layer norm of the sum rounded to bfloat16"),
+        (AddsInThePromotedDtype, "layer norm of the sum rounded to bfloat16"),
         (NormedInFloat32, "your normed output is float32; it comes back in x's dtype"),
         (SumInXDtype, "your residual_sum is bfloat16; with a residual given"),
         (SumAlwaysFloat32, "residual_sum is x, in x's dtype (bfloat16)"),
