@@ -306,6 +306,44 @@ def test_layer_norm_checks_name_the_mistake(wrong, hint):
         check_layer_norm_token(wrong)
 
 
+def _ln_in_float32(x, g, b, eps=1e-5):
+    """A layer norm that casts its input to float32 "as a GPU kernel would"."""
+    x = np.asarray(x, dtype=np.float32)
+    mu = x.mean(-1, keepdims=True)
+    return np.float32(g) * (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True)
+                                              + np.float32(eps)) + np.float32(b)
+
+
+@pytest.mark.parametrize("cast_back", [False, True])
+def test_layer_norm_checks_name_a_float32_cast(cast_back):
+    def wrong(x, g, b, eps=1e-5):
+        y = _ln_in_float32(x, g, b, eps)
+        return y.astype(np.float64) if cast_back else y
+
+    with pytest.raises(CheckFailed, match="near 100 .*must be computed in float64"):
+        check_layer_norm_token(wrong)
+    with pytest.raises(CheckFailed, match="1e6.*must be computed in float64") as failed:
+        check_layer_norm_batches(wrong)
+    assert "shortcut" not in str(failed.value)  # it used a stable variance, in float32
+
+
+def test_layer_norm_checks_name_torch_run_in_float32():
+    def torch_float32(x, g, b, eps=1e-5):
+        t = torch.as_tensor(x).float()
+        return F.layer_norm(t, (t.shape[-1],), torch.as_tensor(g).float(),
+                            torch.as_tensor(b).float(), eps).double().numpy()
+
+    with pytest.raises(CheckFailed, match="must be computed in float64"):
+        check_layer_norm_token(torch_float32)
+
+
+def test_layer_norm_checks_pass_float64_code_beside_the_float32_hint(capsys):
+    check_layer_norm_token(_ln)
+    check_layer_norm_token(lambda x, g, b, eps=1e-5: F.layer_norm(
+        torch.as_tensor(x), (x.shape[-1],), torch.as_tensor(g), torch.as_tensor(b), eps).numpy())
+    assert capsys.readouterr().out.count("all 9 cases passed") == 2
+
+
 def test_batch_check_catches_whole_array_statistics():
     def whole_array(x, g, b, eps=1e-5):
         return g * (x - x.mean()) / np.sqrt(x.var() + eps) + b

@@ -37,6 +37,7 @@ from normref.checks import (
     recipe_probes,
 )
 from normref.checks.recipe_judges import (
+    FLOAT32_CAST_HINT,
     _batch_cases,
     _close_enough_in_float32,
     _far_from_zero,
@@ -99,7 +100,7 @@ def test_right_answers_pass_every_check():
     wrongly, fails right answers."""
     assert "token_mean: all 6 cases passed" in passes(check_token_mean, torch_mean)
     assert "token_var: all 6 cases passed" in passes(check_token_var, torch_var)
-    assert "layer_norm_token: all 8 cases passed" in passes(check_layer_norm_token,
+    assert "layer_norm_token: all 9 cases passed" in passes(check_layer_norm_token,
                                                              torch_layer_norm)
     assert "layer_norm_batches: all 6 cases passed" in passes(check_layer_norm_batches,
                                                                torch_layer_norm)
@@ -569,14 +570,23 @@ def test_the_shortcut_variance_in_layer_norm_is_named_at_a_large_offset():
                             "offset: use a variance that survives it (your token_var)")
 
 
-def test_a_float32_computation_at_a_large_offset_gets_the_large_offset_hint():
-    """No candidate reproduces float32 arithmetic at 1e6; far from zero, the
-    judge still says where to look."""
+def test_a_float32_computation_at_a_large_offset_gets_the_float32_hint():
+    """float64 tokens around 1e6 computed in float32 (and cast back): the hint names
+    the cast, not the shortcut, though no candidate reproduces the float32 numbers."""
     case = _cases(_batch_cases)["tokens around 1e6 with spread 1, (5, 32)"]
     x = case["x"].astype(np.float32)
     y = ln(x, case["gamma"], case["beta"], 1e-5,
-           var=lambda v: ((v - v.mean(-1, keepdims=True)).astype(np.float32) ** 2).mean(
-               -1, keepdims=True)) * 1.01
+           var=lambda v: ((v - v.mean(-1, keepdims=True)) ** 2).mean(-1, keepdims=True))
+    for answer in (y, y.astype(np.float64), y.astype(np.float64) * 1.001):
+        message = _judge_layer_norm(case, {"y": answer})
+        assert message.endswith(". Hint: " + FLOAT32_CAST_HINT)
+
+
+def test_an_unexplained_error_at_a_large_offset_gets_the_large_offset_hint():
+    """A float64 answer around 1e6 off by 3e-4, far less than float32 would miss by
+    (about 0.09) and matching no candidate: the judge still says where to look."""
+    case = _cases(_batch_cases)["tokens around 1e6 with spread 1, (5, 32)"]
+    y = torch_layer_norm(case["x"], case["gamma"], case["beta"], 1e-5) * (1 + 3e-4)
     message = _judge_layer_norm(case, {"y": y})
     assert message.endswith(". Hint: at a large offset the variance must not come from the "
                             "shortcut mean(x**2) - mean(x)**2: use your token_var")
