@@ -28,6 +28,10 @@ norm's formula with the means taken over the batch instead of the features;
 dgamma and dbeta sum over the batch as before. Spatial BatchNorm (BatchNorm2d)
 works on x: (N, C, H, W): the same formula, each channel's means taken over the
 N * H * W values of axes 0, 2 and 3.
+
+Layer norm's backward can also start from its output y instead of x (Apex's
+memory_efficient option): x_hat = (y - beta) / gamma, gamma clamped to a
+magnitude of at least eps, and the same dx formula.
 """
 
 import numpy as np
@@ -183,28 +187,31 @@ def batch_norm_2d_backward(dy, x, gamma, eps=1e-5):
     return dx.astype(dtype), dgamma.astype(dtype), dbeta.astype(dtype)
 
 
-def add_rms_norm_backward(dy, dsum, s, rstd, gamma):
-    """Gradients of the residual add fused with RMSNorm (a Llama block's
-    add + RMSNorm): s = x + residual, y = gamma * s * rstd, both handed on,
-    from the forward's cache: s and rstd = 1 / sqrt(mean(s^2) + eps).
+def layer_norm_backward_from_output(dy, y, gamma, beta, rstd, eps=1e-5):
+    """Gradients of layer norm from its output, as NVIDIA Apex's
+    memory_efficient backward takes them: the cache is rstd alone, next to the
+    output y that the layer after the norm keeps anyway. x_hat is got back as
+    (y - beta) / gamma, with gamma clamped to a magnitude of at least eps, its
+    sign kept and 0 taken as +eps (Apex's clamp_by_magnitude): where |gamma| <
+    eps the x_hat got back is the true one times |gamma| / eps, and y says
+    nothing of x_hat where gamma is 0.
 
-    dy = dL/dy and dsum = dL/ds, the gradient the residual stream brings back
-    from the blocks above. s reaches the loss by two roads, through y and
-    directly, so ds is their sum; x and residual each pass ds on unchanged.
-    eps is not needed: it is inside the saved rstd.
-
-    dy, dsum, s: (..., d); rstd: (..., 1) or (...); gamma: (d,) ->
-    (dx, dresidual: (..., d) in dy's dtype, dgamma: (d,))
+    dy, y: (..., d); gamma, beta: (d,); rstd: (..., 1) or (...) ->
+    (dx: (..., d) in dy's dtype, dgamma: (d,), dbeta: (d,))
     """
     dy64, dtype = _as_float(dy)
-    s64 = np.asarray(s, dtype=np.float64)  # ..., d
-    rstd64 = np.asarray(rstd, dtype=np.float64).reshape(s64.shape[:-1] + (1,))  # ..., 1
-    s_hat = s64 * rstd64  # ..., d
-    g = dy64 * np.asarray(gamma, dtype=np.float64)  # ..., d
-    ds = rstd64 * (g - s_hat * (g * s_hat).mean(axis=-1, keepdims=True))  # ..., d
-    ds = ds + np.asarray(dsum, dtype=np.float64)
-    dgamma = _sum_over_tokens(dy64 * s_hat)  # d
-    return ds.astype(dtype), ds.astype(dtype), dgamma.astype(dtype)
+    y64 = np.asarray(y, dtype=np.float64)  # ..., d
+    gamma64 = np.asarray(gamma, dtype=np.float64)  # d
+    rstd64 = np.asarray(rstd, dtype=np.float64).reshape(y64.shape[:-1] + (1,))  # ..., 1
+    clamped = np.where(gamma64 >= 0, np.maximum(gamma64, eps),
+                       np.minimum(gamma64, -eps))  # d
+    x_hat = (y64 - np.asarray(beta, dtype=np.float64)) / clamped  # ..., d
+    g = dy64 * gamma64  # ..., d
+    dx = rstd64 * (g - g.mean(axis=-1, keepdims=True)  # ..., d
+                   - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))
+    dgamma = _sum_over_tokens(dy64 * x_hat)  # d
+    dbeta = _sum_over_tokens(dy64)  # d
+    return dx.astype(dtype), dgamma.astype(dtype), dbeta.astype(dtype)
 
 
 def running_row_sum(dy, x_hat, acc_dtype):

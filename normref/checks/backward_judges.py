@@ -1245,158 +1245,201 @@ def _judge_rms_function(case, output):
     return None
 
 
-# ---------------------------------------------------------------- add + RMSNorm backward
+# ---------------------------------------------------------------- backward from the output
 
-def _add_rms_case(rng, shape, loc=0.0, scale=1.0, dtype=np.float64, dsum=True, eps=1e-5):
-    """x + residual = s, and the forward's cache: s and rstd, with rstd of shape
-    (..., 1), made with `eps` (which the backward is not given)."""
+def _from_output_case(rng, shape, loc=0.0, scale=1.0, dtype=np.float64, beta_loc=0.0,
+                      gamma=None):
+    """Layer norm's forward on x, and what a memory-efficient backward is given: y and
+    rstd (..., 1), with gamma (of both signs, away from 0 unless given) and beta."""
     d = shape[-1]
     x = rng.normal(loc, scale, size=shape)
-    residual = rng.normal(loc, scale, size=shape)
-    s = (x + residual).astype(dtype)
-    rstd = 1.0 / np.sqrt((np.asarray(s, np.float64) ** 2).mean(axis=-1, keepdims=True) + eps)
-    return {
-        "x": x.astype(dtype),
-        "residual": residual.astype(dtype),
-        "s": s,
-        "rstd": rstd.astype(dtype),
-        "gamma": rng.normal(1.0, 0.5, size=d).astype(dtype),
-        "dy": rng.normal(size=shape).astype(dtype),
-        "dsum": (rng.normal(size=shape) if dsum else np.zeros(shape)).astype(dtype),
-        "eps": np.array(eps),
-    }
+    if gamma is None:
+        gamma = rng.choice([-1.0, 1.0], size=d) * rng.uniform(0.5, 1.5, size=d)
+    beta = rng.normal(beta_loc, 1.0, size=d)
+    case = _case(x.astype(dtype), gamma, beta, rng=rng)
+    c = _float64(case)
+    mean = c["x"].mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(c["x"].var(axis=-1, keepdims=True) + DEFAULT_EPS)  # ..., 1
+    y = c["gamma"] * (c["x"] - mean) * rstd + c["beta"]
+    return {**case, "y": y.astype(dtype), "rstd": rstd.astype(dtype)}
 
 
-def _add_rms_cases(rng):
+SMALL_GAMMA = {3: 0.0, 10: 2e-6, 20: -4e-6, 30: 3e-5, 40: -2e-4}  # feature: gamma
+
+
+def _small_gamma_case(rng):
+    gamma = rng.choice([-1.0, 1.0], size=64) * rng.uniform(0.5, 1.5, size=64)
+    for feature, value in SMALL_GAMMA.items():
+        gamma[feature] = value
+    return _from_output_case(rng, (4, 64), 1.0, 2.0, gamma=gamma)
+
+
+def _from_output_cases(rng):
     return [
-        ("a batch of 4 tokens, d = 8", _add_rms_case(rng, (4, 8), 1.0, 2.0)),
-        ("a 3-D batch (2, 3, 16)", _add_rms_case(rng, (2, 3, 16))),
-        ("one token, d = 6, rstd of shape (1,)", _add_rms_case(rng, (6,))),
-        ("a 4-D batch (2, 2, 3, 8)", _add_rms_case(rng, (2, 2, 3, 8), -1.0, 0.5)),
-        ("the top block: dsum = 0, (3, 8)", _add_rms_case(rng, (3, 8), dsum=False)),
-        ("a cache made with eps = 0.25: small tokens, (3, 8), where eps is a good part "
-         "of rstd", _add_rms_case(rng, (3, 8), 0.0, 0.2, eps=0.25)),
-        ("a residual stream near 1000, (3, 16)", _add_rms_case(rng, (3, 16), 500.0)),
-        ("a float32 batch (4, 32)", _add_rms_case(rng, (4, 32), dtype=np.float32)),
+        ("a batch of 4 tokens, d = 8", _from_output_case(rng, (4, 8), 1.0, 2.0)),
+        ("a 3-D batch (2, 3, 16)", _from_output_case(rng, (2, 3, 16))),
+        ("one token, d = 6, rstd of shape (1,)", _from_output_case(rng, (6,))),
+        ("a 4-D batch (2, 2, 3, 8)", _from_output_case(rng, (2, 2, 3, 8), -1.0, 0.5)),
+        ("beta near 100, (3, 16)", _from_output_case(rng, (3, 16), beta_loc=100.0)),
+        ("gamma with entries near 0, (4, 64): 0, 2e-6 and -4e-6 (under eps = 1e-5) "
+         "at features 3, 10 and 20, 3e-5 and -2e-4 at features 30 and 40",
+         _small_gamma_case(rng)),
+        ("a float32 batch (4, 32)", _from_output_case(rng, (4, 32), dtype=np.float32)),
     ]
 
 
-def _add_rms_params_cases(rng):
+def _from_output_params_cases(rng):
     """Batches of several leading axes first: a sum over axis 0 alone fails there."""
-    cases = _add_rms_cases(rng)
+    cases = _from_output_cases(rng)
     return [cases[1], cases[3], cases[0], cases[2]] + cases[4:]
 
 
-def _add_rms_large(rng):
+def _from_output_large(rng):
     return _large("one token of 65,536 features, (1, 65536)",
-                  _add_rms_case(rng, (1, LARGE), 1.0))
+                  _from_output_case(rng, (1, LARGE), 1.0))
 
 
-def _add_rms_torch_reference(case):
-    """(dx, dresidual, dgamma) from torch's autograd in float64, through s = x +
-    residual, y = gamma * s / sqrt(mean(s^2) + eps) and the loss sum(dy * y) +
-    sum(dsum * s), s the cache's sum."""
-    import torch
+def _from_output_reference(case):
+    """(dx, dgamma, dbeta) computed from x, exactly: the gradients being approximated."""
+    _, cache = backward.layer_norm_forward(_float64(case)["x"], case["gamma"], case["beta"],
+                                           DEFAULT_EPS)
+    return backward.layer_norm_backward(np.asarray(case["dy"], np.float64), cache)
 
+
+def _clamp_allowance(case):
+    """How far dx and dgamma may land from the exact ones when the x_hat got back at a
+    feature with |gamma| < eps lies anywhere between 0 and the true x_hat (the clamp's
+    range), through the token's two means that x_hat enters, mean(g * x_hat) and (in a
+    staged walk) mean(x_hat). With m = |mean(g * x_hat)|, and delta_g, delta the sums
+    over those features of |g_j * x_hat_j| / d and |x_hat_j| / d: per entry of dx,
+    rstd * (|x_hat_i| * (delta_g + m at such a feature) + delta * (m + delta_g)); per
+    entry of dgamma, the sum over tokens of |dy * x_hat_j| at such a feature. Zero
+    when no |gamma| is under eps."""
+    c, _, rstd, x_hat = _ln_parts({**case, "eps": np.array(DEFAULT_EPS)})
+    g = c["dy"] * c["gamma"]
+    under = np.abs(c["gamma"]) < DEFAULT_EPS  # d
+    d = x_hat.shape[-1]
+    delta_g = (np.abs(g * x_hat) * under).sum(axis=-1, keepdims=True) / d  # ..., 1
+    delta = (np.abs(x_hat) * under).sum(axis=-1, keepdims=True) / d  # ..., 1
+    m = np.abs((g * x_hat).mean(axis=-1, keepdims=True))  # ..., 1
+    dx_room = rstd * (np.abs(x_hat) * (delta_g + m * under)
+                      + delta * (m + delta_g)) * under.any()  # ..., d
+    dgamma_room = _token_sum(np.abs(c["dy"] * x_hat)) * under  # d
+    return dx_room, dgamma_room
+
+
+def _allowed(actual, expected, room):
+    """`expected`, with `actual` in its place wherever `actual` is finite and within
+    `room` of it: the comparison that follows then holds the rest to the tolerance."""
+    try:
+        a = np.asarray(actual, dtype=np.float64)
+    except (TypeError, ValueError):
+        return expected
+    if a.shape != expected.shape or not np.any(room):
+        return expected
+    with np.errstate(invalid="ignore"):
+        inside = np.isfinite(a) & (np.abs(a - expected) <= room * (1 + 1e-6) + 1e-8)
+    return np.where((room > 0) & inside, a, expected)
+
+
+def _from_output_parts(case):
+    """Float64 g, rstd and the x_hat a backward gets back from y with gamma
+    clamped as Apex clamps it, for the mistakes."""
     c = _float64(case)
-    s0 = torch.from_numpy(c["s"])
-    x = torch.zeros_like(s0, requires_grad=True)  # s = s0 + x + residual, both 0
-    residual = torch.zeros_like(s0, requires_grad=True)
-    gamma = torch.tensor(c["gamma"], requires_grad=True)
-    with torch.enable_grad():
-        s = s0 + x + residual
-        y = gamma * s / torch.sqrt((s * s).mean(-1, keepdim=True) + float(case["eps"]))
-        loss = (torch.from_numpy(c["dy"]) * y).sum() + (torch.from_numpy(c["dsum"]) * s).sum()
-        loss.backward()
-    return tuple(t.grad.numpy() for t in (x, residual, gamma))
+    gamma = c["gamma"]
+    clamped = np.where(gamma >= 0, np.maximum(gamma, DEFAULT_EPS),
+                       np.minimum(gamma, -DEFAULT_EPS))
+    rstd = c["rstd"].reshape(c["y"].shape[:-1] + (1,))
+    return c, c["dy"] * gamma, rstd, clamped
 
 
-def _add_rms_loss(c):
-    """sum(dy * y) + sum(dsum * s), s = x + residual: a finite difference moves x or
-    residual, and s with it."""
-    s = c["x"] + c["residual"]
-    rms = np.sqrt((s**2).mean(axis=-1, keepdims=True) + float(c["eps"]))
-    return float(np.sum(c["dy"] * c["gamma"] * s / rms) + np.sum(c["dsum"] * s))
+_NO_CLAMP = ("gamma has entries at or near 0 in this case; dividing y - beta by them "
+             "gives inf or nan (0 / 0 where gamma is 0). Divide by gamma clamped to a "
+             "magnitude of at least eps = 1e-5, its sign kept, as Apex does")
 
 
-def _add_rms_mistakes(case, name):
-    """{hint: a wrong dx (or dresidual)} for the usual slips of the fused backward."""
-    c = _float64(case)
-    s, dsum, g = c["s"], c["dsum"], c["dy"] * c["gamma"]
-    rstd = c["rstd"].reshape(s.shape[:-1] + (1,))
+def _from_output_mistakes(case):
+    """{hint: a wrong dx} for the usual slips of the backward from y."""
+    c, g, rstd, clamped = _from_output_parts(case)
 
     def avg(v):
         return v.mean(axis=-1, keepdims=True)
 
-    def through_y(g=g, rstd=rstd):
-        s_hat = s * rstd
-        return rstd * (g - s_hat * avg(g * s_hat))
+    def dx_from(x_hat, g=g):
+        return rstd * (g - avg(g) - x_hat * avg(g * x_hat))
 
-    right = through_y()
-    recomputed = 1.0 / np.sqrt(avg(s * s) + 1e-5)
-    d = s.shape[-1]
-    unbiased = 1.0 / np.sqrt((s * s).sum(axis=-1, keepdims=True) / max(d - 1, 1) + 1e-5)
+    x_hat = (c["y"] - c["beta"]) / clamped
+    unsigned = np.maximum(np.abs(c["gamma"]), DEFAULT_EPS)
     return {
-        f"{name} is missing dsum: s = x + residual is handed on up the residual stream "
-        "as well as normalized, so it collects the gradient of both uses, dy's through "
-        "the RMSNorm and dsum": right,
-        f"{name} is missing the gradient through the RMSNorm: s reaches the loss "
-        "through y too, not only through the residual stream": dsum,
-        f"{name} treats rstd as a constant: rstd depends on every s_j through "
-        "mean(s^2), and that path adds the term -s_hat * mean(g * s_hat)":
-            rstd * g + dsum,
-        f"RMSNorm subtracts no mean: no path from s runs through a mean, so no term of "
-        f"{name} comes from one": rstd * (g - avg(g) - s * rstd * avg(g * s * rstd)) + dsum,
-        f"the gradient reaching s_hat in {name} is g = dy * gamma: dy passes through "
-        "gamma before it reaches s_hat": through_y(c["dy"]) + dsum,
-        f"{name} rebuilt rstd with eps = 1e-5; use the rstd the forward saved, the one "
-        "y was made with (this cache's eps was another)":
-            through_y(rstd=recomputed) + dsum,
-        f"{name} rebuilt rstd, from a mean of s^2 divided by d - 1: use the rstd the "
-        "forward saved (RMSNorm's mean(s^2) divides by d, and eps is inside rstd)":
-            through_y(rstd=unbiased) + dsum,
-        f"the derivative of mean(s^2) with respect to s_j is 2 s_j / d, and the power "
-        f"-1/2 halves it again: the 2s cancel in {name}":
-            rstd * (g - 2 * s * rstd * avg(g * s * rstd)) + dsum,
-        f"{name}: the add passes its gradient on unchanged, to x and to residual alike; "
-        "it is not shared out between them": (right + dsum) / 2,
-        f"the sign of the RMSNorm part of {name} is flipped": dsum - right,
+        "x_hat is (y - beta) / gamma: y = gamma * x_hat + beta, so subtract beta "
+        "before dividing": dx_from(c["y"] / clamped),
+        "y = gamma * x_hat + beta: x_hat is y minus beta, divided by gamma, not y "
+        "minus beta alone": dx_from(c["y"] - c["beta"]),
+        "keep gamma's sign when you clamp it: a negative gamma clamped to +eps flips "
+        "the sign of the x_hat you get back (Apex clamps -4e-6 to -1e-5)":
+            dx_from((c["y"] - c["beta"]) / np.where(
+                np.abs(c["gamma"]) < DEFAULT_EPS, unsigned, c["gamma"])),
+        "dx is missing the -mean(g) term: the mean depends on every feature":
+            rstd * (g - x_hat * avg(g * x_hat)),
+        "dx is missing the -x_hat * mean(g * x_hat) term: rstd depends on x too":
+            rstd * (g - avg(g)),
+        "the gradient reaching x_hat is g = dy * gamma: dy passes through gamma "
+        "before it reaches x_hat": dx_from(x_hat, c["dy"]),
+        "dx ends with a factor rstd, the one you are given": dx_from(x_hat) / rstd,
+        "the sign of dx is flipped": -dx_from(x_hat),
     }
 
 
-def _judge_add_rms_grads(case, output):
+def _judge_from_output_dx(case, output):
     x = case["x"]
-    dx, dresidual, _ = _add_rms_torch_reference(case)
-    for name, key, expected in (("dx", "x", dx), ("dresidual", "residual", dresidual)):
+    dx, _, _ = _from_output_reference(case)
+    actual = output["dx"]
+    dx_room, _ = _clamp_allowance(case)
+    expected = _allowed(actual, dx, dx_room)
+    problem = mismatch(actual, expected, dtype=x.dtype, what="dx")
+    if problem is None:
+        return None
+    try:
+        finite = np.all(np.isfinite(np.asarray(actual, dtype=np.float64)))
+    except (TypeError, ValueError):
+        finite = True
+    if not finite and np.any(np.abs(case["gamma"]) < 1e-3):
+        return _with_hint(problem, _NO_CLAMP)
+    hint = _first_hint(actual, _from_output_mistakes(case), x.dtype)
+    if hint is None and np.any(dx_room):
+        hint = ("at a feature whose |gamma| is under eps, the x_hat you get back should "
+                "lie between 0 and the true one, as the clamp gives it: divide by gamma "
+                "clamped to a magnitude of at least eps, its sign kept")
+    evidence = _fd_evidence(_ln_loss, {**case, "eps": np.array(DEFAULT_EPS)}, "x", "dx",
+                            actual, dx)
+    return _with_hint(problem + evidence, hint)
+
+
+def _judge_from_output_params(case, output):
+    x = case["x"]
+    c = {**case, "eps": np.array(DEFAULT_EPS)}
+    _, dgamma, dbeta = _from_output_reference(case)
+    _, _, _, x_hat = _ln_parts(c)
+    _, dgamma_room = _clamp_allowance(case)
+    for name, expected in (("dgamma", _allowed(output["dgamma"], dgamma, dgamma_room)),
+                           ("dbeta", dbeta)):
         problem = mismatch(output[name], expected, dtype=x.dtype, what=name)
-        if problem:
-            hint = _first_hint(output[name], _add_rms_mistakes(case, name), x.dtype)
-            evidence = _fd_evidence(_add_rms_loss, case, key, name, output[name], expected,
-                                    "sum(dy * y) + sum(dsum * s)")
-            return _with_hint(problem + evidence, hint)
+        if problem is None:
+            continue
+        try:
+            finite = np.all(np.isfinite(np.asarray(output[name], dtype=np.float64)))
+        except (TypeError, ValueError):
+            finite = True
+        if not finite and np.any(np.abs(case["gamma"]) < 1e-3):
+            return _with_hint(problem, _NO_CLAMP)
+        if name == "dgamma" and np.shape(output[name]) == dgamma.shape:
+            f, _, _, clamped = _from_output_parts(case)
+            if matches(output[name], _token_sum(f["dy"] * f["y"] / clamped), dtype=x.dtype):
+                return _with_hint(problem, "x_hat is (y - beta) / gamma: subtract beta "
+                                  "before dividing")
+        return _judge_param(output, c, name, expected, x_hat, _ln_loss,
+                            "gamma" if name == "dgamma" else "beta")
     return None
-
-
-def _judge_add_rms_params(case, output):
-    _, _, dgamma = _add_rms_torch_reference(case)
-    c = _float64(case)
-    s_hat = c["s"] * c["rstd"].reshape(c["s"].shape[:-1] + (1,))
-    # dgamma's hints and finite difference read the normalized input as x
-    params_case = {**case, "x": case["s"], "residual": np.zeros_like(case["s"])}
-    problem = _judge_param(output, params_case, "dgamma", dgamma, s_hat,
-                           _add_rms_loss, "gamma", has_beta=False)
-    if problem and "Hint:" not in problem and np.shape(output["dgamma"]) == dgamma.shape:
-        d = c["s"].shape[-1]
-        for divisor in (d, max(d - 1, 1)):
-            rebuilt = c["s"] / np.sqrt((c["s"] ** 2).sum(axis=-1, keepdims=True) / divisor
-                                       + 1e-5)
-            if matches(output["dgamma"], _token_sum(c["dy"] * rebuilt),
-                       dtype=case["x"].dtype):
-                problem += (". Hint: dgamma rebuilt rstd; use the rstd the forward saved, "
-                            "the one y was made with")
-                break
-    return problem
-
 
 # ---------------------------------------------------------------- the running sum behind dgamma
 
@@ -1645,12 +1688,12 @@ CHECKS = {
         "batch_norm_backward")),
     "backward_rms_function": Check(_rms_function_cases,
                                    _real_only(_names_fixed_eps(_judge_rms_function))),
-    "backward_add_rms_grads": Check(_and_large(_add_rms_cases, _add_rms_large),
-                                    _within_budget(_judge_add_rms_grads,
-                                                   "add_rms_norm_backward")),
-    "backward_add_rms_params": Check(_and_large(_add_rms_params_cases, _add_rms_large),
-                                     _within_budget(_judge_add_rms_params,
-                                                    "add_rms_norm_backward")),
+    "backward_from_output_dx": Check(
+        _and_large(_from_output_cases, _from_output_large),
+        _within_budget(_judge_from_output_dx, "layer_norm_backward_from_output")),
+    "backward_from_output_params": Check(
+        _and_large(_from_output_params_cases, _from_output_large),
+        _within_budget(_judge_from_output_params, "layer_norm_backward_from_output")),
     "backward_running_sum": Check(_running_sum_cases, _judge_running_sum),
     **{name: Check(lambda rng: [("your answer", {})], _answer_judge(name))
        for name in _ANSWERS},

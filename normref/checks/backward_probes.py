@@ -421,21 +421,23 @@ def check_blind_check_answer(answer):
 
 
 @_timed
-def _call_add_rms_backward(add_rms_norm_backward, case):
-    result = add_rms_norm_backward(*(case[key].copy() for key in (
-        "dy", "dsum", "s", "rstd", "gamma")))
-    dx, dresidual, dgamma = _unpack(result, "add_rms_norm_backward", 3)
-    return {"dx": dx, "dresidual": dresidual, "dgamma": dgamma}
+def _call_backward_from_output(layer_norm_backward_from_output, case):
+    result = layer_norm_backward_from_output(*(case[key].copy() for key in (
+        "dy", "y", "gamma", "beta", "rstd")))
+    dx, dgamma, dbeta = _unpack(result, "layer_norm_backward_from_output", 3)
+    return {"dx": dx, "dgamma": dgamma, "dbeta": dbeta}
 
 
-def check_add_rms_norm_backward_grads(add_rms_norm_backward):
-    """Check dx and dresidual from add_rms_norm_backward(dy, dsum, s, rstd, gamma) ->
-    (dx, dresidual, dgamma), for s = x + residual handed on and normalized, y =
-    gamma * s * rstd, from the forward's cache (s, rstd)."""
-    run_check("backward_add_rms_grads", add_rms_norm_backward, _call_add_rms_backward)
+def check_backward_from_output_dx(layer_norm_backward_from_output):
+    """Check dx from layer_norm_backward_from_output(dy, y, gamma, beta, rstd) ->
+    (dx, dgamma, dbeta), layer norm's backward from its output y and rstd (x_hat got
+    back as (y - beta) / gamma, gamma clamped to a magnitude of at least eps)."""
+    run_check("backward_from_output_dx", layer_norm_backward_from_output,
+              _call_backward_from_output)
 
 
-def check_add_rms_norm_backward_params(add_rms_norm_backward):
-    """Check dgamma from add_rms_norm_backward, for batches with one or several
-    leading axes."""
-    run_check("backward_add_rms_params", add_rms_norm_backward, _call_add_rms_backward)
+def check_backward_from_output_params(layer_norm_backward_from_output):
+    """Check dgamma and dbeta from layer_norm_backward_from_output, for batches with
+    one or several leading axes."""
+    run_check("backward_from_output_params", layer_norm_backward_from_output,
+              _call_backward_from_output)

@@ -23,8 +23,8 @@ from normref.checks import (
     backward_probes,
     check_accumulate_rows,
     check_accumulation_answer,
-    check_add_rms_norm_backward_grads,
-    check_add_rms_norm_backward_params,
+    check_backward_from_output_dx,
+    check_backward_from_output_params,
     check_batch_norm_2d_backward_dx,
     check_batch_norm_2d_backward_params,
     check_batch_norm_backward_dx,
@@ -2541,87 +2541,121 @@ def test_the_rms_function_check_wants_x_and_gamma_saved_on_ctx():
     check_rms_norm_function(_SavesXHatAndRstd)
 
 
-# ---------------------------------------------------------------- add + RMSNorm, from the cache
+# ---------------------------------------------------------------- layer norm, from its output
 
-def _add_rms_cache(seed, shape, eps=1e-5):
+def _from_output(seed, shape, gamma=None):
+    """x and what a memory-efficient backward is given: dy, y, gamma, beta, rstd (..., 1)."""
     rng = np.random.default_rng(seed)
-    x, residual, dy, dsum = (rng.normal(size=shape) for _ in range(4))
-    gamma = rng.normal(1.0, 0.5, size=shape[-1])
-    s = x + residual
-    rstd = 1.0 / np.sqrt((s * s).mean(-1, keepdims=True) + eps)
-    return x, residual, dy, dsum, gamma, s, rstd
+    x, dy = rng.normal(1.0, 2.0, size=shape), rng.normal(size=shape)
+    gamma = rng.normal(1.0, 0.5, size=shape[-1]) if gamma is None else gamma
+    beta = rng.normal(size=shape[-1])
+    y, cache = backward.layer_norm_forward(x, gamma, beta)
+    return x, dy, y, gamma, beta, cache["rstd"][..., None]
 
 
-@pytest.mark.parametrize("seed, shape, eps", [(0, (6,), 1e-5), (1, (4, 8), 0.3),
-                                              (2, (2, 3, 16), 1e-5)])
-def test_add_rms_norm_backward_matches_torch_autograd(seed, shape, eps):
-    x, residual, dy, dsum, gamma, s, rstd = _add_rms_cache(seed, shape, eps)
-    xt, rt, gt = _torch_leaves(x, residual, gamma)
-    st = xt + rt
-    y = F.rms_norm(st, shape[-1:], gt, eps)
-    ((torch.from_numpy(dy) * y).sum() + (torch.from_numpy(dsum) * st).sum()).backward()
-    ours = backward.add_rms_norm_backward(dy, dsum, s, rstd, gamma)
-    for mine, leaf in zip(ours, (xt, rt, gt)):
+@pytest.mark.parametrize("seed, shape", [(0, (6,)), (1, (4, 8)), (2, (2, 3, 16))])
+def test_layer_norm_backward_from_output_matches_torch_autograd_from_x(seed, shape):
+    x, dy, y, gamma, beta, rstd = _from_output(seed, shape)
+    leaves = _torch_leaves(x, gamma, beta)
+    F.layer_norm(leaves[0], shape[-1:], leaves[1], leaves[2], 1e-5).backward(
+        torch.from_numpy(dy))
+    ours = backward.layer_norm_backward_from_output(dy, y, gamma, beta, rstd)
+    for mine, leaf in zip(ours, leaves):
         assert _relative_error(mine, leaf.grad.numpy()) < 1e-12
 
 
-def test_add_rms_norm_gradient_check_agrees():
-    x, residual, dy, dsum, gamma, s, rstd = _add_rms_cache(5, (3, 8), 0.1)
-    case = {"x": x, "residual": residual, "gamma": gamma, "dy": dy, "dsum": dsum,
-            "eps": np.array(0.1)}
-    dx = backward.add_rms_norm_backward(dy, dsum, s, rstd, gamma)[0]
-    estimate = _centred_differences(lambda: J._add_rms_loss(case), x)
-    assert 1e-12 < _relative_error(dx, estimate) < 1e-8
+def test_layer_norm_backward_from_output_clamps_gamma_as_apex_does():
+    """Where |gamma| < eps the x_hat got back is the true one times |gamma| / eps, its sign
+    kept (0 counts as +eps): dx stays finite and within the judge's clamp allowance."""
+    gamma = np.array([1.5, 0.0, -4e-6, 2e-6, -0.7, 3e-5, 1.1, -2e-4])
+    x, dy, y, _, beta, rstd = _from_output(3, (5, 8), gamma)
+    dx, dgamma, dbeta = backward.layer_norm_backward_from_output(dy, y, gamma, beta, rstd)
+    assert np.all(np.isfinite(dx)) and np.all(np.isfinite(dgamma))
+    _, cache = backward.layer_norm_forward(x, gamma, beta)
+    exact = backward.layer_norm_backward(dy, cache)
+    x_hat = (x - x.mean(-1, keepdims=True)) * rstd
+    got_back = x_hat * np.where(np.abs(gamma) < 1e-5, np.abs(gamma) / 1e-5, 1.0)
+    assert np.allclose(dgamma, (dy * got_back).sum(0), rtol=1e-9, atol=1e-12)
+    case = {"x": x, "gamma": gamma, "beta": beta, "dy": dy, "eps": np.array(1e-5)}
+    dx_room, dgamma_room = J._clamp_allowance(case)
+    assert np.all(np.abs(dx - exact[0]) <= dx_room + 1e-9)
+    assert np.all(np.abs(dgamma - exact[1]) <= dgamma_room + 1e-9)
+    assert np.allclose(dbeta, exact[2], rtol=1e-12)
+    assert not np.allclose(dx, exact[0], rtol=1e-6)  # the clamp does cost accuracy
 
 
-def test_the_add_rms_norm_checks_pass_the_reference_and_rstd_of_shape_dots():
-    check_add_rms_norm_backward_grads(backward.add_rms_norm_backward)
-    check_add_rms_norm_backward_params(backward.add_rms_norm_backward)
+def test_the_from_output_checks_pass_the_reference_and_rstd_of_shape_dots():
+    check_backward_from_output_dx(backward.layer_norm_backward_from_output)
+    check_backward_from_output_params(backward.layer_norm_backward_from_output)
 
-    def flat_rstd(dy, dsum, s, rstd, gamma):
+    def flat_rstd(dy, y, gamma, beta, rstd):
         """rstd taken as one number a token, shape (...)."""
-        return backward.add_rms_norm_backward(dy, dsum, s, np.squeeze(rstd, -1), gamma)
+        return backward.layer_norm_backward_from_output(dy, y, gamma, beta,
+                                                        np.squeeze(rstd, -1))
 
-    check_add_rms_norm_backward_grads(flat_rstd)
+    check_backward_from_output_dx(flat_rstd)
 
 
-def _add_rms_variant(slip):
-    def variant(dy, dsum, s, rstd, gamma):
-        dx, dres, dgamma = backward.add_rms_norm_backward(dy, dsum, s, rstd, gamma)
-        d = np.shape(s)[-1]
-        rebuilt = 1.0 / np.sqrt((np.asarray(s) ** 2).mean(-1, keepdims=True) + 1e-5)
-        unbiased = 1.0 / np.sqrt((np.asarray(s) ** 2).sum(-1, keepdims=True) / (d - 1)
-                                 + 1e-5)
-        r = np.reshape(rstd, np.shape(s)[:-1] + (1,))
-        return {"no dsum": lambda: (dx - dsum, dres - dsum, dgamma),
-                "only dsum": lambda: (dsum, dsum, dgamma),
-                "halved": lambda: (dx / 2, dres / 2, dgamma),
-                "constant rstd": lambda: (r * dy * gamma + dsum, dres, dgamma),
-                "no residual": lambda: (dx, 0 * dres, dgamma),
-                "rebuilt rstd": lambda: backward.add_rms_norm_backward(
-                    dy, dsum, s, rebuilt, gamma),
-                "rebuilt with d - 1": lambda: backward.add_rms_norm_backward(
-                    dy, dsum, s, unbiased, gamma),
-                "dgamma rebuilt": lambda: (dx, dres, backward.add_rms_norm_backward(
-                    dy, dsum, s, rebuilt, gamma)[2]),
-                "dgamma of s": lambda: (dx, dres, (dy * s).reshape(-1, d).sum(0))}[slip]()
+def _from_output_variant(slip):
+    def variant(dy, y, gamma, beta, rstd):
+        ref = backward.layer_norm_backward_from_output
+        dx, dgamma, dbeta = ref(dy, y, gamma, beta, rstd)
+        d = np.shape(y)[-1]
+        r = np.reshape(rstd, np.shape(y)[:-1] + (1,))
+        with np.errstate(all="ignore"):
+            x_hat = (y - beta) / gamma
+            g = dy * gamma
+            unclamped = r * (g - g.mean(-1, keepdims=True)
+                             - x_hat * (g * x_hat).mean(-1, keepdims=True))
+        unsigned = np.where(np.abs(gamma) < 1e-5, 1e-5, gamma)  # the sign lost
+        return {"no clamp": lambda: (unclamped, dgamma, dbeta),
+                "no clamp dgamma": lambda: (dx, (dy * x_hat).reshape(-1, d).sum(0), dbeta),
+                "no beta": lambda: ref(dy, y, gamma, 0 * beta, rstd),
+                "unsigned clamp": lambda: (_from_y(dy, y, gamma, beta, rstd, unsigned),
+                                           dgamma, dbeta),
+                "no mean term": lambda: (dx + r * (dy * gamma).mean(-1, keepdims=True),
+                                         dgamma, dbeta),
+                "dgamma of y": lambda: (dx, (dy * y).reshape(-1, d).sum(0), dbeta),
+                "swapped": lambda: (dx, dbeta, dgamma)}[slip]()
     return variant
 
 
+def _from_y(dy, y, gamma, beta, rstd, divisor):
+    """Layer norm's dx with x_hat = (y - beta) / divisor."""
+    r = np.reshape(rstd, np.shape(y)[:-1] + (1,))
+    x_hat = (y - beta) / divisor
+    g = dy * gamma
+    return r * (g - g.mean(-1, keepdims=True) - x_hat * (g * x_hat).mean(-1, keepdims=True))
+
+
 @pytest.mark.parametrize("slip, check, message", [
-    ("no dsum", check_add_rms_norm_backward_grads, "dx is missing dsum"),
-    ("only dsum", check_add_rms_norm_backward_grads, "missing the gradient through"),
-    ("halved", check_add_rms_norm_backward_grads, "not shared out between them"),
-    ("constant rstd", check_add_rms_norm_backward_grads, "treats rstd as a constant"),
-    ("no residual", check_add_rms_norm_backward_grads, "dresidual is"),
-    ("rebuilt rstd", check_add_rms_norm_backward_grads, "rebuilt rstd with eps = 1e-5"),
-    ("rebuilt with d - 1", check_add_rms_norm_backward_grads, "divided by d - 1"),
-    ("dgamma rebuilt", check_add_rms_norm_backward_params, "dgamma rebuilt rstd"),
-    ("dgamma of s", check_add_rms_norm_backward_params, "not by x"),
+    ("no clamp", check_backward_from_output_dx, "Divide by gamma clamped"),
+    ("no clamp dgamma", check_backward_from_output_params, "Divide by gamma clamped"),
+    ("no beta", check_backward_from_output_dx, "subtract beta before dividing"),
+    ("no beta", check_backward_from_output_params, "subtract beta before dividing"),
+    ("unsigned clamp", check_backward_from_output_dx, "keep gamma's sign"),
+    ("no mean term", check_backward_from_output_dx, "missing the -mean\\(g\\) term"),
+    ("dgamma of y", check_backward_from_output_params, "dgamma"),
+    ("swapped", check_backward_from_output_params, "swapped"),
 ])
-def test_add_rms_norm_checks_name_the_slip(slip, check, message):
+def test_from_output_checks_name_the_slip(slip, check, message):
     with pytest.raises(CheckFailed, match=message):
-        check(_add_rms_variant(slip))
+        check(_from_output_variant(slip))
+
+
+def test_from_output_check_accepts_x_hat_taken_as_zero_where_gamma_is_under_eps():
+    """Any x_hat between 0 and the true one is within the clamp's range."""
+    def zero_there(dy, y, gamma, beta, rstd):
+        d = np.shape(y)[-1]
+        r = np.reshape(rstd, np.shape(y)[:-1] + (1,))
+        seen = np.abs(gamma) >= 1e-5
+        x_hat = np.where(seen, (y - beta) / np.where(seen, gamma, 1.0), 0.0)
+        g = dy * gamma
+        dx = r * (g - g.mean(-1, keepdims=True) - x_hat * (g * x_hat).mean(-1, keepdims=True))
+        return dx, (dy * x_hat).reshape(-1, d).sum(0), np.reshape(dy, (-1, d)).sum(0)
+
+    check_backward_from_output_dx(zero_there)
+    check_backward_from_output_params(zero_there)
 
 
 def test_gn_dx_check_names_gamma_taken_outside_the_group_means():
@@ -2837,8 +2871,8 @@ def test_the_dx_dot_x_check_explains_a_result_that_is_not_one_number(answer, pro
 GRADED_BACKWARDS = ["backward_rms_dx", "backward_rms_dgamma", "backward_gn_dx",
                     "backward_gn_params", "backward_bn_dx", "backward_bn_stages",
                     "backward_bn_params", "backward_bn2d_dx", "backward_bn2d_params",
-                    "backward_add_rms_grads",
-                    "backward_add_rms_params"]
+                    "backward_from_output_dx",
+                    "backward_from_output_params"]
 
 
 @pytest.mark.parametrize("name", GRADED_BACKWARDS)
@@ -2921,14 +2955,14 @@ def test_the_probe_stops_a_call_past_its_budget_and_times_a_fast_one():
 
 
 @pytest.mark.parametrize("name", ["backward_rms_dx", "backward_gn_dx", "backward_bn2d_dx",
-                                  "backward_add_rms_grads"])
+                                  "backward_from_output_dx"])
 def test_a_complex_gradient_is_refused_though_its_real_part_is_right(name):
     """Complex-step differentiation leaves complex arrays: refused, whatever their real part."""
     label, case = _cases(name)[0]
     outputs = {}
     probe = {"backward_rms_dx": ("dx", "dgamma"), "backward_gn_dx": ("dx", "dgamma", "dbeta"),
              "backward_bn2d_dx": ("dx", "dgamma", "dbeta"),
-             "backward_add_rms_grads": ("dx", "dresidual", "dgamma")}[name]
+             "backward_from_output_dx": ("dx", "dgamma", "dbeta")}[name]
     for key in probe:
         outputs[key] = np.zeros(1, complex)
     message = _judge(name, case, outputs)
