@@ -239,6 +239,20 @@ def _train_cases(rng):
     ]
 
 
+def _train_part(case):
+    """Which graded cell of Exercise 3 a case belongs to: a batch of one example (it
+    trains when its positions give two values per channel, and raises otherwise), or
+    else its convention."""
+    return "one_example" if case["x"].shape[1] == 1 else str(case["convention"])
+
+
+def _train_cases_of(part):
+    """The cases of _train_cases that one graded cell of Exercise 3 judges, so that a
+    slip in one part (the one-example guard, say) costs only that part's points."""
+    return lambda rng: [(label, case) for label, case in _train_cases(rng)
+                        if _train_part(case) == part]
+
+
 def _steps(case, *, weight_on_new, unbiased, count_positions=True):
     """Reference-like running statistics after each step, with the knobs a
     mistake turns: the weight on the new value, the variance flavour, and
@@ -744,8 +758,12 @@ def _rms_slips(case):
         candidates["eps=None means the machine epsilon of x's dtype "
                    "(np.finfo(x.dtype).eps), as torch's F.rms_norm and nn.RMSNorm do, not "
                    "1e-5 as in layer norm"] = x / np.sqrt(mean_square + 1e-5) * g
-        candidates["eps=None means the machine epsilon of x's OWN dtype: float32's for "
-                   "float32 input"] = x / np.sqrt(mean_square + np.finfo(np.float64).eps) * g
+        # the other float type's epsilon: float64's for float32 input, or float32's for
+        # float64 input (a constant copied from a float32 run, or x cast down for eps)
+        other = np.float64 if case["x"].dtype == np.float32 else np.float32
+        candidates[f"eps=None means the machine epsilon of x's OWN dtype: "
+                   f"{case['x'].dtype}'s for {case['x'].dtype} input, not "
+                   f"{np.dtype(other)}'s"] = x / np.sqrt(mean_square + np.finfo(other).eps) * g
     centred = x - x.mean(-1, keepdims=True)
     candidates.update({
         "RMSNorm does not subtract the mean: divide x itself by its root mean square":
@@ -949,35 +967,57 @@ def _judge_pair_information_answers(case, output):
 # of 6 x 6; spatial_batch_norm_forward, batch_norm_train on the flattened features
 # (N, 16 * 36) and group_norm with 4 groups normalize them, batch after batch, in
 # training mode.
-RUN_FUNCTIONS = ("spatial_batch_norm_forward", "batch_norm_train", "group_norm")
 
-# the run's measured fact, the same for every seed checked (tests/normref/
-# test_rows_spatial_run.py): two values per statistic costs well over 5 points,
-# 72 (spatial batch norm) about nothing, and group norm's outputs do not change
-_LOSES_AT_BATCH_2 = {"batch_norm_train"}
-_RUN_WHY = {
-    "spatial_batch_norm_forward": "spatial batch norm still averages each channel over "
-                                  "2 x 6 x 6 = 72 values at batch 2, and its accuracy "
-                                  "stays within about a point of batch 32's",
-    "batch_norm_train": "on the flattened features each statistic has two values at batch "
-                        "2: every output is close to -1 or +1, and the accuracy falls well "
-                        "over 5 points",
-    "group_norm": "group norm's output for an image does not depend on its batch: the "
-                  "features, the trained head and the accuracy are the same at both sizes",
-}
+# Question 1: over how many values each statistic of the three norms is taken at batch 2,
+# the counts behind the run's lines (the run prints accuracies, not these counts)
+RUN_BATCH, RUN_CHANNELS, RUN_POSITIONS, RUN_GROUPS = 2, 16, 6 * 6, 4
 
 
-def _judge_spatial_run_losses(case, output):
-    verdict = names_verdict(output, "LOSES_OVER_5_POINTS", RUN_FUNCTIONS, _LOSES_AT_BATCH_2,
-                            lambda name: f"{name} is listed, but {_RUN_WHY[name]}",
-                            lambda name: f"{name} is missing: {_RUN_WHY[name]}",
-                            kind="the run's three norms")
-    listed = {str(name).strip().lower() for name in np.atleast_1d(output.get("names"))}
-    if verdict and "spatial_batch_norm_forward" in listed:
-        verdict += ("; if your own spatial_batch_norm_forward lost as much as "
-                    "batch_norm_train, it takes its statistics over the images alone: "
-                    "check it against Exercise 5's test")
-    return verdict
+def values_per_statistic(batch=RUN_BATCH):
+    """{answer name: values each mean and variance is taken over} for the run's
+    features (batch, 16, 6, 6)."""
+    return {"flat_bn_values_at_2": batch,  # one column of (N, 16 * 36): N rows
+            "spatial_bn_values_at_2": batch * RUN_POSITIONS,  # a channel: N x 6 x 6
+            "group_norm_values_at_2": RUN_CHANNELS // RUN_GROUPS * RUN_POSITIONS}
+
+
+def _statistic_size_slips():
+    """{answer name: {wrong count: hint}} for the typical miscounts."""
+    n, c, p, g = RUN_BATCH, RUN_CHANNELS, RUN_POSITIONS, RUN_GROUPS
+    return {
+        "flat_bn_values_at_2": {
+            n * c * p: "on the flattened features (N, 16 * 36) batch norm takes one mean "
+                       "per column, a channel at one position, over the N rows",
+            n * p: "flattened, a column is one channel at one position: its statistics "
+                   "see no other position",
+            32: "that is batch 32's count; this one is at batch 2"},
+        "spatial_bn_values_at_2": {
+            n: "spatial batch norm averages each channel over the images AND their 6 x 6 "
+               "positions",
+            p: "one channel's statistics cover its positions in every image of the batch",
+            n * c * p: "one mean per channel, not one over all the channels"},
+        "group_norm_values_at_2": {
+            c // g: "a group's statistics cover its channels at every one of the 36 "
+                    "positions",
+            n * c // g * p: "group norm never crosses from one image to another: the "
+                            "batch size does not enter",
+            c * p: "4 groups of 4 channels each, not one group of all 16"},
+    }
+
+
+def _judge_statistic_sizes_answer(case, output):
+    problems = []
+    for name, truth in values_per_statistic().items():
+        label = name.upper()
+        given = number_from_answer(output.get(name))
+        if given is None:
+            problems.append(f"{label} (you gave {output.get(name)}) is not a number")
+        elif given != truth:
+            hint = _statistic_size_slips()[name].get(
+                given, "count the values that share one mean: which axes does this norm "
+                       "average over, for features (2, 16, 6, 6)?")
+            problems.append(f"{label}: {output.get(name)} is not right. Hint: {hint}")
+    return "; ".join(problems) or None
 
 
 # Questions 2 to 4 ask for figures of the run with its seeds fixed (convolution seed 0,
@@ -1116,7 +1156,11 @@ def _judge_precision_kept(case, output):
 CHECKS = {
     "rows_group_norm": Check(_group_cases, _judge_group_norm),
     "rows_channel_layer_norm": Check(_channel_cases, _judge_channel_layer_norm),
-    "rows_batch_norm_train": Check(_train_cases, _judge_batch_norm_train),
+    "rows_batch_norm_train_pytorch": Check(_train_cases_of("pytorch"),
+                                           _judge_batch_norm_train),
+    "rows_batch_norm_train_cs231n": Check(_train_cases_of("cs231n"), _judge_batch_norm_train),
+    "rows_batch_norm_train_one_example": Check(_train_cases_of("one_example"),
+                                               _judge_batch_norm_train),
     "rows_nudge_answer": Check(lambda rng: [("your answer", {})], _judge_nudge_answer),
     "rows_running_var_answers": Check(lambda rng: [("your two answers", {})],
                                       _judge_running_var_answers),
@@ -1136,8 +1180,8 @@ CHECKS = {
     "rows_precision_kept": Check(_precision_cases, _judge_precision_kept),
     "rows_small_batch_accuracy": Check(lambda rng: [("your two answers", {})],
                                        _judge_small_batch_accuracy),
-    "rows_spatial_run_losses": Check(lambda rng: [("your answer", {})],
-                                     _judge_spatial_run_losses),
+    "rows_statistic_sizes_answer": Check(lambda rng: [("your three answers", {})],
+                                         _judge_statistic_sizes_answer),
     "rows_group_count_accuracy": Check(lambda rng: [("your two answers", {})],
                                        _judge_group_count_accuracy),
     "rows_eval_mode_accuracy": Check(lambda rng: [("your answer", {})],

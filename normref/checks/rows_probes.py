@@ -229,10 +229,22 @@ def check_channel_layer_norm(channel_layer_norm):
     run_check("rows_channel_layer_norm", channel_layer_norm, _call_channel_layer_norm)
 
 
-def check_batch_norm_train(batch_norm_train):
+def check_batch_norm_train_pytorch(batch_norm_train):
     """Check batch_norm_train(x, gamma, beta, running_mean, running_var,
-    momentum, convention, eps) over several steps, under both conventions."""
-    run_check("rows_batch_norm_train", batch_norm_train, _call_batch_norm_train)
+    momentum, "pytorch", eps) over several steps, batches of two examples or more."""
+    run_check("rows_batch_norm_train_pytorch", batch_norm_train, _call_batch_norm_train)
+
+
+def check_batch_norm_train_cs231n(batch_norm_train):
+    """Check batch_norm_train(..., momentum, "cs231n", eps) over several steps,
+    batches of two examples or more."""
+    run_check("rows_batch_norm_train_cs231n", batch_norm_train, _call_batch_norm_train)
+
+
+def check_batch_norm_train_one_example(batch_norm_train):
+    """Check batch_norm_train on batches of one example: it trains when the example's
+    positions give two values per channel, and raises ValueError on one value."""
+    run_check("rows_batch_norm_train_one_example", batch_norm_train, _call_batch_norm_train)
 
 
 def check_nudge_answer(**answers):
@@ -304,10 +316,10 @@ def check_small_batch_accuracy(**answers):
     run_check("rows_small_batch_accuracy", answers, _answers_as_text)
 
 
-def check_spatial_run_losses(names):
-    """Check the answer naming the norms that lose more than 5 points of held-out
-    accuracy at batch size 2 in the spatial run."""
-    run_check("rows_spatial_run_losses", {"names": names}, _names_as_text)
+def check_statistic_sizes_answer(**answers):
+    """Check the answers on how many values each statistic of the run's three norms
+    is taken over at batch 2."""
+    run_check("rows_statistic_sizes_answer", answers, _answers_as_text)
 
 
 def check_group_count_accuracy(**answers):

@@ -19,7 +19,9 @@ from normref.checks import (
     _registry,
     _runner,
     _wire,
-    check_batch_norm_train,
+    check_batch_norm_train_cs231n,
+    check_batch_norm_train_one_example,
+    check_batch_norm_train_pytorch,
     check_group_norm,
     check_nudge_answer,
     check_running_var_answers,
@@ -38,6 +40,14 @@ from normref.checks.rows_judges import (
     _train_cases,
     raised_as_asked,
 )
+
+
+def check_batch_norm_train(batch_norm_train):
+    """Exercise 3's three graded cells in their order: PyTorch's convention, CS231n's,
+    then batches of one example (the first failure raises)."""
+    for check in (check_batch_norm_train_pytorch, check_batch_norm_train_cs231n,
+                  check_batch_norm_train_one_example):
+        check(batch_norm_train)
 
 DTYPES = {np.float64: torch.float64, np.float32: torch.float32}
 TOL = {np.float64: 1e-10, np.float32: 1e-4}
@@ -471,7 +481,10 @@ PROBES = {
     "rows_group_norm": (rows_probes._call_group_norm, group_norm),
     "rows_channel_layer_norm": (rows_probes._call_channel_layer_norm, through_group_norm),
     "rows_fold_batch_norm": (rows_probes._call_fold_batch_norm, fold_batch_norm),
-    "rows_batch_norm_train": (rows_probes._call_batch_norm_train, batch_norm_train),
+    "rows_batch_norm_train_pytorch": (rows_probes._call_batch_norm_train, batch_norm_train),
+    "rows_batch_norm_train_cs231n": (rows_probes._call_batch_norm_train, batch_norm_train),
+    "rows_batch_norm_train_one_example": (rows_probes._call_batch_norm_train,
+                                          batch_norm_train),
 }
 
 
@@ -686,8 +699,8 @@ def test_right_batch_norm_steps_pass_as_torch_and_cs231n_compute_them():
     for a, b in zip(bn_train(x2, np.ones(3), np.zeros(3), np.zeros(3), np.ones(3), 0.9,
                              "cs231n", 1e-5), expected):
         np.testing.assert_allclose(a, b)
-    assert "rows_batch_norm_train: all 9 cases passed" in passes(check_batch_norm_train,
-                                                                  bn_train)
+    assert "rows_batch_norm_train_one_example: all 3 cases passed" in passes(
+        check_batch_norm_train, bn_train)
 
 
 def test_the_batch_norm_probe_chains_the_steps_and_passes_python_numbers():
@@ -703,7 +716,7 @@ def test_the_batch_norm_probe_chains_the_steps_and_passes_python_numbers():
         running_mean[...] = -1.0  # the student's copy only
         return torch.from_numpy(y), torch.from_numpy(mean), list(var)
 
-    assert "all 9 cases passed" in passes(check_batch_norm_train, student)
+    assert passes(check_batch_norm_train, student).count("all 3 cases passed") == 3
     assert set(seen) == {(np.ndarray, float, str, float)}
 
 
@@ -877,6 +890,22 @@ def test_group_norm_right_answers_pass_and_errors_are_judged_by_class():
         return slipped_group_norm(x, g, gamma, beta, eps, error=RuntimeError)
 
     assert "all 7 cases passed" in passes(check_group_norm, runtime)
+
+
+def test_a_guard_on_the_batch_size_costs_only_the_one_example_cell():
+    """Raising when x.shape[0] < 2, instead of when a channel has one value, is wrong
+    only for one example of several positions: the two conventions' cells still pass,
+    the one-example cell fails on the case that should train."""
+    def student(*args):
+        if np.shape(args[0])[0] < 2:
+            raise ValueError("need two examples")
+        return bn_train(*args)
+
+    assert "all 3 cases passed" in passes(check_batch_norm_train_pytorch, student)
+    assert "all 3 cases passed" in passes(check_batch_norm_train_cs231n, student)
+    message = fails(check_batch_norm_train_one_example, student)
+    assert message.startswith("rows_batch_norm_train_one_example, pytorch: one example of 5 "
+                              "positions, x (1, 3, 5), trains"), message
 
 
 @pytest.mark.parametrize("error, said", [(None, "returned normally"),
@@ -1065,7 +1094,7 @@ def test_a_batch_norm_no_slip_explains_gets_no_hint():
         return 2 * y, mean, var
 
     message = fails(check_batch_norm_train, doubled)
-    assert message.startswith("rows_batch_norm_train, pytorch, momentum 0.1: 3 steps of a "
+    assert message.startswith("rows_batch_norm_train_pytorch, pytorch, momentum 0.1: 3 steps of a "
                               "batch of 4 tokens, C = 4: your y is ")
     assert "Hint" not in message
 
@@ -1087,9 +1116,9 @@ def test_one_value_per_channel_must_raise(error, said):
         return bn_train(*args, raise_on_one=False)
 
     message = fails(check_batch_norm_train, student)
-    assert message == ("rows_batch_norm_train, pytorch: a batch of one token (must raise "
-                       "ValueError): one value per channel has no variance to measure: raise "
-                       f"a ValueError, as torch does (your code {said})")
+    assert message == ("rows_batch_norm_train_one_example, pytorch: a batch of one token "
+                       "(must raise ValueError): one value per channel has no variance to "
+                       f"measure: raise a ValueError, as torch does (your code {said})")
 
 
 def test_the_running_statistics_of_each_step_are_compared():
@@ -1386,7 +1415,7 @@ def test_the_one_value_case_is_named_as_students_see_it():
         return bn_train(*args, raise_on_one=False)
 
     message = fails(check_batch_norm_train, student)
-    assert message == ("rows_batch_norm_train, cs231n: x (1, 3, 1), one value per channel "
-                       "(must raise ValueError): one value per channel has no variance to "
+    assert message == ("rows_batch_norm_train_one_example, cs231n: x (1, 3, 1), one value per "
+                       "channel (must raise ValueError): one value per channel has no variance to "
                        "measure: raise a ValueError, as torch does (your code returned "
                        "normally)")

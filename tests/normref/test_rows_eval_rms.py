@@ -177,6 +177,11 @@ RMS_SLIPS = {
                  "machine epsilon of x's dtype"),
     "float64_eps": (lambda x, g, eps: rms_norm(
         x.astype(np.float64), g, eps), "float32's for float32 input"),
+    # float32's epsilon for every dtype: right for float32 input, 1.9e-9 too large for
+    # float64's small values
+    "float32_eps": (lambda x, g, eps: rms_norm(
+        x, g, float(np.finfo(np.float32).eps) if eps is None else eps),
+        "float64's for float64 input, not float32's"),
     "centred": (lambda x, g, eps: rms_norm(x - x.mean(-1, keepdims=True), g, eps),
                 "does not subtract the mean"),
 }

@@ -10,7 +10,9 @@ from check_calls import fails, passes
 from normref import batchnorm
 from normref.checks import (
     check_batch_norm_eval,
-    check_batch_norm_train,
+    check_batch_norm_train_cs231n,
+    check_batch_norm_train_one_example,
+    check_batch_norm_train_pytorch,
     check_channel_layer_norm,
     check_fold_batch_norm,
     check_group_norm,
@@ -42,7 +44,9 @@ RIGHT = {
 }
 OWN_CHECK = {
     "group_norm": check_group_norm,
-    "batch_norm_train": check_batch_norm_train,
+    "batch_norm_train": lambda f: [check(f) for check in (  # Exercise 3's three cells
+        check_batch_norm_train_pytorch, check_batch_norm_train_cs231n,
+        check_batch_norm_train_one_example)],
     "spatial_batch_norm_forward": check_spatial_batch_norm,
     "batch_norm_eval": check_batch_norm_eval,
     "fold_batch_norm": check_fold_batch_norm,
