@@ -1313,8 +1313,10 @@ def _clamp_allowance(case):
     staged walk) mean(x_hat). With m = |mean(g * x_hat)|, and delta_g, delta the sums
     over those features of |g_j * x_hat_j| / d and |x_hat_j| / d: per entry of dx,
     rstd * (|x_hat_i| * (delta_g + m at such a feature) + delta * (m + delta_g)); per
-    entry of dgamma, the sum over tokens of |dy * x_hat_j| at such a feature. Zero
-    when no |gamma| is under eps."""
+    entry of dgamma at such a feature, |exact dgamma_j|: the clamp scales that feature's
+    x_hat by one factor in [0, 1], so dgamma_j lies between 0 and the exact one, and an
+    x_hat of the wrong sign (a clamp that drops gamma's sign) falls outside. Zero when
+    no |gamma| is under eps."""
     c, _, rstd, x_hat = _ln_parts({**case, "eps": np.array(DEFAULT_EPS)})
     g = c["dy"] * c["gamma"]
     under = np.abs(c["gamma"]) < DEFAULT_EPS  # d
@@ -1324,7 +1326,7 @@ def _clamp_allowance(case):
     m = np.abs((g * x_hat).mean(axis=-1, keepdims=True))  # ..., 1
     dx_room = rstd * (np.abs(x_hat) * (delta_g + m * under)
                       + delta * (m + delta_g)) * under.any()  # ..., d
-    dgamma_room = _token_sum(np.abs(c["dy"] * x_hat)) * under  # d
+    dgamma_room = np.abs(_token_sum(c["dy"] * x_hat)) * under  # d
     return dx_room, dgamma_room
 
 
@@ -1358,6 +1360,10 @@ _NO_CLAMP = ("gamma has entries at or near 0 in this case; dividing y - beta by 
              "magnitude of at least eps = 1e-5, its sign kept, as Apex does")
 
 
+_UNSIGNED_CLAMP = ("keep gamma's sign when you clamp it: a negative gamma clamped to +eps "
+                   "flips the sign of the x_hat you get back (Apex clamps -4e-6 to -1e-5)")
+
+
 def _from_output_mistakes(case):
     """{hint: a wrong dx} for the usual slips of the backward from y."""
     c, g, rstd, clamped = _from_output_parts(case)
@@ -1375,10 +1381,8 @@ def _from_output_mistakes(case):
         "before dividing": dx_from(c["y"] / clamped),
         "y = gamma * x_hat + beta: x_hat is y minus beta, divided by gamma, not y "
         "minus beta alone": dx_from(c["y"] - c["beta"]),
-        "keep gamma's sign when you clamp it: a negative gamma clamped to +eps flips "
-        "the sign of the x_hat you get back (Apex clamps -4e-6 to -1e-5)":
-            dx_from((c["y"] - c["beta"]) / np.where(
-                np.abs(c["gamma"]) < DEFAULT_EPS, unsigned, c["gamma"])),
+        _UNSIGNED_CLAMP: dx_from((c["y"] - c["beta"]) / np.where(
+            np.abs(c["gamma"]) < DEFAULT_EPS, unsigned, c["gamma"])),
         "dx is missing the -mean(g) term: the mean depends on every feature":
             rstd * (g - x_hat * avg(g * x_hat)),
         "dx is missing the -x_hat * mean(g * x_hat) term: rstd depends on x too":
@@ -1410,8 +1414,10 @@ def _judge_from_output_dx(case, output):
         hint = ("at a feature whose |gamma| is under eps, the x_hat you get back should "
                 "lie between 0 and the true one, as the clamp gives it: divide by gamma "
                 "clamped to a magnitude of at least eps, its sign kept")
+    # quoted where yours is furthest from the allowance-adjusted answer: an entry within
+    # the clamp's room is never cited against the unclamped dx
     evidence = _fd_evidence(_ln_loss, {**case, "eps": np.array(DEFAULT_EPS)}, "x", "dx",
-                            actual, dx)
+                            actual, expected)
     return _with_hint(problem + evidence, hint)
 
 
@@ -1437,6 +1443,10 @@ def _judge_from_output_params(case, output):
             if matches(output[name], _token_sum(f["dy"] * f["y"] / clamped), dtype=x.dtype):
                 return _with_hint(problem, "x_hat is (y - beta) / gamma: subtract beta "
                                   "before dividing")
+            unsigned = np.where(np.abs(f["gamma"]) < DEFAULT_EPS, DEFAULT_EPS, f["gamma"])
+            if matches(output[name], _token_sum(f["dy"] * (f["y"] - f["beta"]) / unsigned),
+                       dtype=x.dtype):
+                return _with_hint(problem, _UNSIGNED_CLAMP)
         return _judge_param(output, c, name, expected, x_hat, _ln_loss,
                             "gamma" if name == "dgamma" else "beta")
     return None

@@ -2613,6 +2613,8 @@ def _from_output_variant(slip):
                 "no beta": lambda: ref(dy, y, gamma, 0 * beta, rstd),
                 "unsigned clamp": lambda: (_from_y(dy, y, gamma, beta, rstd, unsigned),
                                            dgamma, dbeta),
+                "unsigned clamp dgamma": lambda: (
+                    dx, (dy * (y - beta) / unsigned).reshape(-1, d).sum(0), dbeta),
                 "no mean term": lambda: (dx + r * (dy * gamma).mean(-1, keepdims=True),
                                          dgamma, dbeta),
                 "dgamma of y": lambda: (dx, (dy * y).reshape(-1, d).sum(0), dbeta),
@@ -2634,6 +2636,7 @@ def _from_y(dy, y, gamma, beta, rstd, divisor):
     ("no beta", check_backward_from_output_dx, "subtract beta before dividing"),
     ("no beta", check_backward_from_output_params, "subtract beta before dividing"),
     ("unsigned clamp", check_backward_from_output_dx, "keep gamma's sign"),
+    ("unsigned clamp dgamma", check_backward_from_output_params, "keep gamma's sign"),
     ("no mean term", check_backward_from_output_dx, "missing the -mean\\(g\\) term"),
     ("dgamma of y", check_backward_from_output_params, "dgamma"),
     ("swapped", check_backward_from_output_params, "swapped"),
@@ -2641,6 +2644,49 @@ def _from_y(dy, y, gamma, beta, rstd, divisor):
 def test_from_output_checks_name_the_slip(slip, check, message):
     with pytest.raises(CheckFailed, match=message):
         check(_from_output_variant(slip))
+
+
+def _small_gamma_case(seed=0):
+    """The from-output case whose gamma has entries under eps (features 3, 10, 20)."""
+    cases = _cases("backward_from_output_dx", seed)
+    return next(case for label, case in cases if "near 0" in label)
+
+
+@pytest.mark.parametrize("seed", range(8))  # seeds 5 and 6 once cited features 3 and 10
+def test_from_output_dx_evidence_is_quoted_where_yours_leaves_the_clamp_allowance(seed):
+    """A clamp that drops gamma's sign is quoted at an entry outside the clamp's room,
+    where the finite difference is the answer; never at a gamma = 0 feature, where it
+    equals the reference."""
+    case = _small_gamma_case(seed)
+    args = [np.asarray(case[k], np.float64) for k in ("dy", "y", "gamma", "beta", "rstd")]
+    dx = _from_output_variant("unsigned clamp")(*args)[0]
+    ref_dx = backward.layer_norm_backward_from_output(*args)[0]
+    verdict = _judge("backward_from_output_dx", case, {"dx": dx})
+    found = re.search(r"puts dx\[(\d+), (\d+)\] at (\S+); yours is (\S+)", verdict)
+    assert found, verdict
+    index = (int(found[1]), int(found[2]))
+    assert not np.isclose(dx[index], ref_dx[index], rtol=1e-6)  # yours differs there
+    exact, _, _ = J._from_output_reference(case)
+    assert np.isclose(float(found[3]), exact[index], rtol=1e-5, atol=1e-8)
+
+
+def test_from_output_dgamma_room_keeps_the_sign_where_gamma_is_under_eps():
+    """dgamma at an under-eps feature may shrink toward 0 (x_hat scaled by a factor in
+    [0, 1]) but not change sign: a clamp that drops gamma's sign loses the point."""
+    case = _small_gamma_case()
+    _, room = J._clamp_allowance(case)
+    _, exact, _ = J._from_output_reference(case)
+    under = np.abs(case["gamma"]) < 1e-5
+    assert np.allclose(room[under], np.abs(exact[under])) and not np.any(room[~under])
+    args = [np.asarray(case[k], np.float64) for k in ("dy", "y", "gamma", "beta", "rstd")]
+    wrong = _from_output_variant("unsigned clamp dgamma")(*args)
+    assert np.sign(wrong[1][20]) == -np.sign(exact[20])  # gamma = -4e-6 at feature 20
+    verdict = _judge("backward_from_output_params", case,
+                     {"dx": wrong[0], "dgamma": wrong[1], "dbeta": wrong[2]})
+    assert verdict and "keep gamma's sign" in verdict
+    right = backward.layer_norm_backward_from_output(*args)
+    assert _judge("backward_from_output_params", case,
+                  {"dx": right[0], "dgamma": right[1], "dbeta": right[2]}) is None
 
 
 def test_from_output_check_accepts_x_hat_taken_as_zero_where_gamma_is_under_eps():
