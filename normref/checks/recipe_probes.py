@@ -4,6 +4,7 @@ import contextlib
 import inspect
 import numbers
 import sys
+import types
 
 import numpy as np
 
@@ -97,21 +98,28 @@ def _like_given(merged, *given):
     return torch.as_tensor(merged, device=tensors[0].device).to(tensors[0].dtype)
 
 
-# The name under which the grader's counting merge sits in the student's namespace
-# while chunked_var runs; _forward_to_graded_merge looks it up there.
+# The names under which the grader's own functions sit in the student's namespace
+# while the student's code runs; the _forward_to_* functions look them up there.
 _GRADED_MERGE = "__graded_merge_stats__"
+_GRADED_VAR = "__graded_token_var__"
 
 
 def _forward_to_graded_merge(*args, **kwargs):
     return __graded_merge_stats__(*args, **kwargs)  # noqa: F821 (the student's globals)
 
 
+def _forward_to_graded_var(*args, **kwargs):
+    return __graded_token_var__(*args, **kwargs)  # noqa: F821 (the student's globals)
+
+
 @contextlib.contextmanager
-def _merge_replaced(own, graded):
-    """While inside, every call of the student's merge_stats runs graded(a, b): the
-    function object itself is rewired, so a call under another name (combine =
-    merge_stats, a default argument, a closure) counts too. A merge that is no plain
-    function (a callable object, a closure) is swapped by its notebook name instead."""
+def _rewired(own, graded, slot, forward, arity):
+    """While inside, every call of the student's function `own` whose arguments
+    are its first `arity` ones runs graded(*those): the function object itself is
+    rewired (its code forwards to `slot` in its globals), so a call under another
+    name (combine = merge_stats, a default argument, a closure) counts too. A call
+    with more arguments runs the student's own code. Yields False, changing
+    nothing, for what is no plain function (a callable object, a closure)."""
     code = getattr(own, "__code__", None)
     found = getattr(own, "__globals__", None)
     if code is None or code.co_freevars or not isinstance(found, dict):
@@ -121,23 +129,64 @@ def _merge_replaced(own, graded):
         signature = inspect.signature(own)
     except (TypeError, ValueError):
         signature = None
+    original = types.FunctionType(code, found, own.__name__, own.__defaults__)
+    original.__kwdefaults__ = own.__kwdefaults__
 
     def forwarded(*args, **kwargs):
         try:
-            a, b = list(signature.bind(*args, **kwargs).arguments.values())[:2]
+            given = list(signature.bind(*args, **kwargs).arguments.values())
         except (AttributeError, TypeError, ValueError):
-            a, b = args[:2]
-        return graded(a, b)
+            given = list(args) + list(kwargs.values())
+        if len(given) != arity:
+            return original(*args, **kwargs)
+        return graded(*given)
 
     saved = code, own.__defaults__, own.__kwdefaults__
-    found[_GRADED_MERGE] = forwarded
+    found[slot] = forwarded
     own.__defaults__ = own.__kwdefaults__ = None
-    own.__code__ = _forward_to_graded_merge.__code__
+    own.__code__ = forward.__code__
     try:
         yield True
     finally:
         own.__code__, own.__defaults__, own.__kwdefaults__ = saved
-        found.pop(_GRADED_MERGE, None)
+        found.pop(slot, None)
+
+
+@contextlib.contextmanager
+def _replaced(fn, name, graded, slot, forward, arity):
+    """While inside, the notebook's function `name` (found in fn's globals) runs
+    graded(...) instead: rewired where it can be, swapped by its notebook name
+    where not."""
+    found = getattr(fn, "__globals__", None)
+    own = found.get(name) if isinstance(found, dict) else None
+    with _rewired(own, graded, slot, forward, arity) as rewired:
+        if own is not None and not rewired:
+            found[name] = graded
+        try:
+            yield
+        finally:
+            if own is not None and not rewired:
+                found[name] = own
+
+
+def _exact_token_var(x):
+    """The grader's token_var, what chunked_var and layer_norm are graded with, so
+    that a slip in the student's own token_var costs token_var_correct alone.
+    Two-pass in float64, handed back in the input's float dtype (a torch tensor
+    for a torch tensor). x: (..., d) -> (...)"""
+    x64 = to_array(x).astype(np.float64)  # ..., d
+    centred = x64 - x64.sum(axis=-1, keepdims=True) / x64.shape[-1]  # ..., d
+    var = (centred * centred).sum(axis=-1) / x64.shape[-1]  # ...
+    given = getattr(x, "dtype", None)
+    if isinstance(given, np.dtype) and np.issubdtype(given, np.floating):
+        var = var.astype(given)
+    return _like_given(var, x)
+
+
+def _token_var_replaced(fn):
+    """While inside, the notebook's token_var, called by fn, is the grader's."""
+    return _replaced(fn, "token_var", _exact_token_var, _GRADED_VAR,
+                     _forward_to_graded_var, 1)
 
 
 def _side_values(n, mean):
@@ -177,16 +226,9 @@ def _call_chunked_var_watched(chunked_var, case):
         return merged
 
     def watched():
-        found = getattr(chunked_var, "__globals__", None)
-        own = found.get("merge_stats") if isinstance(found, dict) else None
-        with _merge_replaced(own, graded_merge) as rewired:
-            if own is not None and not rewired:
-                found["merge_stats"] = graded_merge
-            try:
-                return _call_var_watched(lambda x: chunked_var(x, chunk), case)
-            finally:
-                if own is not None and not rewired:
-                    found["merge_stats"] = own
+        with _replaced(chunked_var, "merge_stats", graded_merge, _GRADED_MERGE,
+                       _forward_to_graded_merge, 2), _token_var_replaced(chunked_var):
+            return _call_var_watched(lambda x: chunked_var(x, chunk), case)
 
     outputs = watched()
     taint.append(True)
@@ -221,8 +263,10 @@ def _call_merge_stats(merge_stats, case):
 
 
 def _call_layer_norm(layer_norm, case):
+    """Call layer_norm with the notebook's token_var made the grader's."""
     x, gamma, beta = case["x"].copy(), case["gamma"].copy(), case["beta"].copy()
-    return {"y": _plain(layer_norm(x, gamma, beta, float(case["eps"])))}
+    with _token_var_replaced(layer_norm):
+        return {"y": _plain(layer_norm(x, gamma, beta, float(case["eps"])))}
 
 
 def _ranking_as_text(answers, case):

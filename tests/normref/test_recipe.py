@@ -625,3 +625,54 @@ def test_inline_question_5_rms_shift_matches_torch_rms_norm_and_names_the_slips(
         check_rms_shift_halving("never")
     with pytest.raises(CheckFailed, match="give a number"):
         check_rms_shift_halving(None)
+
+
+_CARL = '''
+import numpy as np
+
+def token_mean(x):
+    x = np.asarray(x)
+    return x.sum(axis=-1) / x.shape[-1]
+
+def token_var(x):  # the shortcut, in float64: cancels near 1e8
+    x = np.asarray(x, dtype=np.float64)
+    return token_mean(x * x) - token_mean(x) ** 2
+
+def merge_stats(a, b):
+    n = a[0] + b[0]
+    delta = b[1] - a[1]
+    return n, a[1] + delta * b[0] / n, a[2] + b[2] + delta**2 * a[0] * b[0] / n
+
+def chunked_var(x, chunk):
+    x = np.asarray(x, dtype=np.float64)
+    stats = None
+    for start in range(0, x.shape[-1], chunk):
+        part = x[..., start:start + chunk]
+        here = (part.shape[-1], token_mean(part), token_var(part) * part.shape[-1])
+        stats = here if stats is None else merge_stats(stats, here)
+    return stats[2] / stats[0]
+
+def layer_norm(x, gamma, beta, eps=1e-5):
+    x = np.asarray(x, dtype=np.float64)
+    var = token_var(x)[..., None]
+    return gamma * (x - token_mean(x)[..., None]) / np.sqrt(var + eps) + beta
+'''
+
+
+def test_a_shortcut_token_var_costs_token_vars_point_alone(capsys):
+    """A notebook whose only slip is token_var (the float64 shortcut) fails
+    check_token_var alone: chunked_var and layer_norm, which call it, are graded
+    with the grader's token_var in its place, and the notebook's is back after."""
+    notebook = {}
+    exec(compile(_CARL, "<notebook>", "exec"), notebook)  # noqa: S102
+    own = notebook["token_var"]
+    far = 1e8 + np.random.default_rng(0).normal(size=(3, 32))
+    assert not np.allclose(own(far), recipe.token_var(far), rtol=0.1)  # the slip is real
+    with pytest.raises(CheckFailed, match="shortcut"):
+        check_token_var(own)
+    check_chunked_var(notebook["chunked_var"])
+    check_chunked_var_merges(notebook["chunked_var"])
+    check_layer_norm_token(notebook["layer_norm"])
+    check_layer_norm_batches(notebook["layer_norm"])
+    assert notebook["token_var"] is own
+    assert not np.allclose(own(far), recipe.token_var(far), rtol=0.1)  # restored
