@@ -872,10 +872,16 @@ def _judge_autograd(case, output):
         return _NO_GRADIENT[_split(missing)[0]]
     expected = _reference_gradients(case)
     dtype = np.asarray(case["x"]).dtype
-    if not _matches_all(output, expected, dtype) and any(
-            _matches_all(output, slipped, dtype) for slipped in _forward_slip_gradients(case)):
+    if _matches_all(output, expected, dtype):
+        return None
+    if any(_matches_all(output, slipped, dtype) for slipped in _forward_slip_gradients(case)):
         # right gradients of a forward that carries a slip the forward checks
         # charge and name: charged once, there
+        return None
+    forward_off = _forward_off(case, output)
+    if (forward_off == "narrowed" and _matches_all(output, expected, np.float32)):
+        # a float64 input computed in float32 (x.float() and back): the forward and
+        # these gradients are right to float32's accuracy; mln_float64 charges it
         return None
     for key, what in (
         ("x_grad", "the gradient with respect to x"),
@@ -884,12 +890,31 @@ def _judge_autograd(case, output):
     ):
         problem = mismatch(output[key], expected[key], dtype=dtype, what=what)
         if problem:
-            return problem + (
-                ". The forward pass itself may be off: run the forward check"
-                if key != "bias_grad"
-                else ""
-            )
+            if key == "bias_grad":
+                return problem
+            return problem + (_FORWARD_RIGHT if forward_off is None else
+                              ". The forward pass itself may be off: run the forward check")
     return None
+
+
+_FORWARD_RIGHT = (". Your forward output is right on this case, so the gradient is lost "
+                  "between the output and the input: look for a mean or variance taken out "
+                  "of the graph (.detach(), .item(), numpy) or a backward of your own")
+
+
+def _forward_off(case, output):
+    """How the probe's forward output on an autograd case misses the reference:
+    None (right), "narrowed" (a float64 input answered at float32's accuracy
+    only), "off", or "unknown" when the probe sent no output."""
+    if "y" not in output:
+        return "unknown"
+    expected = _reference_output(case)
+    dtype = np.asarray(case["x"]).dtype
+    if not mismatch(output["y"], expected, dtype=dtype):
+        return None
+    if dtype == np.float64 and matches(output["y"], expected, dtype="float32"):
+        return "narrowed"
+    return "off"
 
 
 # ----- judging the error on a mismatched input ----------------------------------
@@ -1047,7 +1072,29 @@ def _likely_add_mistake(case, residual_sum, normed, output):
             return "normalize the sum x + residual, not x alone"
     if "residual" in case and matches(output.get("sum"), x, dtype=dtype):
         return "the first output is the sum x + residual, which the next block adds to"
+    if dtype == np.float64 and "residual" in case and _narrowed_sum(case, output.get("sum")):
+        return NARROWED_SUM_HINT
     return None
+
+
+NARROWED_SUM_HINT = (
+    "your residual_sum is x + residual added in float32: x.float() + residual.float() "
+    "rounds a float64 input, and the norm reads that rounded sum. Add in the widest "
+    "dtype of the two (torch.promote_types(x.dtype, residual.dtype), float32 at least)"
+)
+
+
+def _narrowed_sum(case, residual_sum):
+    """True when `residual_sum` is the float64 inputs' sum formed in float32
+    (each input rounded to float32, then added there), not their exact sum."""
+    x = np.asarray(case["x"], np.float64)
+    residual = np.asarray(case["residual"], np.float64)
+    narrowed = (x.astype(np.float32) + residual.astype(np.float32)).astype(np.float64)
+    if np.shape(residual_sum) != narrowed.shape:
+        return False
+    residual_sum = np.asarray(residual_sum, np.float64)
+    return bool(np.allclose(residual_sum, narrowed, rtol=1e-12, atol=0)
+                and not np.allclose(residual_sum, x + residual, rtol=1e-12, atol=0))
 
 
 def _inherited_slip(output, normed, dtype):

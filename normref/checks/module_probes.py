@@ -174,7 +174,8 @@ def _probe_autograd(MyLayerNorm, case):
         return {"missing": np.array("all: the output is not connected to the autograd graph")}
     (y * torch.tensor(case["upstream"])).sum().backward()
     gamma, beta = _affine_parameters(module)
-    return _gradients({}, (("x_grad", x), ("weight_grad", gamma), ("bias_grad", beta)))
+    return _gradients({"y": y.detach()},  # the forward, to tell its slips from the backward's
+                      (("x_grad", x), ("weight_grad", gamma), ("bias_grad", beta)))
 
 
 def _probe_shape_error(MyLayerNorm, case):

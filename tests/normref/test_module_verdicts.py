@@ -956,6 +956,52 @@ def test_gradients_are_held_to_the_inputs_precision():
     assert J._judge_autograd(case64, output).startswith("the gradient with respect to x is")
 
 
+class DetachedStatistics(nn.Module):
+    """A right forward whose mean and variance are detached: dx is wrong."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+        super().__init__()
+        self.inner = nn.LayerNorm(normalized_shape, eps, elementwise_affine, bias=bias)
+        self.weight, self.bias = self.inner.weight, self.inner.bias
+        self.dims = tuple(range(-len(self.inner.normalized_shape), 0))
+
+    def forward(self, x):
+        mean = x.mean(self.dims, keepdim=True).detach()
+        var = x.var(self.dims, keepdim=True, correction=0).detach()
+        return (x - mean) / torch.sqrt(var + self.inner.eps) * self.weight + self.bias
+
+
+def test_a_right_forward_with_wrong_gradients_is_not_sent_to_the_forward_check():
+    """The probe reports the forward too: when it is right, the message says so and
+    points at what autograd cannot follow, never at the forward check."""
+    verdict = _verdict("my_layer_norm_autograd", DetachedStatistics, P._probe_autograd)
+    assert verdict["case"] == AUTOGRAD_LABELS[0]
+    assert verdict["message"].startswith(
+        "my_layer_norm_autograd, " + AUTOGRAD_LABELS[0] + ": the gradient with respect to x is")
+    assert verdict["message"].endswith(J._FORWARD_RIGHT)
+    assert "run the forward check" not in verdict["message"]
+
+
+def test_a_float64_input_computed_in_float32_is_charged_by_the_float64_check_only():
+    """x.float() and back: the forward and the gradients are right to float32's
+    accuracy only; the float64 check charges that, autograd does not again."""
+    assert _verdict("my_layer_norm_autograd", Float32Everywhere, P._probe_autograd)["passed"]
+    assert not _verdict("my_layer_norm_float64", Float32Everywhere, P._probe_module)["passed"]
+    case = _case("my_layer_norm_autograd", 0)
+    output = _probed(Float32Everywhere, case, P._probe_autograd)
+    assert mismatch(output["x_grad"], _torch_gradients(case)["x_grad"], dtype=np.float64)
+    # gradients off by more than float32 round-off are still charged, forward or not
+    output["x_grad"] = output["x_grad"] * (1 + 2e-3)
+    assert J._judge_autograd(case, output).endswith("run the forward check")
+
+
+def test_float64_gradients_off_by_more_than_round_off_fail_beside_a_right_forward():
+    case = _case("my_layer_norm_autograd", 0)
+    output = _probed(TorchLayerNorm, case, P._probe_autograd)
+    output["x_grad"] = output["x_grad"] * (1 + 2e-5)
+    assert J._judge_autograd(case, output).endswith(J._FORWARD_RIGHT)
+
+
 def test_the_reason_after_all_is_quoted_whole():
     """Everything after "all: " is the probe's reason, colons included."""
     case = _case("my_layer_norm_autograd", 0)
@@ -2327,6 +2373,34 @@ def test_an_add_on_an_unbiased_my_layer_norm_is_judged_on_the_add(name, probe):
     dtypes against the inherited norm: the variance slip is Exercise 1's."""
     assert _verdict(name, _add_layer_norm_on(UnbiasedLayerNorm), probe)["passed"]
     assert _verdict(name, _add_layer_norm_on(LayerNormInItsInputsDtype), probe)["passed"]
+
+
+def _adds_in_float32(parent):
+    """The scaffold's AddLayerNorm on `parent`, forming the sum as
+    x.float() + residual.float(): a float64 pair is rounded before the add."""
+    base = _add_layer_norm_on(parent)
+
+    class AddsInFloat32(base):
+        def forward(self, x, residual=None):
+            if residual is None:
+                return super().forward(x)
+            total = x.float() + residual.float()
+            return parent.forward(self, total).to(x.dtype), total.to(residual.dtype)
+
+    return AddsInFloat32
+
+
+@pytest.mark.parametrize("parent", [LayerNormInItsInputsDtype, Float32Everywhere])
+def test_a_float64_sum_formed_in_float32_is_named(parent):
+    """x.float() + residual.float() on the float64 case: the add check says where
+    the digits went, whether the inherited norm is right or itself float32."""
+    verdict = _verdict("add_layer_norm_module", _adds_in_float32(parent),
+                       P._probe_add_layer_norm)
+    assert verdict["case"] == ADD_LABELS[1]
+    assert verdict["message"].endswith(HINT + J.NARROWED_SUM_HINT)
+    case = _case("add_layer_norm_module", 1)
+    right = _probed(_add_layer_norm_on(parent), case, P._probe_add_layer_norm)
+    assert not J._narrowed_sum(case, right["sum"])  # an exact float64 sum is not named
 
 
 def test_an_unbiased_add_written_from_scratch_still_fails():
