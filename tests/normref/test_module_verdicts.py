@@ -956,14 +956,19 @@ def test_gradients_are_held_to_the_inputs_precision():
     assert J._judge_autograd(case64, output).startswith("the gradient with respect to x is")
 
 
-class DetachedStatistics(nn.Module):
-    """A right forward whose mean and variance are detached: dx is wrong."""
+class HandWrittenNorm(nn.Module):
+    """nn.LayerNorm's parameters on the module, and the axes it normalizes: a base for
+    hand-written forwards."""
 
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
         super().__init__()
         self.inner = nn.LayerNorm(normalized_shape, eps, elementwise_affine, bias=bias)
         self.weight, self.bias = self.inner.weight, self.inner.bias
         self.dims = tuple(range(-len(self.inner.normalized_shape), 0))
+
+
+class DetachedStatistics(HandWrittenNorm):
+    """A right forward whose mean and variance are detached: dx is wrong."""
 
     def forward(self, x):
         mean = x.mean(self.dims, keepdim=True).detach()
@@ -2199,14 +2204,8 @@ def test_ln2d_backward_reports_missing_gradients_by_name():
 # ----- a bfloat16 input, and one slip charged once -------------------------------------
 
 
-class StatisticsInInputDtype(nn.Module):
+class StatisticsInInputDtype(HandWrittenNorm):
     """Right in float32 and float64; a bfloat16 input keeps bfloat16 statistics."""
-
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
-        super().__init__()
-        self.inner = nn.LayerNorm(normalized_shape, eps, elementwise_affine, bias=bias)
-        self.weight, self.bias = self.inner.weight, self.inner.bias
-        self.dims = tuple(range(-len(self.inner.normalized_shape), 0))
 
     def forward(self, x):
         mean = x.mean(self.dims, keepdim=True)
