@@ -747,6 +747,11 @@ def _reference_stuck(lr, warmup_steps, schedules=None):
 
 @functools.lru_cache(maxsize=32)
 def _sweep_loss(lr, warmup_steps):
+    """The reference run's final loss: from blocks.SWEEP_SEED0_LOSSES for the
+    sweep's own rates and warm-up, else trained here."""
+    known = blocks.SWEEP_SEED0_LOSSES.get((lr, warmup_steps))
+    if known is not None and warmup_steps in (0, blocks.SWEEP["warmup_steps"]):
+        return known
     with _one_thread():
         return blocks.sweep_final_loss(lr, warmup_steps, seed=0)
 

@@ -1291,12 +1291,23 @@ def test_reference_sweep_post_ln_fails_at_1e_2_without_warmup_and_3e_2_with_it()
     assert loss[3e-3, 0] < 2.5 and loss[1e-2, 20] < 1.0
 
 
+def test_the_judges_table_of_sweep_losses_is_what_the_reference_runs_give():
+    """The judge reads its reference runs from SWEEP_SEED0_LOSSES: each entry,
+    every rate of the sweep with and without its warm-up, trained again."""
+    table = blocks.SWEEP_SEED0_LOSSES
+    assert set(table) == {(lr, w) for lr in blocks.SWEEP["rates"]
+                          for w in (0, blocks.SWEEP["warmup_steps"])}
+    for (lr, warmup_steps), loss in table.items():
+        assert blocks.sweep_final_loss(lr, warmup_steps) == pytest.approx(loss, abs=2e-4)
+
+
 def test_reference_sweep_a_10_step_warmup_does_not_move_the_breaking_point():
     """The assignment's case: with half the lesson's warm-up, Post-LN still
-    fails at 1e-2 and learns at 3e-3, far from the threshold either way."""
+    fails at 1e-2 and learns at 3e-3, far from the threshold either way
+    (the table is checked against real runs above)."""
     assert blocks.SWEEP["warmup_steps"] == 10
-    assert blocks.sweep_final_loss(1e-2, 10) > 2.6
-    assert blocks.sweep_final_loss(3e-3, 10) < 1.0
+    assert blocks.SWEEP_SEED0_LOSSES[1e-2, 10] > 2.6
+    assert blocks.SWEEP_SEED0_LOSSES[3e-3, 10] < 1.0
 
 
 @pytest.mark.parametrize("without, with_", [
