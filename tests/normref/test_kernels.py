@@ -1033,11 +1033,12 @@ def _notebook_answers(path):
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("student", ["ada_perfect", "ben_unusual", "kim_unusual_correct",
                                      "pat_tiled_rows", "quin_scaled_two_pass",
-                                     "cy_missing_mask", "dee_wrong_dw_reduction",
-                                     "eve_rstd_not_saved", "fay_layer_norm_dx",
-                                     "hal_half_sums", "gus_blank", "sid_no_row_clamp",
-                                     "tom_quoted_time_slips", "uma_dy_contiguous_x_view",
-                                     "vic_rstd_recomputed",
+                                     "cy_missing_mask_serial_dw", "dee_wrong_dw_reduction",
+                                     "eve_rstd_not_saved_no_row_clamp",
+                                     "tom_time_slips_layer_norm_dx",
+                                     "hal_half_sums_fwd_and_dw", "gus_blank",
+                                     "uma_dy_view_rstd_without_eps",
+                                     "vic_rstd_recomputed_dw_per_row",
                                      "solution"])
 def test_the_examples_and_the_solution_keep_their_scores(student, capsys):
     """The hidden checks alone (the grader adds the visible asserts and the sandbox)."""
