@@ -167,9 +167,12 @@ def filled_in(released, source):
 
 
 def type_into_cell(page, cell, text):
-    """Select the cell's text and type `text` over it, key by key. After each Enter
-    the editor indents the new line itself; Shift+Home selects that indent, so the
-    line's own indentation replaces it."""
+    """Select the cell's text and type `text` over it, a line at a time: each line
+    goes into the editor as one input event (as an input method or a paste sends it;
+    key by key, the 6,500 characters of unit 01's answers took minutes and tested
+    nothing more), and Enter between lines is a key press. After each Enter the editor
+    indents the new line itself; Shift+Home selects that indent, so the line's own
+    indentation replaces it."""
     cell.locator(".cm-content").click()
     page.keyboard.press("Control+a")
     for number, line in enumerate(text.split("\n")):
@@ -177,9 +180,9 @@ def type_into_cell(page, cell, text):
             page.keyboard.press("Enter")
             page.keyboard.press("Shift+Home")
         if line:
-            page.keyboard.type(line)
+            page.keyboard.insert_text(line)
         else:  # clear a selected indent without joining lines
-            page.keyboard.type(" ")
+            page.keyboard.insert_text(" ")
             page.keyboard.press("Backspace")
 
 
