@@ -1,5 +1,5 @@
 """The students' view, in a real browser: every lesson runs in JupyterLab without an
-error and its sliders redraw what they drive; a released assignment, filled in by
+error and its sliders and menus redraw what they drive; a released assignment, filled in by
 typing, passes its visible tests and nbgrader's Validate button.
 
 Headless Chromium from Debian (/usr/bin/chromium, or $COURSE_CHROMIUM) drives a private
@@ -150,6 +150,36 @@ def move_sliders(page):
     return labels
 
 
+def move_menus(page):
+    """Pick another option of every drop-down and toggle-button menu once; each must
+    redraw what it drives. Returns the labels of the menus moved."""
+    menus = page.locator(f"{PANEL} :is(.widget-dropdown, .widget-toggle-buttons)")
+    labels = []
+    for index in range(menus.count()):
+        menu = menus.nth(index)
+        label = menu.evaluate(
+            "m => (m.querySelector('.widget-label') || {innerText: ''}).innerText")
+        labels.append(label)
+        element = menu.element_handle()
+        menu.scroll_into_view_if_needed()
+        page.wait_for_function(f"h => ({DRIVEN_OUTPUT})(h).length > 0", arg=element,
+                               timeout=REDRAW_TIMEOUT_MS)
+        before = menu.evaluate(DRIVEN_OUTPUT)
+        select = menu.locator("select")
+        if select.count():
+            values = select.evaluate("s => [...s.options].map(o => o.value)")
+            select.select_option(next(v for v in values if v != select.input_value()))
+        else:
+            menu.locator(".widget-toggle-button:not(.mod-active)").first.click()
+        try:
+            page.wait_for_function(REDRAWN, arg=[element, before, PANEL],
+                                   timeout=REDRAW_TIMEOUT_MS, polling=250)
+        except playwright_api.TimeoutError:
+            pytest.fail(f"menu {label!r} (#{index}) moved, but its figure and read-out "
+                        f"did not change within {REDRAW_TIMEOUT_MS // 1000} s")
+    return labels
+
+
 def filled_in(released, source):
     """{cell index: the cell as a student who solved it would leave it}: the released
     stub replaced by the source's solution lines."""
@@ -167,9 +197,12 @@ def filled_in(released, source):
 
 
 def type_into_cell(page, cell, text):
-    """Select the cell's text and type `text` over it, key by key. After each Enter
-    the editor indents the new line itself; Shift+Home selects that indent, so the
-    line's own indentation replaces it."""
+    """Select the cell's text and type `text` over it, a line at a time: each line
+    goes into the editor as one input event (as an input method or a paste sends it;
+    key by key, the 6,500 characters of unit 01's answers took minutes and tested
+    nothing more), and Enter between lines is a key press. After each Enter the editor
+    indents the new line itself; Shift+Home selects that indent, so the line's own
+    indentation replaces it."""
     cell.locator(".cm-content").click()
     page.keyboard.press("Control+a")
     for number, line in enumerate(text.split("\n")):
@@ -177,9 +210,9 @@ def type_into_cell(page, cell, text):
             page.keyboard.press("Enter")
             page.keyboard.press("Shift+Home")
         if line:
-            page.keyboard.type(line)
+            page.keyboard.insert_text(line)
         else:  # clear a selected indent without joining lines
-            page.keyboard.type(" ")
+            page.keyboard.insert_text(" ")
             page.keyboard.press("Backspace")
 
 
@@ -205,7 +238,11 @@ def stopwatch(name, started):
 # -- tests ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem)
-def test_lesson_runs_and_its_sliders_redraw(lab, page, lesson):
+def test_lesson_runs_and_its_sliders_and_menus_redraw(lab, page, lesson):
+    """Run All, then every slider, drop-down and toggle-button menu moved once, each
+    redrawing what it drives (under the pinned ipywidgets: the lessons' menus are
+    moved here, and under Colab's ipywidgets 7 in
+    tests/publishing/test_colab_environment.py)."""
     started = time.monotonic()
     open_notebook(page, lab, f"notebooks/{lesson.name}", workspace=lesson.stem)
     run_seconds = run_all_cells(page)
@@ -213,10 +250,11 @@ def test_lesson_runs_and_its_sliders_redraw(lab, page, lesson):
 
     labels = move_sliders(page)
     assert labels, "the lesson has sliders, and the page shows none"
+    labels += move_menus(page)
     page.locator(f"{PANEL} .widget-slider").first.scroll_into_view_if_needed()
     page.screenshot(path=ARTIFACTS / f"{lesson.stem}.png")
     stopwatch(lesson.stem, started)
-    print(f" (Run All {run_seconds:.1f} s; sliders: {', '.join(labels)})", end="")
+    print(f" (Run All {run_seconds:.1f} s; sliders and menus: {', '.join(labels)})", end="")
 
 
 def test_assignment_typed_in_passes_validate(lab, page):

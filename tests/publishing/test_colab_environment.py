@@ -1,6 +1,9 @@
-"""Every lesson's sliders and menus work under Colab's ipywidgets 7.7: the edition's
-environment (shared with tests/publishing/test_edition_environment.py) with Colab's
-ipywidgets in front of it. COURSE_SKIP_EDITION_VENV=1 skips them.
+"""Every lesson runs top to bottom on the student edition's packages alone, and its
+sliders and menus work under Colab's ipywidgets 7.7: the edition's environment
+(shared with tests/publishing/test_edition_environment.py, which checks that it
+installs from the pins and imports what the lessons import) with Colab's ipywidgets
+in front of it, nothing of this repository importable. This is the lessons' one full
+run outside this repository's own environment. COURSE_SKIP_EDITION_VENV=1 skips them.
 """
 
 import pytest

@@ -2,11 +2,18 @@
 nothing but the edition's environment.yml pins (pip, PyTorch's CPU build from this
 machine's wheel, about 2 minutes and 2.4 GB, built once per test run and shared by
 every test and worker that needs it), with nothing of this repository importable,
-runs every lesson, moving every slider and menu, and every released assignment
-answered with source/'s solutions, top to bottom; Binder's postBuild keeps Validate.
-COURSE_SKIP_EDITION_VENV=1 skips them.
+imports every module the lessons import at their top level, under the pinned
+ipywidgets, and runs every released assignment answered with source/'s solutions,
+top to bottom; Binder's postBuild keeps Validate. COURSE_SKIP_EDITION_VENV=1 skips them.
+
+Each lesson runs in full, its sliders and menus moved, on these same packages in
+tests/publishing/test_colab_environment.py (under Colab's ipywidgets 7, the one
+package in front of them there); under the pinned ipywidgets 8 the lessons run in
+JupyterLab, their sliders moved, in tests/test_browser.py, and in the site's build.
+Running them a third time here, for minutes, would find nothing those runs miss.
 """
 
+import ast
 import json
 import re
 import shlex
@@ -18,8 +25,6 @@ import pytest
 from test_publish import (  # noqa: F401 - the fixtures edition and edition_env
     SKIP_VENV,
     _bare_env,
-    _check_widgets,
-    _lesson_run,
     _pinned_ipywidgets,
     _run,
     edition,
@@ -28,18 +33,60 @@ from test_publish import (  # noqa: F401 - the fixtures edition and edition_env
 
 import labbrowser
 from autograder.course import Course
-from autograder.publishing.edition import ASSIGNMENTS_DIR, units
+from autograder.publishing.edition import ASSIGNMENTS_DIR, LESSONS_DIR, units
 from autograder.publishing.publish import STUDENT_TOOLS_ONLY
 from conftest import LESSONS, REPO
 
 
+def _top_level_imports(lesson):
+    """The import statements at the top level of the lesson's code cells: those every
+    run makes (an import inside an if or a try, such as Colab's own set-up, is not)."""
+    notebook = nbformat.read(lesson, as_version=4)
+    imports = []
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            tree = ast.parse(cell.source)  # a lesson holds Python, no magics
+            imports += [ast.unparse(node) for node in tree.body
+                        if isinstance(node, (ast.Import, ast.ImportFrom))]
+    return imports
+
+
+def _imports_notebook(lessons, ipywidgets_version):
+    """A notebook of one cell per lesson, holding its top-level imports, and a last
+    cell that checks the ipywidgets version the kernel imported."""
+    cells = [nbformat.v4.new_code_cell(f"# {lesson.name}\n" + "\n".join(
+        _top_level_imports(lesson))) for lesson in lessons]
+    cells.append(nbformat.v4.new_code_cell(
+        "import ipywidgets\n"
+        f"assert ipywidgets.__version__ == {ipywidgets_version!r}, ipywidgets.__version__"))
+    return nbformat.v4.new_notebook(cells=cells)
+
+
 @SKIP_VENV
-@pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem)
-def test_each_lesson_runs_in_the_editions_own_environment_and_its_widgets_move(
-        lesson, edition, edition_env, tmp_path):
-    errors, report = _lesson_run(edition_env, edition, lesson, tmp_path)
-    assert not errors, f"{lesson.name}: {errors}"
-    _check_widgets(report, lesson.name, _pinned_ipywidgets(edition))
+def test_every_lessons_imports_resolve_in_the_editions_own_environment(
+        edition, edition_env, tmp_path):
+    lessons = [edition / LESSONS_DIR / lesson.name for lesson in LESSONS]
+    pinned = _pinned_ipywidgets(edition)
+    errors, _ = _run(edition_env, _imports_notebook(lessons, pinned), tmp_path / "lessons")
+    # the run's cell 0 is the isolation check; cell i + 1 holds lessons[i]'s imports
+    named = [re.sub(r"^cell (\d+)", lambda m: (
+        lessons[int(m[1]) - 1].name if 0 < int(m[1]) <= len(lessons) else m[0]), error)
+        for error in errors]
+    assert not named, named
+
+
+@SKIP_VENV
+def test_the_import_check_fails_on_a_module_the_edition_lacks(edition, edition_env,
+                                                               tmp_path):
+    """The check above is not vacuous: a lesson importing the course's own reference
+    code fails it, and so does an ipywidgets other than the pinned one."""
+    lesson = tmp_path / "99_extra_lesson.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import numpy as np\nimport normref\nimport sklearn")]), lesson)
+    # and ipywidgets other than the pin fails it too
+    errors, _ = _run(edition_env, _imports_notebook([lesson], "7.7.1"), tmp_path / "run")
+    assert [e.split(":")[:2] for e in errors] == [
+        ["cell 1", " ModuleNotFoundError"], ["cell 2", " AssertionError"]], errors
 
 
 def _answered(released, source):
