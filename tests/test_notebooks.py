@@ -2,8 +2,9 @@
 
 That every notebook runs top to bottom without an error is tested where it is run
 for something more: each lesson in JupyterLab (tests/test_browser.py), in the student
-edition's own environment (tests/publishing/test_edition_environment.py) and in the
-site's build (tests/publishing/test_site.py); each source notebook by the grader,
+edition's own packages under Colab's ipywidgets 7
+(tests/publishing/test_colab_environment.py) and in the site's build
+(tests/publishing/test_site.py); each source notebook by the grader,
 as the reference solution of its sample class (tests/grading/test_grade.py), each
 released one answered in the edition's environment."""
 
