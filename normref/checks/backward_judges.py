@@ -1602,22 +1602,68 @@ def _blind_check_truth():
     return _letter_for(*missed)
 
 
-def _bn_shift_truth():
-    """Which shift leaves BatchNorm's training-mode output unchanged: (a) one
-    number added to every feature of one example, (b) to one feature of every
-    example? Training mode normalizes each feature with the batch's own mean and
-    variance."""
+def _bn_eval_truth():
+    """Which sums of BatchNorm's evaluation-mode dx are zero for every dy: (a) over
+    the features of each example, (b) over the batch for each feature? Evaluation
+    mode normalizes with the running mean and variance, numbers fixed in training."""
     rng = np.random.default_rng(0)
-    x, gamma, beta = rng.normal(1.0, 2.0, (8, 5)), rng.normal(size=5), rng.normal(size=5)
+    x, dy = rng.normal(1.0, 2.0, (8, 5)), rng.normal(size=(8, 5))
+    gamma = rng.normal(1.0, 0.5, 5)
+    running_mean, running_var = rng.normal(size=5), rng.uniform(0.5, 2.0, 5)
 
-    def y(x):
-        return batchnorm.batch_norm(x, gamma, beta, np.zeros(5), np.ones(5), True)[0]
+    def loss(x):
+        y = batchnorm.batch_norm(x, gamma, np.zeros(5), running_mean.copy(),
+                                 running_var.copy(), False)[0]
+        return float(np.sum(dy * y))
 
-    row, column = x.copy(), x.copy()
-    row[0] += 3.0  # one example, every feature
-    column[:, 0] += 3.0  # one feature, every example
-    return _letter_for(np.allclose(y(row), y(x), atol=1e-12),
-                       np.allclose(y(column), y(x), atol=1e-12))
+    dx = np.zeros_like(x)  # centred differences: the forward is linear in x
+    for index in np.ndindex(x.shape):
+        up, down = x.copy(), x.copy()
+        up[index] += 1e-3
+        down[index] -= 1e-3
+        dx[index] = (loss(up) - loss(down)) / 2e-3
+    tiny = 1e-9 * np.abs(dx).max() * dx.size
+    return _letter_for(np.all(np.abs(dx.sum(axis=1)) < tiny),
+                       np.all(np.abs(dx.sum(axis=0)) < tiny))
+
+
+def _switched_off_batch():
+    """The batch of Exercise 10's question, as its cell makes it: 3 tokens of d = 6,
+    feature 2 switched off (gamma = 0); y and rstd (3, 1) from x, then dy."""
+    rng = np.random.default_rng(12)
+    x = rng.normal(1.0, 2.0, size=(3, 6))
+    gamma, beta = rng.normal(1.0, 0.5, size=6), rng.normal(size=6)
+    gamma[2] = 0.0
+    dy = rng.normal(size=(3, 6))
+    mean = x.mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(x.var(axis=-1, keepdims=True) + DEFAULT_EPS)  # 3, 1
+    return x, gamma, beta, dy, gamma * (x - mean) * rstd + beta, rstd
+
+
+def _switched_off_dgamma():
+    """dgamma of the switched-off feature 2, from x: sum over tokens of dy * x_hat."""
+    x, _, _, dy, _, rstd = _switched_off_batch()
+    x_hat = (x - x.mean(axis=-1, keepdims=True)) * rstd  # 3, 6
+    return float((dy[:, 2] * x_hat[:, 2]).sum())
+
+
+def _judge_dgamma_off(case, output):
+    """dgamma_off: dgamma of a gamma = 0 feature, which y and rstd still determine,
+    since each token's x_hat adds up to 0 over its features."""
+    answer = np.asarray(output["answer"], dtype=np.float64)
+    if answer.size != 1 or np.iscomplexobj(output["answer"]):
+        return f"store one real number in dgamma_off (yours has shape {answer.shape})"
+    answer, truth = float(answer.reshape(())), _switched_off_dgamma()
+    if abs(answer - truth) <= 1e-6 * abs(truth):
+        return None
+    if np.isnan(answer):
+        return ("not right yet: y and rstd do determine it. Whatever x was, x_hat has a "
+                "property over each token's features that does not need gamma: which?")
+    if answer == 0.0:
+        return ("not right yet: 0 is what x_hat = 0 at that feature gives, a safe guess, "
+                "not the value; each token's x_hat has a property over its features "
+                "that pins the missing entry down")
+    return f"not right yet: dgamma of feature 2 is not {answer:.6g}"
 
 
 ONE_LETTER = "one letter"
@@ -1633,10 +1679,10 @@ _ANSWERS = {
     "backward_blind_check_answer": (
         "which wrong dx a gradient check with dy = 1 and gamma = 1 cannot catch",
         ONE_LETTER, _blind_check_truth),
-    "backward_bn_shift_answer": (
-        "which shift of x leaves BatchNorm's training-mode output unchanged (it "
-        "normalizes each feature with the batch's own mean and variance)",
-        ONE_LETTER, _bn_shift_truth),
+    "backward_bn_eval_answer": (
+        "which sums of BatchNorm's evaluation-mode dx are zero for every dy (it "
+        "normalizes with the running mean and variance, fixed numbers)",
+        ONE_LETTER, _bn_eval_truth),
     "backward_accumulation_answer": (
         "how much further from the float64 sum a running sum kept in bfloat16 lands than "
         "one kept in float32", ONE_LETTER, _accumulation_truth),
@@ -1705,6 +1751,8 @@ CHECKS = {
         _and_large(_from_output_params_cases, _from_output_large),
         _within_budget(_judge_from_output_params, "layer_norm_backward_from_output")),
     "backward_running_sum": Check(_running_sum_cases, _judge_running_sum),
+    "backward_dgamma_off_answer": Check(lambda rng: [("your answer", {})],
+                                        _judge_dgamma_off),
     **{name: Check(lambda rng: [("your answer", {})], _answer_judge(name))
        for name in _ANSWERS},
 }

@@ -400,9 +400,18 @@ def check_accumulation_answer(answer):
     run_check("backward_accumulation_answer", answer, _answer_as_text)
 
 
-def check_bn_shift_answer(answer):
-    """Check the answer to: which shift leaves BatchNorm's output unchanged?"""
-    run_check("backward_bn_shift_answer", answer, _answer_as_text)
+def check_bn_eval_answer(answer):
+    """Check the answer to: which sums of BatchNorm's evaluation-mode dx vanish?"""
+    run_check("backward_bn_eval_answer", answer, _answer_as_text)
+
+
+def _answer_as_number(answer, case):
+    return {"answer": to_array(answer, what="dgamma_off")}
+
+
+def check_dgamma_off_answer(answer):
+    """Check dgamma_off: dgamma of a switched-off feature (gamma = 0), from y and rstd."""
+    run_check("backward_dgamma_off_answer", answer, _answer_as_number)
 
 
 def check_rms_zero_answer(answer):
@@ -431,7 +440,7 @@ def _call_backward_from_output(layer_norm_backward_from_output, case):
 def check_backward_from_output_dx(layer_norm_backward_from_output):
     """Check dx from layer_norm_backward_from_output(dy, y, gamma, beta, rstd) ->
     (dx, dgamma, dbeta), layer norm's backward from its output y and rstd (x_hat got
-    back as (y - beta) / gamma, gamma clamped to a magnitude of at least eps)."""
+    back from y; where |gamma| < eps any x_hat from 0 to the true one, sign kept)."""
     run_check("backward_from_output_dx", layer_norm_backward_from_output,
               _call_backward_from_output)
 

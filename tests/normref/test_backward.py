@@ -31,7 +31,8 @@ from normref.checks import (
     check_batch_norm_backward_params,
     check_batch_norm_stage_gradients,
     check_blind_check_answer,
-    check_bn_shift_answer,
+    check_bn_eval_answer,
+    check_dgamma_off_answer,
     check_gn_zero_sums_answer,
     check_group_norm_backward_dx,
     check_group_norm_backward_params,
@@ -586,8 +587,8 @@ def test_group_norm_check_reports_a_wrong_return():
     (check_rms_zero_answer, ["b", "B", "(b)"], ["a", "c", "d", "", None]),
     (check_gn_zero_sums_answer, ["bc", "cb", "b, c"], ["b", "c", "bcd", "abc", None]),
     (check_blind_check_answer, ["b", " b "], ["a", "c", "d", None]),
-    (check_bn_shift_answer, ["b", "(B)", " b ", "b (a column)", np.str_("b")],
-     ["a", "c", "d", "", None, "a or b"]),
+    (check_bn_eval_answer, ["d", "(D)", " d ", "d (a column and a row)", np.str_("d")],
+     ["a", "b", "c", "", None, "b or d"]),
     (check_accumulation_answer, ["c", " (C) "], ["a", "b", "d", "", None]),
 ])
 def test_inline_answers_are_judged(check, right, wrong):
@@ -624,8 +625,8 @@ def _visible_answer_test(grade_id):
                                               "b and c", "(b), (c)"],
      [None, "", "both"]),
     ("blind_check_correct", "blind_check", ["b", " b ", "B", "(b)"], [None, "", "bc"]),
-    ("bn_shift_correct", "bn_shift", ["b", " (b) ", "B", "b (a column)",
-                                      "(b) a column of x"], [None, "", "ab", "a or b"]),
+    ("bn_eval_correct", "bn_eval", ["d", " (d) ", "D", "d (a row and a column)",
+                                    "(d) neither"], [None, "", "bd", "b or d"]),
     ("acc_prediction_correct", "accumulation", ["c", " (C) "], [None, "", "cd"]),
 ])
 def test_visible_answer_asserts_accept_what_the_hidden_check_accepts(
@@ -635,7 +636,7 @@ def test_visible_answer_asserts_accept_what_the_hidden_check_accepts(
     hidden = {"rms_zero": check_rms_zero_answer,
               "gn_zero_sums": check_gn_zero_sums_answer,
               "blind_check": check_blind_check_answer,
-              "bn_shift": check_bn_shift_answer,
+              "bn_eval": check_bn_eval_answer,
               "accumulation": check_accumulation_answer}[name]
     for answer in right:
         exec(code, {name: answer})
@@ -1630,7 +1631,7 @@ ANSWER_CELLS = {"backward_rms_zero_answer": ("rms_zero_correct", "rms_zero"),
                 "backward_gn_zero_sums_answer": ("gn_zero_sums_correct", "gn_zero_sums"),
                 "backward_blind_check_answer": ("blind_check_correct", "blind_check"),
                 "backward_accumulation_answer": ("acc_prediction_correct", "accumulation"),
-                "backward_bn_shift_answer": ("bn_shift_correct", "bn_shift")}
+                "backward_bn_eval_answer": ("bn_eval_correct", "bn_eval")}
 
 
 @pytest.mark.parametrize("name", sorted(ANSWER_CELLS))
@@ -2302,24 +2303,76 @@ def test_batch_norm_param_slips_on_a_square_batch_and_from_x_are_named():
         assert hint in backward_judges._bn_param_hint(wrong, case, "dgamma", expected)
 
 
-def test_bn_shift_truth_is_what_torch_says_in_training_mode():
-    """Exercise 8 asks about training mode, which ignores a shift of one feature
-    (b); evaluation mode (its ungraded follow-up) ignores neither."""
-    x = torch.tensor(np.random.default_rng(2).normal(size=(6, 3)))
+def test_bn_eval_truth_is_what_torch_autograd_says_in_evaluation_mode():
+    """Exercise 8 asks about evaluation mode, whose fixed running statistics leave no
+    sum of dx at zero (d); training mode's sums over the batch do vanish."""
+    gen = np.random.default_rng(2)
+    x, dy = (torch.tensor(gen.normal(size=(6, 3))) for _ in range(2))
     running_mean = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
     running_var = torch.tensor([1.0, 0.3, 4.0], dtype=torch.float64)
-    row, column = x.clone(), x.clone()
-    row[0] += 2.0
-    column[:, 0] += 2.0
+    gamma = torch.tensor([1.5, -0.7, 0.9], dtype=torch.float64)
 
-    def y(t, training):
-        return F.batch_norm(t, running_mean.clone(), running_var.clone(), training=training)
+    def dx(training):
+        leaf = x.clone().requires_grad_()
+        F.batch_norm(leaf, running_mean.clone(), running_var.clone(), gamma,
+                     training=training).backward(dy)
+        return leaf.grad
 
-    assert not torch.allclose(y(row, True), y(x, True))
-    assert torch.allclose(y(column, True), y(x, True))
-    assert not torch.allclose(y(row, False), y(x, False))
-    assert not torch.allclose(y(column, False), y(x, False))
-    assert backward_judges._bn_shift_truth() == "b"
+    assert torch.allclose(dx(True).sum(0), torch.zeros(3, dtype=torch.float64), atol=1e-12)
+    for axis in (0, 1):
+        assert dx(False).sum(axis).abs().min() > 1e-3
+    assert backward_judges._bn_eval_truth() == "d"
+
+
+def _released_cell(grade_id):
+    release = REPO / "release" / "04_backward_pass" / "04_backward_pass.ipynb"
+    (cell,) = [c for c in nbformat.read(release, as_version=4).cells
+               if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    return cell.source
+
+
+def test_switched_off_batch_is_the_one_the_released_cell_makes():
+    """The judge's truth for dgamma_off is computed on the batch the student sees."""
+    namespace = {"np": np}
+    exec(_released_cell("from_output_off_data"), namespace)
+    _, gamma, beta, dy, y, rstd = backward_judges._switched_off_batch()
+    for name, judged in (("y_kept", y), ("rstd_kept", rstd), ("gamma_kept", gamma),
+                         ("beta_kept", beta), ("dy_kept", dy)):
+        np.testing.assert_array_equal(namespace[name], judged)
+    assert namespace["gamma_kept"][2] == 0.0
+
+
+def test_dgamma_off_truth_agrees_with_torch_autograd_on_x():
+    """dgamma of the switched-off feature, from x through torch's layer norm."""
+    x, gamma, beta, dy, _, _ = backward_judges._switched_off_batch()
+    leaf = torch.tensor(gamma, requires_grad=True)
+    F.layer_norm(torch.tensor(x), (6,), leaf, torch.tensor(beta), 1e-5).backward(
+        torch.tensor(dy))
+    assert backward_judges._switched_off_dgamma() == pytest.approx(
+        float(leaf.grad[2]), rel=1e-12)
+
+
+def test_dgamma_off_judge_takes_any_number_type_and_names_the_two_guesses():
+    from fractions import Fraction
+
+    truth = backward_judges._switched_off_dgamma()
+    for right in (truth, np.float32(truth), torch.tensor(truth), np.array(truth),
+                  Fraction(truth)):
+        check_dgamma_off_answer(right)
+    for wrong, words in ((float("nan"), "do determine it"), (0.0, "safe guess"),
+                         (-truth, "is not"), ([truth, truth], "one real number")):
+        with pytest.raises(CheckFailed, match=words):
+            check_dgamma_off_answer(wrong)
+    with pytest.raises(CheckFailed):
+        check_dgamma_off_answer(None)
+
+
+def test_visible_dgamma_off_test_refuses_what_is_not_a_number():
+    code = _visible_answer_test("from_output_off_correct")
+    exec(code, {"np": np, "dgamma_off": 0.25})
+    for wrong in (None, "small", [1.0, 2.0]):
+        with pytest.raises(AssertionError):
+            exec(code, {"np": np, "dgamma_off": wrong})
 
 
 # ----- spatial BatchNorm (BatchNorm2d), Exercise 7 --------------------------------------------
