@@ -1036,6 +1036,27 @@ GROUP_NORM_ACCURACY = {1: Fraction(342, 360), 4: Fraction(343, 360),
 # Question 4: the batch-2 pass of batch_norm_train, its running statistics carried,
 # the held-out images through batch_norm_eval
 EVAL_MODE_ACCURACY = Fraction(341, 360)
+# and feature 21's mean over the held-out images as batch_norm_eval returns it (before
+# the ReLU), which the usual wrong procedures do not reproduce though their accuracy
+# lands within an image (tests/normref/test_rows_spatial_run.py recomputes each)
+EVAL_MODE_FEATURE = 21
+EVAL_MODE_FEATURE_MEAN = -0.18859
+EVAL_MODE_MEAN_TOLERANCE = 0.005
+EVAL_MODE_MEAN_SLIPS = {
+    0.0: "that is what a training-mode batch of the 360 held-out images gives (its own "
+         "mean centers every feature at exactly 0): put them through batch_norm_eval with "
+         "the running statistics of the batch-2 pass instead",
+    -0.04455: "that is what the training images' own mean and variance give: eval mode "
+              "uses the running mean and variance carried through the batch-2 pass",
+    -0.26666: "that is what a running variance of the batches' biased variance gives "
+              "(CS231n's convention): PyTorch's convention, asked for here, updates it "
+              "with the unbiased variance, n / (n - 1) = 2 times larger at batch 2",
+    0.56580: "that is the mean after the ReLU: take batch_norm_eval's output before it",
+    0.28563: "that is what running statistics never updated (momentum 0) give: pass the "
+             "running mean and variance batch_norm_train returns on to the next batch",
+    -3.20859: "that is what momentum 0.9 under PyTorch's convention gives: the new batch "
+              "has weight momentum = 0.1",
+}
 
 
 def as_fraction_answer(answer):
@@ -1102,7 +1123,28 @@ def _judge_group_count_accuracy(case, output):
     return _figures_verdict(figure(1, 16), figure(16, 1))
 
 
+def _eval_mode_mean_verdict(answer):
+    """None when feature 21's mean is within EVAL_MODE_MEAN_TOLERANCE of the run's;
+    else a sentence naming the wrong procedure it matches, if any."""
+    value = number_from_answer(answer)
+    if value is None:
+        return f"EVAL_MODE_FEATURE_21_MEAN (you answered {answer}) is not a number"
+    if abs(value - EVAL_MODE_FEATURE_MEAN) <= EVAL_MODE_MEAN_TOLERANCE:
+        return None
+    hints = [hint for figure, hint in EVAL_MODE_MEAN_SLIPS.items()
+             if abs(value - figure) <= EVAL_MODE_MEAN_TOLERANCE]
+    return (f"EVAL_MODE_FEATURE_21_MEAN (you answered {answer}) is not within "
+            f"{EVAL_MODE_MEAN_TOLERANCE} of what this run gives: " + (
+                hints[0] if hints else "print as_array(batch_norm_eval(flat[held_out], ...))"
+                "[:, 21].mean() with the final running statistics of the batch-2 pass"))
+
+
 def _judge_eval_mode_accuracy(case, output):
+    return "; ".join(filter(None, (_judge_eval_mode_figure(output), _eval_mode_mean_verdict(
+        output.get("eval_mode_feature_21_mean"))))) or None
+
+
+def _judge_eval_mode_figure(output):
     return _figure_verdict(
         "EVAL_MODE_ACCURACY", output.get("eval_mode_accuracy"), EVAL_MODE_ACCURACY,
         {BN_TRAIN_ACCURACY[32]: "that is the run's batch-32 line: the head must be the one "

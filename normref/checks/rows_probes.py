@@ -329,5 +329,5 @@ def check_group_count_accuracy(**answers):
 
 def check_eval_mode_accuracy(**answers):
     """Check the held-out accuracy of the batch-2 run scored in eval mode, with the
-    running statistics of training."""
+    running statistics of training, and feature 21's mean over the held-out images."""
     run_check("rows_eval_mode_accuracy", answers, _answers_as_text)
