@@ -39,6 +39,19 @@ def test_channel_layer_norm_is_torchs_layer_norm_over_the_channel_axis(shape, dt
     np.testing.assert_allclose(y, expected.numpy(), rtol=TOL[dtype], atol=TOL[dtype])
 
 
+def _layer_then_norm(layer, norm, dtype):
+    """The torch pair with batch norm's statistics and affine far from 0 and 1, in
+    eval mode, and its six parameters as numpy arrays of dtype."""
+    norm.eval()
+    with torch.no_grad():
+        norm.weight.normal_(1.0, 0.5)
+        norm.bias.normal_()
+        norm.running_mean.normal_()
+        norm.running_var.uniform_(0.01, 4.0)
+    return [p.detach().numpy().astype(dtype) for p in (
+        layer.weight, layer.bias, norm.weight, norm.bias, norm.running_mean, norm.running_var)]
+
+
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_the_folded_linear_is_linear_then_batch_norm_in_eval_mode(seed, dtype):
@@ -46,15 +59,8 @@ def test_the_folded_linear_is_linear_then_batch_norm_in_eval_mode(seed, dtype):
     inputs, channels = (int(n) for n in rng.integers(2, 9, size=2))
     eps = [1e-5, 1e-3][seed % 2]
     linear = torch.nn.Linear(inputs, channels, dtype=torch.float64)
-    norm = torch.nn.BatchNorm1d(channels, eps=eps, dtype=torch.float64).eval()
-    with torch.no_grad():
-        norm.weight.normal_(1.0, 0.5)
-        norm.bias.normal_()
-        norm.running_mean.normal_()
-        norm.running_var.uniform_(0.01, 4.0)
-    params = [p.detach().numpy().astype(dtype) for p in (
-        linear.weight, linear.bias, norm.weight, norm.bias, norm.running_mean, norm.running_var)]
-    weight, bias = fold_batch_norm(*params, eps)
+    norm = torch.nn.BatchNorm1d(channels, eps=eps, dtype=torch.float64)
+    weight, bias = fold_batch_norm(*_layer_then_norm(linear, norm, dtype), eps)
     assert weight.dtype == bias.dtype == dtype
     x = torch.from_numpy(rng.normal(size=(16, inputs)))
     expected = norm(linear(x)).detach().numpy()
@@ -211,14 +217,8 @@ def test_the_folded_conv_is_conv_then_batch_norm_2d_in_eval_mode(seed, dtype):
     c_in, c_out = (int(n) for n in rng.integers(1, 6, size=2))
     kernel, eps = [1, 3][seed % 2], [1e-5, 1e-3][seed // 2]
     conv = torch.nn.Conv2d(c_in, c_out, kernel, dtype=torch.float64)
-    norm = torch.nn.BatchNorm2d(c_out, eps=eps, dtype=torch.float64).eval()
-    with torch.no_grad():
-        norm.weight.normal_(1.0, 0.5)
-        norm.bias.normal_()
-        norm.running_mean.normal_()
-        norm.running_var.uniform_(0.01, 4.0)
-    params = [p.detach().numpy().astype(dtype) for p in (
-        conv.weight, conv.bias, norm.weight, norm.bias, norm.running_mean, norm.running_var)]
+    norm = torch.nn.BatchNorm2d(c_out, eps=eps, dtype=torch.float64)
+    params = _layer_then_norm(conv, norm, dtype)
     weight, bias = fold_conv_batch_norm(*params, eps)
     assert weight.shape == params[0].shape and weight.dtype == bias.dtype == dtype
     x = torch.from_numpy(rng.normal(size=(3, c_in, 6, 6)))
