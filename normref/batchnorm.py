@@ -200,3 +200,17 @@ def fold_batch_norm(weight, bias, gamma, beta, running_mean, running_var, eps=1e
     folded_bias = ((np.asarray(bias, np.float64) - np.asarray(running_mean, np.float64))
                    * scale + np.asarray(beta, np.float64))
     return folded_weight.astype(dtype), folded_bias.astype(dtype)
+
+
+def fold_conv_batch_norm(weight, bias, gamma, beta, running_mean, running_var, eps=1e-5):
+    """A Conv2d followed by eval-mode BatchNorm2d, as one Conv2d.
+
+    weight: (C_out, C_in, kh, kw) in nn.Conv2d's layout (filter c makes channel c);
+    bias, gamma, beta, running_mean, running_var: (C_out,) -> (folded_weight
+    (C_out, C_in, kh, kw), folded_bias (C_out,)): each output channel's filter is a
+    row of a Linear layer over the patch, so the Linear fold applies filter by filter.
+    """
+    w = np.asarray(weight)
+    rows, folded_bias = fold_batch_norm(w.reshape(w.shape[0], -1), bias, gamma, beta,
+                                        running_mean, running_var, eps)  # C_out, C_in*kh*kw
+    return rows.reshape(w.shape), folded_bias

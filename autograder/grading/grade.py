@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -198,21 +199,36 @@ def _error_reason(error, syntax_errors=()):
     error explains (its code never ran), that error first."""
     reason = f"{error.get('ename')}: {error.get('evalue')}"
     if error.get("ename") == "NameError" and syntax_errors:
-        gid, cause = syntax_errors[-1]
+        gid, cause = _defining_cell(error, syntax_errors)
         reason = (f"your cell {gid} has a {cause.get('ename')} ({cause.get('evalue')}), so "
                   f"none of its code ran: fix it first. Here that gave {reason}")
     return reason[:500]
 
 
+def _defining_cell(error, syntax_errors):
+    """(grade id, error) of the broken answer cell whose code would have defined the
+    missing name, else of the first broken one: with several broken cells the first
+    is the one to fix first."""
+    found = re.search(r"name '(\w+)' is not defined", str(error.get("evalue", "")))
+    if found:
+        pattern = re.compile(rf"^\s*(def|class)\s+{found[1]}\b|^\s*{found[1]}\s*=", re.M)
+        for gid, cause, source in syntax_errors:
+            if pattern.search(source):
+                return gid, cause
+    gid, cause, _ = syntax_errors[0]
+    return gid, cause
+
+
 def _syntax_errors_before(run_nb):
-    """{grade_id: [(answer cell id, its error)]}: the syntax errors of the answer
+    """{grade_id: [(answer cell id, its error, its source)]}: the syntax errors of the answer
     cells that ran before each grade cell."""
     seen, before = [], {}
     for cell in run_nb.cells:
         meta = _nbgrader(cell)
         for error in _cell_errors(cell):
             if error.get("ename") in ("SyntaxError", "IndentationError", "TabError"):
-                seen.append((meta.get("grade_id") or "(one of yours)", error))
+                seen.append((meta.get("grade_id") or "(one of yours)", error,
+                             "".join(cell.get("source", ""))))
         if meta.get("grade_id"):
             before[meta["grade_id"]] = list(seen)
     return before

@@ -687,21 +687,78 @@ def _fold_slips(case):
     return slips
 
 
-def _judge_fold_batch_norm(case, output):
-    dtype = _judged_at(case["weight"].dtype, output["weight"], output["bias"])
-    weight, bias = batchnorm.fold_batch_norm(*(case[key] for key in (
-        "weight", "bias", "gamma", "beta", "running_mean", "running_var")), float(case["eps"]))
-    problem = (mismatch(output["weight"], weight, dtype=dtype, what="your folded_weight")
-               or mismatch(output["bias"], bias, dtype=dtype, what="your folded_bias"))
-    if problem is None:
-        return None
-    with np.errstate(all="ignore"):
-        for hint, (slip_weight, slip_bias) in _fold_slips(case).items():
-            if all(np.shape(given) == np.shape(slip) and matches(given, slip, dtype=dtype)
-                   for given, slip in ((output["weight"], slip_weight),
-                                       (output["bias"], slip_bias))):
-                return _with_hint(problem, hint)
-    return problem
+def _fold_judge(reference, slips_of):
+    """A judge of a fold: the pair against reference's, with the hint of the first
+    slip (slips_of(case): {hint: (folded_weight, folded_bias)}) the pair reproduces."""
+    def judge(case, output):
+        dtype = _judged_at(case["weight"].dtype, output["weight"], output["bias"])
+        weight, bias = reference(*(case[key] for key in (
+            "weight", "bias", "gamma", "beta", "running_mean", "running_var")),
+            float(case["eps"]))
+        problem = (mismatch(output["weight"], weight, dtype=dtype, what="your folded_weight")
+                   or mismatch(output["bias"], bias, dtype=dtype, what="your folded_bias"))
+        if problem is None:
+            return None
+        with np.errstate(all="ignore"):
+            for hint, (slip_weight, slip_bias) in slips_of(case).items():
+                if all(np.shape(given) == np.shape(slip) and matches(given, slip, dtype=dtype)
+                       for given, slip in ((output["weight"], slip_weight),
+                                           (output["bias"], slip_bias))):
+                    return _with_hint(problem, hint)
+        return problem
+    return judge
+
+
+_judge_fold_batch_norm = _fold_judge(batchnorm.fold_batch_norm, _fold_slips)
+
+
+def _conv_fold_case(rng, c_out, c_in, kernel, eps=1e-5, var_low=0.5):
+    case = _fold_case(rng, c_out, c_in * kernel * kernel, eps=eps, var_low=var_low)
+    case["weight"] = case["weight"].reshape(c_out, c_in, kernel, kernel)
+    return case
+
+
+def _conv_fold_cases(rng):
+    return [
+        # as many input channels as output ones first: scaling axis 1 instead of 0 runs
+        ("a Conv2d(4, 4, 3) then BatchNorm2d(4)", _conv_fold_case(rng, 4, 4, 3)),
+        ("a Conv2d(2, 5, 3) then BatchNorm2d(5)", _conv_fold_case(rng, 5, 2, 3)),
+        ("a Conv2d(6, 3, 1) then BatchNorm2d(3), a 1 x 1 convolution",
+         _conv_fold_case(rng, 3, 6, 1)),
+        ("running variances near 1e-3, eps 1e-3: eps counts",
+         _conv_fold_case(rng, 3, 3, 3, eps=1e-3, var_low=1e-3)),
+    ]
+
+
+def _conv_fold_slips(case):
+    """{hint: (folded_weight, folded_bias)} for the usual slips of the Conv2d fold."""
+    w, b, g, beta, mean, var = (case[key].astype(np.float64) for key in (
+        "weight", "bias", "gamma", "beta", "running_mean", "running_var"))
+    eps = float(case["eps"])
+    scale = g / np.sqrt(var + eps)
+    folded = w * scale[:, None, None, None]
+    right_bias = (b - mean) * scale + beta
+    slips = {
+        "the bias is folded too: batch norm subtracts running_mean from the convolution's "
+        "output, bias included, then scales and shifts, so folded_bias = (bias - "
+        "running_mean) * scale + beta": (folded, b),
+        "the shift is part of the fold: folded_bias = (bias - running_mean) * scale + beta, "
+        "with running_mean subtracted before the scaling": (folded, b * scale + beta),
+        "scale the bias part too: folded_bias = (bias - running_mean) * scale + beta":
+            (folded, b - mean + beta),
+        "the scale is gamma / sqrt(running_var + eps): eps belongs inside the square root "
+        "(batch norm in eval mode adds it too)":
+            (w * (g / np.sqrt(var))[:, None, None, None], (b - mean) * g / np.sqrt(var) + beta),
+    }
+    if w.shape[0] == w.shape[1]:
+        slips["weight has nn.Conv2d's layout (C_out, C_in, kh, kw): filter c, weight[c], "
+              "makes output channel c, so scale along axis 0 (weight * scale[:, None, None, "
+              "None]), not along the input channels"] = (
+            w * scale[None, :, None, None], right_bias)
+    return slips
+
+
+_judge_fold_conv_batch_norm = _fold_judge(batchnorm.fold_conv_batch_norm, _conv_fold_slips)
 
 
 # ---------------------------------------------------------------- RMSNorm
@@ -1036,6 +1093,27 @@ GROUP_NORM_ACCURACY = {1: Fraction(342, 360), 4: Fraction(343, 360),
 # Question 4: the batch-2 pass of batch_norm_train, its running statistics carried,
 # the held-out images through batch_norm_eval
 EVAL_MODE_ACCURACY = Fraction(341, 360)
+# and feature 21's mean over the held-out images as batch_norm_eval returns it (before
+# the ReLU), which the usual wrong procedures do not reproduce though their accuracy
+# lands within an image (tests/normref/test_rows_spatial_run.py recomputes each)
+EVAL_MODE_FEATURE = 21
+EVAL_MODE_FEATURE_MEAN = -0.18859
+EVAL_MODE_MEAN_TOLERANCE = 0.005
+EVAL_MODE_MEAN_SLIPS = {
+    0.0: "that is what a training-mode batch of the 360 held-out images gives (its own "
+         "mean centers every feature at exactly 0): put them through batch_norm_eval with "
+         "the running statistics of the batch-2 pass instead",
+    -0.04455: "that is what the training images' own mean and variance give: eval mode "
+              "uses the running mean and variance carried through the batch-2 pass",
+    -0.26666: "that is what a running variance of the batches' biased variance gives "
+              "(CS231n's convention): PyTorch's convention, asked for here, updates it "
+              "with the unbiased variance, n / (n - 1) = 2 times larger at batch 2",
+    0.56580: "that is the mean after the ReLU: take batch_norm_eval's output before it",
+    0.28563: "that is what running statistics never updated (momentum 0) give: pass the "
+             "running mean and variance batch_norm_train returns on to the next batch",
+    -3.20859: "that is what momentum 0.9 under PyTorch's convention gives: the new batch "
+              "has weight momentum = 0.1",
+}
 
 
 def as_fraction_answer(answer):
@@ -1102,7 +1180,28 @@ def _judge_group_count_accuracy(case, output):
     return _figures_verdict(figure(1, 16), figure(16, 1))
 
 
+def _eval_mode_mean_verdict(answer):
+    """None when feature 21's mean is within EVAL_MODE_MEAN_TOLERANCE of the run's;
+    else a sentence naming the wrong procedure it matches, if any."""
+    value = number_from_answer(answer)
+    if value is None:
+        return f"EVAL_MODE_FEATURE_21_MEAN (you answered {answer}) is not a number"
+    if abs(value - EVAL_MODE_FEATURE_MEAN) <= EVAL_MODE_MEAN_TOLERANCE:
+        return None
+    hints = [hint for figure, hint in EVAL_MODE_MEAN_SLIPS.items()
+             if abs(value - figure) <= EVAL_MODE_MEAN_TOLERANCE]
+    return (f"EVAL_MODE_FEATURE_21_MEAN (you answered {answer}) is not within "
+            f"{EVAL_MODE_MEAN_TOLERANCE} of what this run gives: " + (
+                hints[0] if hints else "print as_array(batch_norm_eval(flat[held_out], ...))"
+                "[:, 21].mean() with the final running statistics of the batch-2 pass"))
+
+
 def _judge_eval_mode_accuracy(case, output):
+    return "; ".join(filter(None, (_judge_eval_mode_figure(output), _eval_mode_mean_verdict(
+        output.get("eval_mode_feature_21_mean"))))) or None
+
+
+def _judge_eval_mode_figure(output):
     return _figure_verdict(
         "EVAL_MODE_ACCURACY", output.get("eval_mode_accuracy"), EVAL_MODE_ACCURACY,
         {BN_TRAIN_ACCURACY[32]: "that is the run's batch-32 line: the head must be the one "
@@ -1167,6 +1266,7 @@ CHECKS = {
     "rows_spatial_batch_norm": Check(_spatial_bn_cases, _judge_spatial),
     "rows_batch_norm_eval": Check(_eval_cases, _judge_batch_norm_eval),
     "rows_fold_batch_norm": Check(_fold_cases, _judge_fold_batch_norm),
+    "rows_fold_conv_batch_norm": Check(_conv_fold_cases, _judge_fold_conv_batch_norm),
     "rows_rms_norm": Check(_rms_cases, _judge_rms_norm),
     "rows_rms_offset_answer": Check(lambda rng: [("your answer", {})], _judge_rms_offset_answer),
     "rows_batch_dependence_answer": Check(lambda rng: [("your answer", {})],

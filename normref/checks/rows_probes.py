@@ -174,6 +174,11 @@ def _call_fold_batch_norm(fold_batch_norm, case):
             "bias": to_array(folded[1], what="folded_bias")}
 
 
+def _call_fold_conv_batch_norm(fold_conv_batch_norm, case):
+    """The Conv2d fold is called as the Linear one is."""
+    return _call_fold_batch_norm(fold_conv_batch_norm, case)
+
+
 def _call_rms_norm(rms_norm, case):
     """eps=None where the case has no eps: the machine epsilon of x's dtype."""
     eps = float(case["eps"]) if "eps" in case else None
@@ -274,6 +279,12 @@ def check_fold_batch_norm(fold_batch_norm):
     run_check("rows_fold_batch_norm", fold_batch_norm, _call_fold_batch_norm)
 
 
+def check_fold_conv_batch_norm(fold_conv_batch_norm):
+    """Check fold_conv_batch_norm(weight, bias, gamma, beta, running_mean, running_var,
+    eps) -> (folded_weight, folded_bias), weight: (C_out, C_in, kh, kw)."""
+    run_check("rows_fold_conv_batch_norm", fold_conv_batch_norm, _call_fold_conv_batch_norm)
+
+
 def check_rms_norm(rms_norm):
     """Check rms_norm(x, gamma, eps) over the last axis, eps=None included."""
     run_check("rows_rms_norm", rms_norm, _call_rms_norm)
@@ -329,5 +340,5 @@ def check_group_count_accuracy(**answers):
 
 def check_eval_mode_accuracy(**answers):
     """Check the held-out accuracy of the batch-2 run scored in eval mode, with the
-    running statistics of training."""
+    running statistics of training, and feature 21's mean over the held-out images."""
     run_check("rows_eval_mode_accuracy", answers, _answers_as_text)

@@ -556,7 +556,8 @@ def test_a_failed_visible_test_before_the_check_is_the_reason():
 
 def test_a_name_error_is_explained_by_an_earlier_syntax_error():
     """The answer's SyntaxError means none of it ran: the student is told to fix that,
-    the latest such error before the cell, not the NameError it caused."""
+    in the broken cell that defines the missing name (here the answer, which defines
+    f, though two later cells are broken too), not the NameError it caused."""
     typos = [new_code_cell("def helper(:", metadata={}), new_code_cell("  x = 1")]
     run = _run(errors={"answer": ("SyntaxError", "invalid syntax (line 1)"),
                        "mean": ("NameError", "name 'f' is not defined"),
@@ -566,10 +567,27 @@ def test_a_name_error_is_explained_by_an_earlier_syntax_error():
     run.cells[2].outputs = [new_output("error", ename="IndentationError", evalue="unexpected",
                                        traceback=[])]
     cells, _ = _score(GOOD[1:], run=run)
-    expected = ("your cell (one of yours) has a IndentationError (unexpected), so none of its "
+    expected = ("your cell answer has a SyntaxError (invalid syntax (line 1)), so none of its "
                 "code ran: fix it first. Here that gave NameError: name 'f' is not defined")
     assert cells["mean"]["reason"] == expected
     assert cells["plain"]["reason"] == expected
+
+
+@pytest.mark.parametrize("missing, blamed", [
+    ("g", "(one of yours) has a SyntaxError (g's)"),  # the broken cell that defines g
+    ("h", "answer has a SyntaxError (the answer's)"),  # no broken cell defines h: the first
+])
+def test_a_name_error_names_the_broken_cell_that_defines_the_name_else_the_first(
+        missing, blamed):
+    run = _run(errors={"answer": ("SyntaxError", "the answer's"),
+                       "mean": ("NameError", f"name '{missing}' is not defined")},
+               extra=[new_code_cell("def g(:", metadata={}), new_code_cell("  k = 1")])
+    run.cells[1].outputs = [new_output("error", ename="SyntaxError", evalue="g's",
+                                       traceback=[])]
+    run.cells[2].outputs = [new_output("error", ename="IndentationError", evalue="k's",
+                                       traceback=[])]
+    cells, _ = _score(GOOD[1:], run=run)
+    assert cells["mean"]["reason"].startswith(f"your cell {blamed}, so none"), cells["mean"]
 
 
 def test_a_syntax_error_after_the_cell_does_not_explain_its_name_error():

@@ -8,8 +8,17 @@ import torch
 import torch.nn.functional as F
 from check_calls import fails, passes
 
-from normref.batchnorm import channel_layer_norm, fold_batch_norm, group_norm
-from normref.checks import check_channel_layer_norm, check_fold_batch_norm
+from normref.batchnorm import (
+    channel_layer_norm,
+    fold_batch_norm,
+    fold_conv_batch_norm,
+    group_norm,
+)
+from normref.checks import (
+    check_channel_layer_norm,
+    check_fold_batch_norm,
+    check_fold_conv_batch_norm,
+)
 from normref.checks.rows_judges import _judge_channel_layer_norm
 from normref.checks.rows_probes import GROUP_NORM_MARK
 
@@ -30,6 +39,19 @@ def test_channel_layer_norm_is_torchs_layer_norm_over_the_channel_axis(shape, dt
     np.testing.assert_allclose(y, expected.numpy(), rtol=TOL[dtype], atol=TOL[dtype])
 
 
+def _layer_then_norm(layer, norm, dtype):
+    """The torch pair with batch norm's statistics and affine far from 0 and 1, in
+    eval mode, and its six parameters as numpy arrays of dtype."""
+    norm.eval()
+    with torch.no_grad():
+        norm.weight.normal_(1.0, 0.5)
+        norm.bias.normal_()
+        norm.running_mean.normal_()
+        norm.running_var.uniform_(0.01, 4.0)
+    return [p.detach().numpy().astype(dtype) for p in (
+        layer.weight, layer.bias, norm.weight, norm.bias, norm.running_mean, norm.running_var)]
+
+
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_the_folded_linear_is_linear_then_batch_norm_in_eval_mode(seed, dtype):
@@ -37,15 +59,8 @@ def test_the_folded_linear_is_linear_then_batch_norm_in_eval_mode(seed, dtype):
     inputs, channels = (int(n) for n in rng.integers(2, 9, size=2))
     eps = [1e-5, 1e-3][seed % 2]
     linear = torch.nn.Linear(inputs, channels, dtype=torch.float64)
-    norm = torch.nn.BatchNorm1d(channels, eps=eps, dtype=torch.float64).eval()
-    with torch.no_grad():
-        norm.weight.normal_(1.0, 0.5)
-        norm.bias.normal_()
-        norm.running_mean.normal_()
-        norm.running_var.uniform_(0.01, 4.0)
-    params = [p.detach().numpy().astype(dtype) for p in (
-        linear.weight, linear.bias, norm.weight, norm.bias, norm.running_mean, norm.running_var)]
-    weight, bias = fold_batch_norm(*params, eps)
+    norm = torch.nn.BatchNorm1d(channels, eps=eps, dtype=torch.float64)
+    weight, bias = fold_batch_norm(*_layer_then_norm(linear, norm, dtype), eps)
     assert weight.dtype == bias.dtype == dtype
     x = torch.from_numpy(rng.normal(size=(16, inputs)))
     expected = norm(linear(x)).detach().numpy()
@@ -190,6 +205,70 @@ def test_each_fold_slip_is_named(slip, hint):
 
 def test_a_fold_that_returns_no_pair_is_told_what_to_return():
     assert "a pair" in fails(check_fold_batch_norm, one_array)
+
+
+# ---------------------------------------------------------------- folding into a Conv2d
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_folded_conv_is_conv_then_batch_norm_2d_in_eval_mode(seed, dtype):
+    rng = np.random.default_rng(seed)
+    c_in, c_out = (int(n) for n in rng.integers(1, 6, size=2))
+    kernel, eps = [1, 3][seed % 2], [1e-5, 1e-3][seed // 2]
+    conv = torch.nn.Conv2d(c_in, c_out, kernel, dtype=torch.float64)
+    norm = torch.nn.BatchNorm2d(c_out, eps=eps, dtype=torch.float64)
+    params = _layer_then_norm(conv, norm, dtype)
+    weight, bias = fold_conv_batch_norm(*params, eps)
+    assert weight.shape == params[0].shape and weight.dtype == bias.dtype == dtype
+    x = torch.from_numpy(rng.normal(size=(3, c_in, 6, 6)))
+    expected = norm(conv(x)).detach().numpy()
+    folded = F.conv2d(x, torch.from_numpy(weight.astype(np.float64)),
+                      torch.from_numpy(bias.astype(np.float64))).numpy()
+    np.testing.assert_allclose(folded, expected, rtol=10 * TOL[dtype], atol=10 * TOL[dtype])
+
+
+def conv_fold_by_torch(weight, bias, gamma, beta, running_mean, running_var, eps):
+    """Right too: PyTorch's own fold, torch.nn.utils.fusion.fuse_conv_bn_weights,
+    which executes no normalization (allowed)."""
+    from torch.nn.utils.fusion import fuse_conv_bn_weights
+    t = [torch.as_tensor(v) for v in (weight, bias, running_mean, running_var, gamma, beta)]
+    folded_weight, folded_bias = fuse_conv_bn_weights(*t[:4], eps, *t[4:])
+    return folded_weight.detach(), folded_bias.detach()
+
+
+def conv_input_axis(weight, bias, gamma, beta, running_mean, running_var, eps):
+    scale = gamma / np.sqrt(running_var + eps)
+    return weight * scale[None, :, None, None], (bias - running_mean) * scale + beta
+
+
+def conv_shift_forgotten(weight, bias, gamma, beta, running_mean, running_var, eps):
+    scale = gamma / np.sqrt(running_var + eps)
+    return weight * scale[:, None, None, None], bias
+
+
+def conv_mean_forgotten(weight, bias, gamma, beta, running_mean, running_var, eps):
+    scale = gamma / np.sqrt(running_var + eps)
+    return weight * scale[:, None, None, None], bias * scale + beta
+
+
+def conv_eps_forgotten(weight, bias, gamma, beta, running_mean, running_var, eps):
+    return fold_conv_batch_norm(weight, bias, gamma, beta, running_mean, running_var, 0.0)
+
+
+@pytest.mark.parametrize("right", [fold_conv_batch_norm, conv_fold_by_torch])
+def test_a_right_conv_fold_passes(right):
+    assert "all 4 cases passed" in passes(check_fold_conv_batch_norm, right)
+
+
+@pytest.mark.parametrize("slip, hint", [
+    (conv_input_axis, "scale along axis 0"),
+    (conv_shift_forgotten, "the bias is folded too"),
+    (conv_mean_forgotten, "with running_mean subtracted before the scaling"),
+    (conv_eps_forgotten, "eps belongs inside the square root"),
+])
+def test_each_conv_fold_slip_is_named(slip, hint):
+    assert hint in fails(check_fold_conv_batch_norm, slip)
 
 
 ALIASED = {

@@ -22,6 +22,7 @@ from normref.checks._runner import answer_text
 from normref.checks.rows_judges import (
     BN_TRAIN_ACCURACY,
     EVAL_MODE_ACCURACY,
+    EVAL_MODE_FEATURE_MEAN,
     GROUP_NORM_ACCURACY,
     RUN_HELD_OUT,
     RUN_TOLERANCE,
@@ -176,11 +177,20 @@ def test_each_statistic_size_slip_is_named(answers, said):
 
 
 def _eval_mode_accuracy(space, features, labels, seed, momentum=0.1):
+    """Question 4's accuracy (see _eval_mode_figures)."""
+    return _eval_mode_figures(space, features, labels, seed, momentum)[0]
+
+
+def _eval_mode_figures(space, features, labels, seed, momentum=0.1, convention="pytorch",
+                       held_out="running statistics"):
     """Question 4 written apart from the solution cell: the batch-2 pass of
     batch_norm_train carrying its running statistics, the held-out images through
-    batch_norm_eval with them."""
+    batch_norm_eval with them -> (accuracy, feature 21's mean before the ReLU).
+    held_out names how the held-out images are normalized: "running statistics"
+    (as asked), "training statistics" (the training images' own mean and variance)
+    or "one training batch" (all 360 in training mode)."""
     order = np.random.default_rng(20).permutation(len(labels))
-    held_out, train_rows = order[:360], order[360:]
+    held_rows, train_rows = order[:360], order[360:]
     train_rows = train_rows[np.random.default_rng(seed).permutation(len(train_rows))][:1408]
     flat = features.reshape(len(features), -1)
     width = flat.shape[1]
@@ -189,12 +199,20 @@ def _eval_mode_accuracy(space, features, labels, seed, momentum=0.1):
     for start in range(0, len(train_rows), 2):
         y, mean, var = space["batch_norm_train"](flat[train_rows[start:start + 2]],
                                                  np.ones(width), np.zeros(width), mean, var,
-                                                 momentum)
+                                                 momentum, convention)
         table.append(np.maximum(space["as_array"](y), 0))
     weight, bias = space["train_head"](np.concatenate(table), labels[train_rows], seed)
-    scored = np.maximum(space["as_array"](space["batch_norm_eval"](
-        flat[held_out], np.ones(width), np.zeros(width), mean, var, 1e-5)), 0)
-    return ((scored @ weight + bias).argmax(axis=1) == labels[held_out]).mean()
+    if held_out == "training statistics":
+        mean, var = flat[train_rows].mean(axis=0), flat[train_rows].var(axis=0)
+    if held_out == "one training batch":
+        normalized = space["as_array"](space["batch_norm_train"](
+            flat[held_rows], np.ones(width), np.zeros(width), mean, var, momentum)[0])
+    else:
+        normalized = space["as_array"](space["batch_norm_eval"](
+            flat[held_rows], np.ones(width), np.zeros(width), mean, var, 1e-5))
+    scored = np.maximum(normalized, 0)
+    accuracy = ((scored @ weight + bias).argmax(axis=1) == labels[held_rows]).mean()
+    return accuracy, normalized[:, 21].mean()
 
 
 def _group_norm_of(functions, groups):
@@ -295,6 +313,39 @@ def test_eval_mode_slips_fall_outside(digits):
             repr(accuracy))}) is not None, (momentum, accuracy)
 
 
+@pytest.mark.parametrize("functions", [REFERENCE, _torch_float32_norms()],
+                         ids=["float64 references", "torch float32"])
+def test_the_judged_feature_mean_is_what_the_fixed_seed_run_gives(digits, functions):
+    space = _namespace(functions)
+    pixels, labels = digits
+    accuracy, mean = _eval_mode_figures(space, space["frozen_conv"](pixels), labels, 0)
+    assert abs(mean - EVAL_MODE_FEATURE_MEAN) < 1e-4, mean
+    assert _judge_eval_mode_accuracy({}, {"eval_mode_accuracy": np.array(repr(accuracy)),
+                                          "eval_mode_feature_21_mean": np.array(
+                                              repr(mean))}) is None
+
+
+@pytest.mark.parametrize("procedure, said", [
+    (dict(held_out="one training batch"), "a training-mode batch of the 360"),
+    (dict(held_out="training statistics"), "the training images' own mean and variance"),
+    (dict(convention="cs231n", momentum=0.9), "CS231n's convention"),
+])
+def test_wrong_eval_procedures_that_keep_the_accuracy_lose_the_point_on_the_mean(
+        digits, procedure, said):
+    """The accuracy alone cannot tell these procedures from the right one (the text
+    says so); feature 21's mean does, and names the procedure."""
+    space = _namespace(REFERENCE)
+    pixels, labels = digits
+    accuracy, mean = _eval_mode_figures(space, space["frozen_conv"](pixels), labels, 0,
+                                        **procedure)
+    assert abs(accuracy - float(EVAL_MODE_ACCURACY)) <= 1 / RUN_HELD_OUT + 1e-9, accuracy
+    verdict = _judge_eval_mode_accuracy({}, {
+        "eval_mode_accuracy": np.array(repr(accuracy)),
+        "eval_mode_feature_21_mean": np.array(repr(mean))})
+    assert verdict is not None and verdict.startswith("EVAL_MODE_FEATURE_21_MEAN"), verdict
+    assert said in verdict, verdict
+
+
 def test_the_solution_cell_gives_an_accepted_answer(digits):
     space = _namespace(REFERENCE)
     pixels, space["digit_labels"] = digits
@@ -303,10 +354,14 @@ def test_the_solution_cell_gives_an_accepted_answer(digits):
     space["print"] = lambda *args, **kwargs: None
     exec(compile(_cell_code("eval_mode_run"), "eval_mode_run", "exec"), space)
     measured = space["accuracy"]
-    assert _judge_eval_mode_accuracy({}, {"eval_mode_accuracy": np.array(repr(measured))}) is None
+    mean = space["eval_outputs"][:, 21].mean()
+    assert _judge_eval_mode_accuracy({}, {"eval_mode_accuracy": np.array(repr(measured)),
+                                          "eval_mode_feature_21_mean": np.array(
+                                              repr(mean))}) is None
     # the answer cell writes down what the run printed
     exec(compile(_cell_code("eval_mode_answer_cell"), "eval_mode_answer_cell", "exec"), space)
     assert abs(space["EVAL_MODE_ACCURACY"] - measured) < 1e-4
+    assert abs(space["EVAL_MODE_FEATURE_21_MEAN"] - mean) < 1e-4
 
 
 @pytest.mark.parametrize("run_cell, answer_cell, judge", [
@@ -345,13 +400,27 @@ def test_the_solution_cells_of_questions_2_and_3_give_accepted_answers(
 ])
 def test_eval_mode_judge(answer, right):
     verdict = _judge_eval_mode_accuracy({}, {"eval_mode_accuracy": np.array(
-        answer_text(answer))})
+        answer_text(answer)), "eval_mode_feature_21_mean": np.array("-0.1886")})
+    assert (verdict is None) == right, verdict
+
+
+@pytest.mark.parametrize("answer, right", [
+    (-0.1886, True), (-0.189, True), (np.float32(-0.18859), True), (Fraction(-19, 100), True),
+    (torch.tensor(-0.1886), True), (np.array(-0.1886), True),
+    (0.0, False), (-0.0446, False), (-0.2667, False), (0.5658, False), (0.1886, False),
+    (None, False),
+])
+def test_eval_mode_feature_mean_judge(answer, right):
+    verdict = _judge_eval_mode_accuracy({}, {"eval_mode_accuracy": np.array("0.9472"),
+                                             "eval_mode_feature_21_mean": np.array(
+                                                 answer_text(answer))})
     assert (verdict is None) == right, verdict
 
 
 def test_eval_mode_judge_names_the_line_copied():
     def verdict(answer):
-        return _judge_eval_mode_accuracy({}, {"eval_mode_accuracy": np.array(repr(answer))})
+        return _judge_eval_mode_accuracy({}, {"eval_mode_accuracy": np.array(repr(answer)),
+                                              "eval_mode_feature_21_mean": np.array("-0.1886")})
     assert "batch-32 line" in verdict(0.958)
     assert "batch-2 line" in verdict(0.753)
     assert "line" not in verdict(0.80)
