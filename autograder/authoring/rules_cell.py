@@ -48,6 +48,10 @@ NAMES_AS_WRITTEN = {
     # _std_var is what torch.masked's var and std share
     "torch/masked/_ops.py": {"var": "torch.masked.var", "std": "torch.masked.std",
                              "_std_var": "torch.masked.var"},
+    # PyTorch's own Linear/Conv2d + BatchNorm folds
+    "torch/nn/utils/fusion.py": {name: f"torch.nn.utils.fusion.{name}" for name in (
+        "fuse_conv_bn_eval", "fuse_conv_bn_weights", "fuse_linear_bn_eval",
+        "fuse_linear_bn_weights")},
 }
 
 _HEADER = '''\

@@ -58,10 +58,17 @@ def calling_own_functions(subject, names, call):
     -> (call's result, ran)"""
     found = getattr(subject, "__globals__", {})
     watched = {getattr(found.get(name), "__code__", None) for name in names} - {None}
+    return calling_code(lambda code: code in watched, call)
+
+
+def calling_code(is_watched, call):
+    """call(), and whether a Python function whose code object is_watched(code)
+    ran during it. A watch replaced during the call counts as a run.
+    -> (call's result, ran)"""
     seen = []
 
     def watch(frame, event, arg):
-        if event == "call" and frame.f_code in watched:
+        if event == "call" and is_watched(frame.f_code):
             seen.append(frame.f_code.co_name)
 
     before = sys.getprofile()

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from normref.checks._runner import answer_text, run_check, to_array
+from normref.checks._runner import answer_text, calling_code, run_check, to_array
 
 
 def exception_classes(exc):
@@ -160,10 +160,18 @@ def _call_batch_norm_eval(batch_norm_eval, case):
             "running_var_after": to_array(running_var)}
 
 
+def _is_torch_fold(code):
+    """PyTorch's own Linear/Conv2d + BatchNorm folds (torch.nn.utils.fusion)."""
+    return code.co_filename.replace("\\", "/").endswith("torch/nn/utils/fusion.py")
+
+
 def _call_fold_batch_norm(fold_batch_norm, case):
-    """Call it on copies; send back the two parts of the pair it returns."""
-    folded = fold_batch_norm(*(case[key].copy() for key in (
-        "weight", "bias", "gamma", "beta", "running_mean", "running_var")), float(case["eps"]))
+    """Call it on copies; send back the two parts of the pair it returns, and
+    whether PyTorch's own fold ran to make them."""
+    folded, torch_fold = calling_code(_is_torch_fold, lambda: fold_batch_norm(*(
+        case[key].copy() for key in (
+            "weight", "bias", "gamma", "beta", "running_mean", "running_var")),
+        float(case["eps"])))
     if isinstance(folded, (str, bytes, dict)) or not hasattr(folded, "__len__"):
         raise TypeError("fold_batch_norm returns (folded_weight, folded_bias), a pair, "
                         f"not a {type(folded).__name__}")
@@ -171,7 +179,8 @@ def _call_fold_batch_norm(fold_batch_norm, case):
         raise TypeError("fold_batch_norm returns (folded_weight, folded_bias), a pair, "
                         f"not {len(folded)} things")
     return {"weight": to_array(folded[0], what="folded_weight"),
-            "bias": to_array(folded[1], what="folded_bias")}
+            "bias": to_array(folded[1], what="folded_bias"),
+            "torch_fold": np.array(torch_fold)}
 
 
 def _call_fold_conv_batch_norm(fold_conv_batch_norm, case):

@@ -228,13 +228,35 @@ def test_the_folded_conv_is_conv_then_batch_norm_2d_in_eval_mode(seed, dtype):
     np.testing.assert_allclose(folded, expected, rtol=10 * TOL[dtype], atol=10 * TOL[dtype])
 
 
+def conv_fold_in_torch(weight, bias, gamma, beta, running_mean, running_var, eps):
+    """Right too: torch tensors back, the scale applied by einsum."""
+    t = [torch.as_tensor(v) for v in (weight, bias, gamma, beta, running_mean, running_var)]
+    scale = t[2] * torch.rsqrt(t[5] + eps)
+    return torch.einsum("o,oikl->oikl", scale, t[0]), (t[1] - t[4]) * scale + t[3]
+
+
 def conv_fold_by_torch(weight, bias, gamma, beta, running_mean, running_var, eps):
-    """Right too: PyTorch's own fold, torch.nn.utils.fusion.fuse_conv_bn_weights,
-    which executes no normalization (allowed)."""
+    """PyTorch's own fold: right values, but the exercise is to write the fold."""
     from torch.nn.utils.fusion import fuse_conv_bn_weights
     t = [torch.as_tensor(v) for v in (weight, bias, running_mean, running_var, gamma, beta)]
     folded_weight, folded_bias = fuse_conv_bn_weights(*t[:4], eps, *t[4:])
     return folded_weight.detach(), folded_bias.detach()
+
+
+def linear_fold_by_torch(weight, bias, gamma, beta, running_mean, running_var, eps):
+    """PyTorch's own Linear fold, through the module-level helper."""
+    from torch.nn.utils import fusion
+    t = [torch.as_tensor(v) for v in (weight, bias, running_mean, running_var, gamma, beta)]
+    folded_weight, folded_bias = fusion.fuse_linear_bn_weights(*t[:4], eps, *t[4:])
+    return folded_weight.detach(), folded_bias.detach()
+
+
+@pytest.mark.parametrize("check, library_fold", [
+    (check_fold_batch_norm, linear_fold_by_torch),
+    (check_fold_conv_batch_norm, conv_fold_by_torch),
+])
+def test_a_fold_made_by_pytorchs_own_fusion_helper_earns_nothing(check, library_fold):
+    assert "torch.nn.utils.fusion" in fails(check, library_fold)
 
 
 def conv_input_axis(weight, bias, gamma, beta, running_mean, running_var, eps):
@@ -256,7 +278,7 @@ def conv_eps_forgotten(weight, bias, gamma, beta, running_mean, running_var, eps
     return fold_conv_batch_norm(weight, bias, gamma, beta, running_mean, running_var, 0.0)
 
 
-@pytest.mark.parametrize("right", [fold_conv_batch_norm, conv_fold_by_torch])
+@pytest.mark.parametrize("right", [fold_conv_batch_norm, conv_fold_in_torch])
 def test_a_right_conv_fold_passes(right):
     assert "all 4 cases passed" in passes(check_fold_conv_batch_norm, right)
 
