@@ -606,7 +606,7 @@ def _chunked_mistakes(x, chunk):
     }
 
 
-# The variance earns chunked_var_correct; this cell's point is for reaching it the
+# The variance earns chunked_var_correct; this cell's points are for reaching it the
 # way the exercise asks.
 _REUSE = ("the variance is right (that earns its own point), but the exercise asks you to "
           "reuse your merge_stats")
@@ -783,8 +783,8 @@ def _judge_chunked_merges(case, output):
     chunked_var_correct's to explain."""
     problem = _judge_chunked(case, output)
     if problem is not None:
-        return ("chunked_var's variance is not right yet (the cell above says why); this "
-                "point is for reaching the right variance by merging chunks with your "
+        return ("chunked_var's variance is not right yet (the cell above says why); these "
+                "points are for reaching the right variance by merging chunks with your "
                 "merge_stats")
     return _not_tiled(case["x"], int(case["chunk"]), output)
 

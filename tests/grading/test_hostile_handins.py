@@ -33,12 +33,12 @@ from conftest import GRADING_ENGINE, REPO
 
 ASSIGNMENT = "01_the_recipe"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
-GRADE_CELLS = {"token_mean_correct": 0.5, "spacing_estimate_correct": 0.25,
-               "safe_spread_correct": 0.5, "spread_gap_correct": 0.25, "offset_correct": 0.5,
-               "token_var_correct": 1, "merge_stats_correct": 1.5, "chunked_var_correct": 0.5,
-               "chunked_var_merges": 1, "tiled_correct": 0.25, "ranking_correct": 0.5,
-               "cost_correct": 0.5, "sweep_correct": 0.25, "ln_single_token": 0.5,
-               "ln_handles_batches": 1.0, "eps_correct": 0.5, "scale_correct": 0.5}
+GRADE_CELLS = {"token_mean_correct": 0.25, "spacing_estimate_correct": 0.25,
+               "safe_spread_correct": 0.25, "spread_gap_correct": 0.25, "offset_correct": 0.25,
+               "token_var_correct": 1.5, "merge_stats_correct": 1.75, "chunked_var_correct": 1.0,
+               "chunked_var_merges": 1.5, "tiled_correct": 0.25, "ranking_correct": 0.5,
+               "cost_correct": 0.25, "sweep_correct": 0.25, "ln_single_token": 0.25,
+               "ln_handles_batches": 0.5, "eps_correct": 0.5, "scale_correct": 0.5}
 # Short, but not so short that a busy machine (2 cores, shared) times out honest cells.
 SETTINGS = RunSettings(cell_timeout=15, handin_timeout=60)
 
@@ -739,7 +739,7 @@ def test_a_forbidden_call_costs_the_cells_that_forbid_it(graded):
         cell = _cell(results["torch_patcher"], gid)
         assert all(c["passed"] for c in cell["checks"])  # right, but not by hand
         assert "torch.nn.functional.layer_norm" in cell["reason"]
-    assert _cell(results["torch_patcher"], "token_mean_correct")["points"] == 0.5
+    assert _cell(results["torch_patcher"], "token_mean_correct")["points"] == 0.25
 
 
 def test_a_dead_kernel_keeps_the_points_earned_before_it_died(graded):
