@@ -1308,6 +1308,151 @@ def _judge_add_fp32_residual(case, output):
     return problem
 
 
+# ----- a true drop-in: factory arguments, reset_parameters, extra_repr, AdamW ------
+
+
+def _factory_cases(rng):
+    return [
+        ("MyLayerNorm(8, dtype=torch.bfloat16)",
+         {**_case(8, "int"), "dtype": np.array("bfloat16")}),
+        ("MyLayerNorm((3, 4), bias=False, dtype=torch.float64, device='cpu')",
+         {**_case((3, 4), bias=False), "dtype": np.array("float64"),
+          "device": np.array("cpu")}),
+        ("MyLayerNorm(16, device='meta') (parameters with a shape and no storage, as "
+         "large models are first built)", {**_case(16, "int"), "device": np.array("meta")}),
+        ("MyLayerNorm(8) with neither argument", _case(8, "int")),
+    ]
+
+
+def _judge_factory_kwargs(case, output):
+    want_dtype = str(case.get("dtype", "float32"))
+    want_device = str(case.get("device", "cpu"))
+    names = _split(_text(output, "names"))
+    want_names = ["weight"] + (["bias"] if bool(case.get("bias", True)) else [])
+    if sorted(names) != sorted(want_names):
+        return (f"your module's parameters are {names}; with these arguments "
+                f"nn.LayerNorm has {want_names}")
+    dtypes = dict(item.split("=") for item in _text(output, "dtypes").split(";"))
+    devices = dict(item.split("=") for item in _text(output, "devices").split(";"))
+    for name in want_names:
+        if dtypes[name] != want_dtype:
+            return (f"your {name} is {dtypes[name]}; create it with dtype={want_dtype}, "
+                    "the dtype the constructor was given (torch.ones(shape, device=device, "
+                    "dtype=dtype)), float32 when it is None")
+        if devices[name] != want_device:
+            return (f"your {name} lives on '{devices[name]}'; create it on the device the "
+                    f"constructor was given, '{want_device}' (pass device= to torch.ones "
+                    "and torch.zeros), not moved there afterwards")
+    for name, start in (("weight", 1.0), ("bias", 0.0)):
+        key = f"initial_{name}"
+        if key in output and not np.allclose(np.asarray(output[key], np.float64), start):
+            return f"{name} starts at {start:g}, whatever dtype it is created in"
+    return None
+
+
+def _reset_repr_cases(rng):
+    return [
+        ("MyLayerNorm((3, 4), eps=0.001): scrambled, then reset_parameters()",
+         _case((3, 4), eps=1e-3)),
+        ("MyLayerNorm(6, bias=False): scrambled, then reset_parameters()",
+         _case(6, "int", bias=False)),
+        ("MyLayerNorm(5, elementwise_affine=False): reset_parameters() has nothing to reset",
+         _case(5, "int", elementwise_affine=False)),
+    ]
+
+
+def _judge_reset_repr(case, output):
+    if "reset_error" in output:
+        return (f"reset_parameters() raised {_text(output, 'reset_error')}: it sets weight "
+                "to 1 and bias to 0 where they exist, and does nothing where they do not")
+    if not bool(output["same_objects"]):
+        return ("reset_parameters() made new parameters: fill the ones the module has, in "
+                "place (nn.init.ones_, nn.init.zeros_), so that an optimizer that already "
+                "holds them sees the reset")
+    for name, start in (("weight", 1.0), ("bias", 0.0)):
+        key = f"reset_{name}"
+        if key in output and not np.allclose(np.asarray(output[key], np.float64), start):
+            return f"after reset_parameters(), {name} is not all {start:g}"
+    text = _text(output, "extra_repr")
+    shape = [int(n) for n in case["normalized_shape"]]
+    _, flags = _constructor_arguments(case)
+    eps = flags.get("eps", 1e-5)
+    affine = flags.get("elementwise_affine", True)
+    said = [float(n) for n in re.findall(r"[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?", text)]
+    if not any(said[i:i + len(shape)] == shape for i in range(len(said))):
+        return (f"extra_repr() returns {text!r}: name normalized_shape {tuple(shape)}, as "
+                f"nn.LayerNorm's does ({nn_layer_norm_repr(shape, eps, affine)!r})")
+    if not any(np.isclose(n, eps, rtol=1e-6, atol=0) for n in said):
+        return (f"extra_repr() returns {text!r}: give eps={eps:g} too, as nn.LayerNorm's "
+                f"does ({nn_layer_norm_repr(shape, eps, affine)!r})")
+    if f"elementwise_affine={affine}" not in text.replace(" ", ""):
+        return (f"extra_repr() returns {text!r}: give elementwise_affine={affine} too, as "
+                f"nn.LayerNorm's does ({nn_layer_norm_repr(shape, eps, affine)!r})")
+    return None
+
+
+def nn_layer_norm_repr(shape, eps, affine):
+    """What nn.LayerNorm's extra_repr() returns for these arguments."""
+    return f"{tuple(shape)}, eps={eps}, elementwise_affine={affine}"
+
+
+PARAM_GROUP_DECAY = 0.05
+# model -> the names of its parameters that decay: the weights of nn.Linear and of
+# the convolutions, and nothing else (biases, every norm's gamma and beta)
+PARAM_GROUP_MODELS = {
+    "mlp": ("nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), "
+            "nn.Linear(32, 16, bias=False), MyLayerNorm(16))", {"0.weight", "3.weight"}),
+    "multi_axis": ("nn.Sequential(nn.Linear(12, 12), nn.Unflatten(-1, (3, 4)), "
+                   "MyLayerNorm((3, 4)), nn.Flatten(), nn.Linear(12, 2))",
+                   {"0.weight", "4.weight"}),
+    "conv": ("nn.Sequential(nn.Conv2d(3, 8, 3), nn.GroupNorm(2, 8), "
+             "nn.Conv2d(8, 8, 1, bias=False), nn.BatchNorm2d(8))", {"0.weight", "2.weight"}),
+}
+
+
+def _param_group_cases(rng):
+    return [(f"adamw_param_groups({built}, weight_decay={PARAM_GROUP_DECAY})",
+             {"model": np.array(model), "weight_decay": np.array(PARAM_GROUP_DECAY)})
+            for model, (built, _) in PARAM_GROUP_MODELS.items()]
+
+
+def _judge_param_groups(case, output):
+    _, decaying = PARAM_GROUP_MODELS[str(case["model"])]
+    if int(output["strangers"]):
+        return "your groups hold tensors that are not the model's parameters"
+    for key in sorted(k for k in output if k.startswith("decay:")):
+        name = key.split(":", 1)[1]
+        decays = [float(d) for d in np.atleast_1d(output[key])]
+        if not decays:
+            return (f"{name} is in no group: every parameter goes into exactly one group, "
+                    "or AdamW never updates it")
+        if len(decays) > 1:
+            return f"{name} is in {len(decays)} groups: put every parameter in exactly one"
+        want = PARAM_GROUP_DECAY if name in decaying else 0.0
+        if np.isclose(decays[0], want):
+            continue
+        if name in decaying:
+            return (f"{name}, a weight of a linear map or a convolution, gets weight_decay "
+                    f"{decays[0]:g}; it decays, with the weight_decay given "
+                    f"({PARAM_GROUP_DECAY:g})")
+        if name.endswith("bias") and not name.startswith("2."):
+            return (f"{name} gets weight_decay {decays[0]:g}: biases do not decay (a shift "
+                    "has no scale for the decay to keep small); give their group "
+                    "weight_decay=0.0")
+        if str(case["model"]) == "multi_axis":
+            return (f"{name}, a parameter of MyLayerNorm((3, 4)), gets weight_decay "
+                    f"{decays[0]:g}. It is 2-D, so a rule on p.ndim < 2 decays it: decide "
+                    "by the module that owns the parameter (the weights of nn.Linear and of "
+                    "convolutions decay, nothing else)")
+        return (f"{name}, a norm layer's gamma, gets weight_decay {decays[0]:g}: weight "
+                "decay pulls gamma toward 0, while the norm's scale should stay free (it "
+                "starts at 1); give norm parameters weight_decay=0.0")
+    error = _text(output, "adamw_error")
+    if error:
+        return f"torch.optim.AdamW refused your groups: {error}"
+    return None
+
+
 # ----- the channels-first layer norm (ConvNeXt's LayerNorm2d) ----------------------
 
 LN2D_DEFAULT_EPS = 1e-6  # ConvNeXt's LayerNorm (models/convnext.py) defaults to 1e-6
@@ -1329,23 +1474,41 @@ def _ln2d_case(rng, shape, dtype=np.float32, offset=0.0, spread=1.0, affine=True
 
 
 def _ln2d_forward_cases(rng):
+    """float32 inputs stored as usual: the statistics, eps and gamma/beta."""
     return [
         ("LayerNorm2d(4) on (2, 4, 3, 5), float32, random gamma and beta",
          _ln2d_case(rng, (2, 4, 3, 5), offset=2.0)),
-        ("LayerNorm2d(6) on (3, 6, 6, 6) in float64 (C = H = W), random gamma and beta",
-         _ln2d_case(rng, (3, 6, 6, 6), np.float64, offset=-1.0, spread=3.0)),
+        ("LayerNorm2d(5) on (2, 5, 3, 5), float32 (C = W), random gamma and beta",
+         _ln2d_case(rng, (2, 5, 3, 5), offset=-1.0)),
         ("LayerNorm2d(8, eps=0.01) on (2, 8, 4, 4), float32",
          _ln2d_case(rng, (2, 8, 4, 4), offset=5.0, eps=0.01)),
-        ("LayerNorm2d(5) with its default eps, on (2, 5, 3, 3) in float64 with spread 1e-3",
-         _ln2d_case(rng, (2, 5, 3, 3), np.float64, spread=1e-3, affine=False)),
-        ("LayerNorm2d(3) on a (2, 3, 4, 5) float32 input stored channels_last in memory",
-         _ln2d_case(rng, (2, 3, 4, 5), channels_last=True)),
+        ("LayerNorm2d(6) with its default eps, on (2, 6, 3, 3) float32 with spread 1e-3",
+         _ln2d_case(rng, (2, 6, 3, 3), spread=1e-3, affine=False)),
         ("LayerNorm2d(7) on a single pixel per image, (4, 7, 1, 1), float32",
          _ln2d_case(rng, (4, 7, 1, 1), offset=1.0)),
     ]
 
 
-def _ln2d_backward_cases(rng):
+def _ln2d_dtype_layout_cases(rng):
+    """The same norm on other dtypes and on inputs stored channels last."""
+    return [
+        ("LayerNorm2d(6) on (3, 6, 6, 6) in float64 (C = H = W), random gamma and beta",
+         _ln2d_case(rng, (3, 6, 6, 6), np.float64, offset=-1.0, spread=3.0)),
+        ("LayerNorm2d(5) after .double(), on (2, 5, 3, 3) float64 around 1000",
+         _ln2d_case(rng, (2, 5, 3, 3), np.float64, offset=1000.0)),
+        ("LayerNorm2d(3) on a (2, 3, 4, 5) float32 input stored channels_last in memory",
+         _ln2d_case(rng, (2, 3, 4, 5), channels_last=True)),
+        ("LayerNorm2d(4) on a (2, 4, 3, 4) float64 input stored channels_last in memory",
+         _ln2d_case(rng, (2, 4, 3, 4), np.float64, channels_last=True)),
+        ("LayerNorm2d(16) (float32 parameters) on a bfloat16 (2, 16, 3, 3) map around "
+         "300, where bfloat16's spacing is 2",
+         {**_ln2d_case(rng, (2, 16, 3, 3), affine=False),
+          "x": _bfloat16_values(rng.normal(300.0, 2.0, size=(2, 16, 3, 3))),
+          "x_dtype": np.array("bfloat16")}),
+    ]
+
+
+def _ln2d_gradient_cases(rng):
     def graded(shape, dtype, **entries):
         case = _ln2d_case(rng, shape, dtype, offset=0.5, **entries)
         case["upstream"] = rng.normal(size=shape).astype(dtype)
@@ -1371,18 +1534,6 @@ def _ln2d_backward_cases(rng):
 def _with_upstream(rng, case):
     case["upstream"] = rng.normal(size=np.shape(case["x"])).astype(np.asarray(case["x"]).dtype)
     return case
-
-
-def _ln2d_saved_cases(rng):
-    def graded(shape, **entries):
-        case = _ln2d_case(rng, shape, np.float64, offset=1.5, spread=2.0, **entries)
-        return _with_upstream(rng, case)
-
-    return [
-        ("LayerNorm2d(5, eps=1e-3) on (3, 5, 4, 2) in float64",
-         graded((3, 5, 4, 2), eps=1e-3)),
-        ("LayerNorm2d(4, eps=0.5) on (2, 4, 3, 3) in float64", graded((2, 4, 3, 3), eps=0.5)),
-    ]
 
 
 def _ln2d_eps(case):
@@ -1520,16 +1671,49 @@ def _judge_ln2d_forward(case, output):
     if "forward_error" in output:
         return _ln2d_error_hint(_text(output, "forward_error"))
     expected, _ = _ln2d_reference(case)
-    x = np.asarray(case["x"])
-    problem = mismatch(output["y"], expected, dtype=x.dtype, what="your output")
+    dtype = _input_dtype(case)
+    problem = mismatch(output["y"], expected, dtype=dtype, what="your output")
     if problem:
         hint = _likely_ln2d_mistake(case, output["y"])
         return problem + (f". Hint: {hint}" if hint else "")
-    want = f"torch.{np.dtype(x.dtype).name}"
+    want = f"torch.{dtype}"
     if _text(output, "y_dtype") != want:
         return (f"your output's dtype is {_text(output, 'y_dtype')}; for a {want} input "
                 f"return {want}")
     return None
+
+
+_LN2D_LOW_PRECISION_HINT = (
+    "with a bfloat16 input, take each pixel's mean and variance in float32 (x.float()), "
+    "as nn.LayerNorm does, and return y.to(x.dtype): around 300 bfloat16's numbers are 2 "
+    "apart, so a mean rounded to bfloat16 is off by up to 1, the pixel's whole spread")
+
+
+def _judge_ln2d_dtypes_layouts(case, output):
+    """Judged like the forward, except that a slip the forward check names (the
+    statistics over other dims, the unbiased variance, eps, gamma's axis) is
+    charged there, once; what is charged here is the dtype and the layout."""
+    problem = _judge_ln2d_forward(case, output)
+    if problem is None or "y" not in output or np.shape(output["y"]) != np.shape(case["x"]):
+        return problem
+    expected, _ = _ln2d_reference(case)
+    if "x_dtype" in case:
+        if matches(output["y"], expected, dtype=_input_dtype(case)):
+            return problem  # the values are right: the dtype is what is off
+        x = np.asarray(case["x"], np.float64)
+        if matches(output["y"], _normalized(x, (1,), _ln2d_eps(case), correction=1),
+                   dtype=_input_dtype(case)):
+            return None  # the unbiased variance: ln2d_forward charges it, once
+        return problem.split(". Hint:")[0] + f". Hint: {_LN2D_LOW_PRECISION_HINT}"
+    if "Hint:" in problem:
+        return None  # a slip ln2d_forward names and charges
+    if _input_dtype(case) == "float64" and matches(output["y"], expected, dtype="float32"):
+        return f"{problem}. Hint: {FLOAT64_HINT}"
+    if bool(case.get("channels_last", False)):
+        return problem + (". This input is stored channels_last: a view() or a reshape "
+                          "that assumes the (N, C, H, W) memory order mixes pixels up; "
+                          "reduce over dim=1 directly")
+    return problem
 
 
 def _ln2d_slip_gradients(case):
@@ -1548,166 +1732,63 @@ def _ln2d_slip_gradients(case):
             for variant in variants]
 
 
-_NOT_A_FUNCTION = (
-    "the output's grad_fn is {}: autograd differentiated your forward, so the backward "
-    "is not yours. Return LayerNorm2dFunction.apply(x, self.weight, self.bias, self.eps) "
-    "from LayerNorm2d.forward, with the gradients written in its backward")
-
-
-def _judge_ln2d_backward(case, output):
+def _judge_ln2d_gradients(case, output):
+    """autograd's gradients through the student's forward, against torch's own
+    layer norm on the channels-last view. Right gradients of a forward that
+    carries a slip ln2d_forward charges are not charged again."""
     if "forward_error" in output:
         return _ln2d_error_hint(_text(output, "forward_error"))
-    made_by = _text(output, "own_backward") if "own_backward" in output else ""
-    if made_by:
-        return _NOT_A_FUNCTION.format(made_by)
     missing = _text(output, "missing")
     if missing.startswith("all"):
         return (missing.split(": ", 1)[1] + ": compute the output with torch operations on "
                 "the input and the parameters, without detaching")
     if missing:
         return _NO_GRADIENT[_split(missing)[0]]
-    _, expected = _ln2d_reference(case)
+    expected_y, expected = _ln2d_reference(case)
     dtype = np.asarray(case["x"]).dtype
     if not _matches_all(output, expected, dtype) and any(
             _matches_all(output, slipped, dtype) for slipped in _ln2d_slip_gradients(case)):
-        # right gradients of a forward that carries a slip ln2d_forward charges and
-        # names (statistics over other dims, the unbiased variance, eps outside the
-        # square root or a wrong eps): charged once, there
         return None
-    slips = _ln2d_backward_slips(case)
+    cut = _ln2d_cut_graph(case)
     for key, what in (("x_grad", "the gradient with respect to x"),
                       ("weight_grad", "the gradient with respect to weight"),
                       ("bias_grad", "the gradient with respect to bias")):
         problem = mismatch(output[key], expected[key], dtype=dtype, what=what)
         if problem:
-            hint = _closest_hint(output[key], slips.get(key, {}), dtype)
+            hint = _closest_hint(output[key], cut.get(key, {}), dtype)
             if hint:
                 return f"{problem}. Hint: {hint}"
-            if "y" in output and not mismatch(output["y"], _ln2d_reference(case)[0],
-                                              dtype=dtype):
-                return (f"{problem}. Your forward output is right on this case, so the "
-                        f"backward is off: {_ln2d_backward_focus(case)}")
-            return problem + (". The forward pass itself may be off: run the forward test"
-                              if key != "bias_grad" else "")
+            if "y" in output and not mismatch(output["y"], expected_y, dtype=dtype):
+                return (f"{problem}. Your output is right on this case, so something "
+                        "cuts autograd's graph between it and the inputs (a .detach(), "
+                        ".data, torch.no_grad() or a value taken out with .item())")
+            return problem + ". The forward pass itself is off on this case: see ln2d_forward"
     return None
 
 
-def _ln2d_backward_focus(case):
-    """What this backward case has that the others lack, as a place to look."""
-    x = np.asarray(case["x"])
-    _, channels, height, width = x.shape
-    if height == width == 1:
-        return ("this case has H = W = 1, one pixel per image: check how the saved "
-                "statistics are reshaped before they broadcast against (N, C, H, W) "
-                "(squeeze() also drops the H and W dims of size 1)")
-    if bool(case.get("channels_last", False)):
-        return ("this input is stored channels_last in memory: a view() or a reshape "
-                "that assumes the (N, C, H, W) memory order mixes pixels up")
-    if x.dtype == np.float32:
-        return ("this case is float32: compute the backward in the input's dtype, "
-                "with the saved statistics in that dtype too")
-    if "eps" in case:
-        return (f"this case sets eps = {_ln2d_eps(case):g}: rstd in the backward must be "
-                "1 / sqrt(var + eps) with the module's eps, the one the forward used")
-    if float(x.std(axis=1).max()) < 0.01:
-        return ("the channels of each pixel here spread by about 1e-3, so var is small "
-                "next to eps: rstd must be 1 / sqrt(var + eps), the forward's own")
-    if height != width or channels % 2:
-        return (f"this case has C = {channels}, H = {height}, W = {width}, all unequal "
-                "or odd: check which dim each reduction and each reshape uses")
-    return ("check which dims each reduction uses (C only, for dx) and that the "
-            "saved statistics broadcast over C")
-
-
-def _ln2d_backward_slips(case):
-    """Wrong gradients a hand-written backward gives, by the slip that gives
-    them: {key: {hint: gradient}}, float64."""
+def _ln2d_cut_graph(case):
+    """Wrong input gradients that a forward with a statistic cut out of the graph
+    (detached, or computed under torch.no_grad) gives: {key: {hint: gradient}}."""
     x = np.asarray(case["x"], np.float64)
     upstream = np.asarray(case["upstream"], np.float64)
     gamma, _ = _ln2d_affine(case)
-    mean = x.mean(axis=1, keepdims=True)
     rstd = 1.0 / np.sqrt(x.var(axis=1, keepdims=True) + _ln2d_eps(case))
-    x_hat = (x - mean) * rstd
+    x_hat = (x - x.mean(axis=1, keepdims=True)) * rstd
     g = upstream * gamma.reshape(1, -1, 1, 1)  # the gradient reaching x_hat
 
     def channel_mean(t):
         return t.mean(axis=1, keepdims=True)
 
-    return {
-        "x_grad": {
-            "dx is upstream * gamma * rstd alone, as if the mean and the variance were "
-            "constants: each pixel's mean and variance depend on all C of its inputs, and "
-            "each brings a term": rstd * g,
-            "dx misses the mean's term: subtract the mean over the channels of "
-            "upstream * gamma": rstd * (g - x_hat * channel_mean(g * x_hat)),
-            "dx misses the variance's term: subtract x_hat times the mean over the "
-            "channels of upstream * gamma * x_hat": rstd * (g - channel_mean(g)),
-            "dx leaves out gamma: the gradient reaching x_hat is upstream * gamma":
-                rstd * (upstream - channel_mean(upstream)
-                        - x_hat * channel_mean(upstream * x_hat)),
-        },
-        "weight_grad": {
-            "dweight sums upstream * x_hat over N, H and W (dims 0, 2, 3); you averaged "
-            "over the batch": (upstream * x_hat).sum(axis=(2, 3)).mean(axis=0),
-            "dweight sums upstream * x_hat, the normalized input, not upstream * x":
-                (upstream * x).sum(axis=(0, 2, 3)),
-            "dweight sums over N, H and W: you summed over H and W of the first image "
-            "only": (upstream * x_hat)[0].sum(axis=(1, 2)),
-        },
-        "bias_grad": {
-            "dbias sums upstream over N, H and W (dims 0, 2, 3); you averaged over the "
-            "batch": upstream.sum(axis=(2, 3)).mean(axis=0),
-        },
-    }
-
-
-def _ln2d_statistics(case):
-    """Each pixel's mean, and candidates for its rstd, std and variance, shape
-    (N, H, W), float64. The variance may be the biased or the unbiased one and
-    eps may sit outside the square root: those forward slips are ln2d_forward's
-    to charge, so the statistics of such a forward count as saved here."""
-    x = np.asarray(case["x"], np.float64)
-    eps = _ln2d_eps(case)
-    variances = [x.var(axis=1, ddof=ddof) for ddof in (0, 1)]
-    stds = [np.sqrt(var + eps) for var in variances]
-    stds += [np.sqrt(var) + eps for var in variances]
-    return {"mean": [x.mean(axis=1)], "rstd": [1.0 / std for std in stds], "std": stds,
-            "var": variances}
-
-
-def _judge_ln2d_saved(case, output):
-    if "forward_error" in output:
-        return _ln2d_error_hint(_text(output, "forward_error"))
-    made_by = _text(output, "own_backward")
-    if made_by:
-        return _NOT_A_FUNCTION.format(made_by)
-    kept = [np.asarray(output[key], np.float64) for key in sorted(output)
-            if key.startswith("kept_")]
-    truths = _ln2d_statistics(case)
-
-    def kept_one(name):
-        return any(np.allclose(t, truth, rtol=1e-9, atol=1e-12)
-                   for t in kept for truth in truths[name])
-
-    for name, what in (("mean", "each pixel's mean over the C channels"),
-                       ("rstd", "each pixel's rstd = 1 / sqrt(var + eps)")):
-        if not kept_one(name):
-            also = ""
-            if name == "rstd" and kept_one("std"):
-                also = ("; you kept sqrt(var + eps): keep its reciprocal, which backward "
-                        "multiplies by")
-            elif name == "rstd" and kept_one("var"):
-                also = "; you kept the variance: keep rstd, computed once in forward"
-            return (f"forward keeps no tensor holding {what} (one number per pixel, shape "
-                    f"(N, 1, H, W)) for backward: pass it to ctx.save_for_backward" + also)
-    x_grad, changed = (np.asarray(output[key], np.float64)
-                       for key in ("x_grad", "x_grad_changed"))
-    if np.allclose(x_grad, changed, rtol=1e-9, atol=1e-12):
-        return ("backward does not use the mean and rstd that forward saved: changing them "
-                "between forward and backward left the input's gradient as it was, so "
-                "backward computes the statistics again from x. Read them from "
-                "ctx.saved_tensors instead")
-    return None
+    return {"x_grad": {
+        "dx is upstream * gamma * rstd alone, as if the mean and the variance were "
+        "constants: you detached both statistics (or took them under torch.no_grad). "
+        "Each pixel's mean and variance depend on all C of its inputs, and autograd "
+        "needs them in the graph": rstd * g,
+        "dx misses the mean's path: the mean is detached (or taken under "
+        "torch.no_grad); keep it in the graph": rstd * (g - x_hat * channel_mean(g * x_hat)),
+        "dx misses the variance's path: the variance (or rstd) is detached (or taken "
+        "under torch.no_grad); keep it in the graph": rstd * (g - channel_mean(g)),
+    }}
 
 
 # ----- the inline questions -------------------------------------------------------
@@ -1878,7 +1959,11 @@ CHECKS = {
     "my_layer_norm_state_dict": Check(_state_dict_cases, _judge_state_dict),
     "my_layer_norm_autograd": Check(_autograd_cases, _judge_autograd),
     "my_layer_norm_shape_error": Check(_shape_error_cases, _judge_shape_error),
+    "my_layer_norm_factory_kwargs": Check(_factory_cases, _judge_factory_kwargs),
+    "my_layer_norm_reset_repr": Check(_reset_repr_cases, _judge_reset_repr),
+    "adamw_param_groups": Check(_param_group_cases, _judge_param_groups),
     "layer_norm_2d_forward": Check(_ln2d_forward_cases, _judge_ln2d_forward),
-    "layer_norm_2d_backward": Check(_ln2d_backward_cases, _judge_ln2d_backward),
-    "layer_norm_2d_saved_statistics": Check(_ln2d_saved_cases, _judge_ln2d_saved),
+    "layer_norm_2d_dtypes_layouts": Check(_ln2d_dtype_layout_cases,
+                                          _judge_ln2d_dtypes_layouts),
+    "layer_norm_2d_gradients": Check(_ln2d_gradient_cases, _judge_ln2d_gradients),
 }

@@ -343,6 +343,8 @@ def _probe_layer_norm_2d(LayerNorm2d, case):
         module = module.double()
     if "set_weight" in case:
         _set_affine(module, case["set_weight"], case["set_bias"])
+    if "x_dtype" in case:  # a bfloat16 input, its values held as float32
+        x = x.to(getattr(torch, str(case["x_dtype"])))
     if bool(case.get("channels_last", False)):
         x = x.contiguous(memory_format=torch.channels_last)
     graded = "upstream" in case
@@ -360,66 +362,104 @@ def _probe_layer_norm_2d(LayerNorm2d, case):
     if not isinstance(y, torch.Tensor) or not y.requires_grad:
         report["missing"] = np.array("all: the output is not connected to the autograd graph")
         return report
-    report["own_backward"] = np.array(_written_backward(y))
     (y * torch.tensor(case["upstream"])).sum().backward()
     gamma, beta = _affine_parameters(module)
     return _gradients(report, (("x_grad", x), ("weight_grad", gamma), ("bias_grad", beta)))
 
 
-def _written_backward(y):
-    """'' when y comes from a torch.autograd.Function (a backward the student
-    wrote), else the name of the grad_fn autograd built for it."""
-    from torch.autograd.function import BackwardCFunction
-
-    grad_fn = getattr(y, "grad_fn", None)
-    if isinstance(grad_fn, BackwardCFunction):
-        return ""
-    return type(grad_fn).__name__ if grad_fn is not None else "no grad_fn"
-
-
-def _pixel_statistics(grad_fn, pixels):
-    """The tensors the Function kept for backward (ctx.save_for_backward, or
-    ctx attributes) that hold one number per pixel: N * H * W of them."""
+def _probe_factory_kwargs(MyLayerNorm, case):
+    """Build MyLayerNorm(shape, device=..., dtype=...) with the case's factory
+    arguments (only those it names) and report each parameter's dtype and
+    device, and its values where they live on the CPU."""
     import torch
 
-    kept = list(grad_fn.saved_tensors)
-    kept += [value for value in vars(grad_fn).values() if isinstance(value, torch.Tensor)]
-    return [t for t in kept if isinstance(t, torch.Tensor) and t.numel() == pixels
-            and t.is_floating_point()]
+    kwargs = _keyword_arguments(case)
+    for key in ("device", "dtype"):
+        if key in case:
+            value = str(case[key])
+            kwargs[key] = getattr(torch, value) if key == "dtype" else value
+    module = MyLayerNorm(_shape_argument(case), **kwargs)
+    params = dict(module.named_parameters())
+    report = {"names": np.array(",".join(params)),
+              "dtypes": np.array(";".join(f"{n}={str(p.dtype).replace('torch.', '')}"
+                                          for n, p in params.items())),
+              "devices": np.array(";".join(f"{n}={p.device.type}"
+                                           for n, p in params.items()))}
+    for name, parameter in params.items():
+        if parameter.device.type == "cpu" and name in ("weight", "bias"):
+            report[f"initial_{name}"] = parameter.detach().float()
+    return report
 
 
-def _probe_ln2d_saved(LayerNorm2d, case):
-    """Call LayerNorm2d(C) on case["x"] (float64); report what its Function kept
-    for backward that holds one number per pixel, the input gradient of
-    sum(upstream * y), and that gradient again after every such kept tensor
-    was changed (x 1.5 + 0.25) between forward and backward: a backward that
-    uses the kept statistics then gives another gradient, one that recomputes
-    them from x the same one."""
+def _probe_reset_repr(MyLayerNorm, case):
+    """Scramble the parameters in place, call reset_parameters(), and report
+    their values after it, whether they are still the same objects, and the
+    module's extra_repr()."""
     import torch
 
-    module = _construct_2d(LayerNorm2d, case).double()
-    _set_affine(module, case["set_weight"], case["set_bias"])
-    x = torch.tensor(case["x"], dtype=torch.float64).requires_grad_(True)
-    upstream = torch.tensor(case["upstream"], dtype=torch.float64)
-    report = {}
-    try:
-        y = module(x)
-    except Exception as exc:
-        report["forward_error"] = _error_text(exc)
-        return report
-    report["own_backward"] = np.array(_written_backward(y))
-    if report["own_backward"]:
-        return report
-    n, _, h, w = x.shape
-    kept = _pixel_statistics(y.grad_fn, n * h * w)
-    for i, tensor in enumerate(kept):
-        report[f"kept_{i}"] = tensor.detach().reshape(n, h, w).clone()
-    (x_grad,) = torch.autograd.grad(y, x, upstream, retain_graph=True)
-    report["x_grad"] = x_grad
+    module = _construct(MyLayerNorm, case)
+    before = {name: parameter for name, parameter in module.named_parameters()}
     with torch.no_grad():
-        for tensor in kept:
-            tensor.data.mul_(1.5).add_(0.25)
-    (report["x_grad_changed"],) = torch.autograd.grad(y, x, upstream)
+        for parameter in before.values():
+            parameter.uniform_(2.0, 3.0)
+    report = {"extra_repr": np.array(str(module.extra_repr())[:MAX_MESSAGE])}
+    try:
+        module.reset_parameters()
+    except Exception as exc:  # the judge names it
+        report["reset_error"] = _error_text(exc)
+        return report
+    after = dict(module.named_parameters())
+    report["same_objects"] = np.array(all(after.get(n) is p for n, p in before.items()))
+    for name, parameter in after.items():
+        report[f"reset_{name}"] = parameter.detach().float()
+    return report
+
+
+def _probe_param_groups(pair, case):
+    """Build the case's model from the student's MyLayerNorm and torch's layers,
+    call adamw_param_groups(model, weight_decay) and report, for every named
+    parameter of the model, the weight_decay of each group that holds it, and
+    whether torch.optim.AdamW accepts the groups."""
+    import torch
+    from torch import nn
+
+    adamw_param_groups, MyLayerNorm = pair
+    torch.manual_seed(0)
+    layers = {"mlp": lambda: nn.Sequential(
+        nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 16, bias=False),
+        MyLayerNorm(16)),
+        "multi_axis": lambda: nn.Sequential(
+        nn.Linear(12, 12), nn.Unflatten(-1, (3, 4)), MyLayerNorm((3, 4)),
+        nn.Flatten(), nn.Linear(12, 2)),
+        "conv": lambda: nn.Sequential(
+        nn.Conv2d(3, 8, 3), nn.GroupNorm(2, 8), nn.Conv2d(8, 8, 1, bias=False),
+        nn.BatchNorm2d(8))}
+    model = layers[str(case["model"])]()
+    weight_decay = float(case["weight_decay"])
+    groups = adamw_param_groups(model, weight_decay)
+    groups = list(groups)
+    report = {}
+    owner = {id(p): name for name, p in model.named_parameters()}
+    held = {name: [] for name in owner.values()}
+    strangers = 0
+    for group in groups:
+        params = group["params"] if isinstance(group, dict) else group
+        params = [params] if isinstance(params, torch.Tensor) else list(params)
+        decay = float(group.get("weight_decay", 0.01)) if isinstance(group, dict) else 0.01
+        for parameter in params:
+            name = owner.get(id(parameter))
+            if name is None:
+                strangers += 1
+            else:
+                held[name].append(decay)
+    for name, decays in held.items():
+        report[f"decay:{name}"] = np.array(decays, np.float64)
+    report["strangers"] = np.array(strangers)
+    try:
+        torch.optim.AdamW(groups, lr=1e-3)
+        report["adamw_error"] = np.array("")
+    except Exception as exc:  # the judge names it
+        report["adamw_error"] = _error_text(exc)
     return report
 
 
@@ -510,15 +550,31 @@ def check_layer_norm_2d_forward(LayerNorm2d):
     run_check("layer_norm_2d_forward", LayerNorm2d, _probe_layer_norm_2d)
 
 
-def check_layer_norm_2d_backward(LayerNorm2d):
-    """Check the gradients LayerNorm2d gives to its input, weight and bias."""
-    run_check("layer_norm_2d_backward", LayerNorm2d, _probe_layer_norm_2d)
+def check_layer_norm_2d_dtypes_layouts(LayerNorm2d):
+    """Check LayerNorm2d on float64 and bfloat16 inputs and on maps stored
+    channels last."""
+    run_check("layer_norm_2d_dtypes_layouts", LayerNorm2d, _probe_layer_norm_2d)
 
 
-def check_layer_norm_2d_saved_statistics(LayerNorm2d):
-    """Check that LayerNorm2d's Function keeps each pixel's mean and rstd for
-    its backward, and that the backward uses them."""
-    run_check("layer_norm_2d_saved_statistics", LayerNorm2d, _probe_ln2d_saved)
+def check_layer_norm_2d_gradients(LayerNorm2d):
+    """Check the gradients autograd finds through LayerNorm2d, for its input,
+    weight and bias, against torch's layer norm on the channels-last view."""
+    run_check("layer_norm_2d_gradients", LayerNorm2d, _probe_layer_norm_2d)
+
+
+def check_my_layer_norm_factory_kwargs(MyLayerNorm):
+    """Check MyLayerNorm's device= and dtype= arguments, as nn.LayerNorm's."""
+    run_check("my_layer_norm_factory_kwargs", MyLayerNorm, _probe_factory_kwargs)
+
+
+def check_my_layer_norm_reset_repr(MyLayerNorm):
+    """Check MyLayerNorm.reset_parameters() and MyLayerNorm.extra_repr()."""
+    run_check("my_layer_norm_reset_repr", MyLayerNorm, _probe_reset_repr)
+
+
+def check_adamw_param_groups(adamw_param_groups, MyLayerNorm):
+    """Check which parameters adamw_param_groups puts under weight decay."""
+    run_check("adamw_param_groups", (adamw_param_groups, MyLayerNorm), _probe_param_groups)
 
 
 def check_channel_norm_invariances(**answers):

@@ -10,7 +10,6 @@ import pytest
 import torch
 from torch import nn
 
-from autograder.grading import forbidden
 from normref import checks
 from normref.checks import _registry, _runner, module_judges, module_probes
 from normref.torch_ref import AddLayerNorm, LayerNorm, shape_error_message
@@ -939,8 +938,9 @@ def test_new_cases_cross_the_wire_as_plain_arrays():
     for name in ("add_layer_norm_module", "add_layer_norm_fp32_residual",
                  "add_norm_memory_bytes",
                  "channel_norm_invariances", "my_layer_norm_low_precision",
-                 "layer_norm_2d_forward", "layer_norm_2d_backward",
-                 "layer_norm_2d_saved_statistics"):
+                 "layer_norm_2d_forward", "layer_norm_2d_dtypes_layouts",
+                 "layer_norm_2d_gradients", "my_layer_norm_factory_kwargs",
+                 "my_layer_norm_reset_repr", "adamw_param_groups"):
         for _, case in _registry.make_cases(name):
             for value in case.values():
                 assert isinstance(value, np.ndarray) and value.dtype != object
@@ -1065,127 +1065,196 @@ def test_ln2d_forward_check_passes_correct_modules_and_names_the_slips(module_cl
         assert message is not None and words in message, message
 
 
-def _function_2d(name, forward_slip=None, backward_slip=None, keep="mean_rstd"):
-    """A LayerNorm2d whose forward is a torch.autograd.Function with a written
-    backward, as the exercise asks; the slips are a student's."""
+class WideLayerNorm2d(CorrectLayerNorm2d):
+    """The exercise's solution for every dtype: a bfloat16 map's statistics in float32."""
 
-    class Function(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, weight, bias, eps):
-            mean = x.mean(dim=1, keepdim=True)
-            var = x.var(dim=1, keepdim=True,
-                        correction=1 if forward_slip == "unbiased" else 0)
-            rstd = torch.rsqrt(var + eps)
-            kept = {"mean_rstd": (x, weight, mean, rstd),
-                    "std": (x, weight, mean, 1 / rstd),
-                    # (N, H, W), or (N,) when H = W = 1: unsqueeze(1) then misplaces it
-                    "squeezed": (x, weight, mean.squeeze(), rstd.squeeze())}[keep]
-            ctx.save_for_backward(*kept)
-            ctx.eps = eps
-            return weight[:, None, None] * (x - mean) * rstd + bias[:, None, None]
-
-        @staticmethod
-        def backward(ctx, grad_y):
-            x, weight, mean, rstd = ctx.saved_tensors
-            if backward_slip == "differentiates_again":  # autograd on the forward again
-                with torch.enable_grad():
-                    again = [t.detach().requires_grad_(True) for t in (x, weight)]
-                    y = again[1][:, None, None] * (again[0] - again[0].mean(
-                        1, keepdim=True)) * torch.rsqrt(again[0].var(
-                            1, keepdim=True, correction=0) + ctx.eps)
-                    grad_x, grad_weight = torch.autograd.grad(y, again, grad_y)
-                return grad_x, grad_weight, grad_y.sum(dim=(0, 2, 3)), None
-            if keep == "std":
-                rstd = 1 / rstd
-            if keep == "squeezed":
-                mean, rstd = mean.unsqueeze(1), rstd.unsqueeze(1)
-            if backward_slip == "recomputed":
-                mean = x.mean(dim=1, keepdim=True)
-                rstd = torch.rsqrt(x.var(dim=1, keepdim=True, correction=0) + ctx.eps)
-            x_hat = (x - mean) * rstd
-            g = grad_y * weight[:, None, None]
-            mean_term = 0 if backward_slip == "no_mean_term" else g.mean(1, keepdim=True)
-            var_term = x_hat * (g * x_hat).mean(1, keepdim=True)
-            grad_x = rstd * g if backward_slip == "constant" else rstd * (
-                g - mean_term - var_term)
-            grad_weight = (grad_y * x_hat).sum(dim=(0, 2, 3))
-            if backward_slip == "weight_batch_mean":
-                grad_weight = (grad_y * x_hat).sum(dim=(2, 3)).mean(0)
-            return grad_x, grad_weight, grad_y.sum(dim=(0, 2, 3)), None
-
-    class Module(CorrectLayerNorm2d):
-        def forward(self, x):
-            return Function.apply(x, self.weight, self.bias, self.eps)
-
-    Module.__name__ = Module.__qualname__ = name
-    return Module
+    def forward(self, x):
+        return super().forward(x.to(torch.promote_types(x.dtype, torch.float32))).to(x.dtype)
 
 
-FunctionLayerNorm2d = _function_2d("FunctionLayerNorm2d")
-FunctionUnbiased2d = _function_2d("FunctionUnbiased2d", forward_slip="unbiased")
-NoMeanTerm2d = _function_2d("NoMeanTerm2d", backward_slip="no_mean_term")
-ConstantStatsFunction2d = _function_2d("ConstantStatsFunction2d", backward_slip="constant")
-WeightBatchMean2d = _function_2d("WeightBatchMean2d", backward_slip="weight_batch_mean")
-RecomputedStats2d = _function_2d("RecomputedStats2d", backward_slip="recomputed")
-KeepsStd2d = _function_2d("KeepsStd2d", keep="std")
-SqueezedStats2d = _function_2d("SqueezedStats2d", keep="squeezed")
-DifferentiatesAgain2d = _function_2d("DifferentiatesAgain2d",
-                                     backward_slip="differentiates_again")
+class FloatOnly2d(CorrectLayerNorm2d):
+    """Computes every dtype in float32 and returns float32."""
+
+    def forward(self, x):
+        return super().forward(x.float())
+
+
+class DetachedMean2d(WideLayerNorm2d):
+    def normalize(self, x):
+        mean = x.mean(dim=1, keepdim=True).detach()
+        var = x.var(dim=1, keepdim=True, correction=0)
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+
+class DetachedRstd2d(WideLayerNorm2d):
+    def normalize(self, x):
+        mean = x.mean(dim=1, keepdim=True)
+        var = x.var(dim=1, keepdim=True, correction=0).detach()
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+
+class UnbiasedWide2d(WideLayerNorm2d):
+    def normalize(self, x):
+        mean = x.mean(dim=1, keepdim=True)
+        return (x - mean) / torch.sqrt(x.var(dim=1, keepdim=True) + self.eps)
 
 
 @pytest.mark.parametrize(
     "module_class, words",
     [
-        (FunctionLayerNorm2d, None),
-        (RecomputedStats2d, None),  # right gradients: the next check charges it
-        (KeepsStd2d, None),
-        (CorrectLayerNorm2d, "autograd differentiated your forward"),
-        (DetachedStats2d, "not connected to the autograd graph"),
-        (ConstantStatsFunction2d, "as if the mean and the variance were constants"),
-        (NoMeanTerm2d, "misses the mean's term"),
-        (WeightBatchMean2d, "averaged over the batch"),
-        # right on every case but the one-pixel maps, whose forward is right too
-        (SqueezedStats2d, "Your forward output is right on this case, so the backward "
-                          "is off: this case has H = W = 1"),
+        (WideLayerNorm2d, None),
+        (UnbiasedWide2d, None),  # a slip ln2d_forward charges, not charged again here
+        (CorrectLayerNorm2d, "take each pixel's mean and variance in float32"),
+        (FloatOnly2d, "a float64 input is normalized in float64"),
     ],
     ids=lambda v: getattr(v, "__name__", str(v)),
 )
-def test_ln2d_backward_check_passes_correct_functions_and_names_the_slips(module_class, words,
-                                                                           capsys):
-    message = _ln2d_outcome(checks.check_layer_norm_2d_backward, module_class)
+def test_ln2d_dtypes_layouts_check(module_class, words, capsys):
+    message = _ln2d_outcome(checks.check_layer_norm_2d_dtypes_layouts, module_class)
     if words is None:
         assert message is None, message
     else:
         assert message is not None and words in message, message
 
 
-@pytest.mark.parametrize("module_class, expected", [
-    (FunctionLayerNorm2d, []),
-    (DifferentiatesAgain2d, ["autograd.inside_backward"]),
-], ids=lambda v: getattr(v, "__name__", ""))
-def test_a_backward_that_differentiates_its_forward_again_is_recorded(module_class, expected):
-    """Unit 03's Function must compute its gradient; the grader runs backward itself
-    (autograd by design), so only autograd started inside the backward counts."""
-    _ln2d_outcome(checks.check_layer_norm_2d_backward, module_class)
-    cell = forbidden.load_policy("03_pytorch_layernorm")["ln2d_backward"]
-    assert forbidden.executed_violations(cell, set(_runner.last_executed)) == expected
-
-
 @pytest.mark.parametrize(
     "module_class, words",
     [
-        (FunctionLayerNorm2d, None),
-        (NoMeanTerm2d, None),  # uses what it saved; its dx is ln2d_backward's to charge
-        # a forward slip is ln2d_forward's to charge: its statistics count as saved
-        (FunctionUnbiased2d, None),
-        (RecomputedStats2d, "computes the statistics again from x"),
-        (KeepsStd2d, "keep its reciprocal"),
-        (CorrectLayerNorm2d, "autograd differentiated your forward"),
+        (WideLayerNorm2d, None),
+        (UnbiasedWide2d, None),  # right gradients of a slipped forward: charged once
+        (DetachedMean2d, "misses the mean's path"),
+        (DetachedRstd2d, "misses the variance's path"),
+        (DetachedStats2d, "not connected to the autograd graph"),
     ],
     ids=lambda v: getattr(v, "__name__", str(v)),
 )
-def test_ln2d_saved_statistics_check(module_class, words, capsys):
-    message = _ln2d_outcome(checks.check_layer_norm_2d_saved_statistics, module_class)
+def test_ln2d_gradients_check_follows_autograd_and_names_a_cut_graph(module_class, words,
+                                                                     capsys):
+    message = _ln2d_outcome(checks.check_layer_norm_2d_gradients, module_class)
+    if words is None:
+        assert message is None, message
+    else:
+        assert message is not None and words in message, message
+
+
+# ----- a true drop-in: factory arguments, reset_parameters, extra_repr, AdamW -------
+
+
+class DropInLayerNorm(nn.Module):
+    """MyLayerNorm with torch's factory arguments, reset_parameters and extra_repr."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
+                 device=None, dtype=None):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(
+            normalized_shape)
+        self.normalized_shape, self.eps = shape, eps
+        self.elementwise_affine = elementwise_affine
+        factory = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.empty(shape, **factory)) if elementwise_affine \
+            else None
+        self.bias = nn.Parameter(torch.empty(shape, **factory)) if (
+            elementwise_affine and bias) else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        if self.weight is not None:
+            nn.init.ones_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
+
+
+class MovedAfterwards(DropInLayerNorm):
+    """Builds float32 parameters, then casts them: a new Parameter, dtype right,
+    device 'meta' never reached."""
+
+    def __init__(self, normalized_shape, device=None, dtype=None, **flags):
+        super().__init__(normalized_shape, **flags)
+        if dtype is not None:
+            self.to(dtype)
+
+
+class FreshParameters(DropInLayerNorm):
+    def reset_parameters(self):
+        if self.weight is not None:
+            self.weight = nn.Parameter(torch.ones_like(self.weight))
+        if self.bias is not None:
+            self.bias = nn.Parameter(torch.zeros_like(self.bias))
+
+
+class NoEpsRepr(DropInLayerNorm):
+    def extra_repr(self):
+        return f"{self.normalized_shape}"
+
+
+@pytest.mark.parametrize(
+    "check, module_class, words",
+    [
+        ("factory", DropInLayerNorm, None),
+        ("factory", nn.LayerNorm, None),
+        ("factory", MovedAfterwards, "lives on 'cpu'"),
+        ("reset", DropInLayerNorm, None),
+        ("reset", nn.LayerNorm, None),
+        ("reset", FreshParameters, "made new parameters"),
+        ("reset", NoEpsRepr, "give eps=0.001 too"),
+    ],
+    ids=lambda v: getattr(v, "__name__", str(v)),
+)
+def test_drop_in_checks_agree_with_nn_layer_norm_and_name_the_slips(check, module_class,
+                                                                    words, capsys):
+    run = {"factory": checks.check_my_layer_norm_factory_kwargs,
+           "reset": checks.check_my_layer_norm_reset_repr}[check]
+    message = _ln2d_outcome(run, module_class)
+    if words is None:
+        assert message is None, message
+    else:
+        assert message is not None and words in message, message
+
+
+def _groups_by_owner(model, weight_decay):
+    decayed = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+    groups = {True: [], False: []}
+    for module in model.modules():
+        for name, parameter in module.named_parameters(recurse=False):
+            groups[isinstance(module, decayed) and name == "weight"].append(parameter)
+    return [{"params": groups[True], "weight_decay": weight_decay},
+            {"params": groups[False], "weight_decay": 0.0}]
+
+
+def _groups_by_ndim(model, weight_decay):
+    return [{"params": [p for p in model.parameters() if p.ndim >= 2],
+             "weight_decay": weight_decay},
+            {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0}]
+
+
+def _groups_all_decay(model, weight_decay):
+    return [{"params": list(model.parameters()), "weight_decay": weight_decay}]
+
+
+def _groups_twice(model, weight_decay):
+    return _groups_by_owner(model, weight_decay) + [{"params": list(model.parameters())}]
+
+
+@pytest.mark.parametrize(
+    "function, words",
+    [
+        (_groups_by_owner, None),
+        (_groups_by_ndim, "a rule on p.ndim < 2 decays it"),
+        (_groups_all_decay, "biases do not decay"),
+        (_groups_twice, "in 2 groups"),
+    ],
+    ids=lambda v: getattr(v, "__name__", str(v)),
+)
+def test_adamw_param_groups_check(function, words, capsys):
+    try:
+        checks.check_adamw_param_groups(function, DropInLayerNorm)
+        message = None
+    except checks.CheckFailed as failure:
+        message = str(failure)
     if words is None:
         assert message is None, message
     else:
@@ -1196,7 +1265,7 @@ def test_ln2d_forward_check_names_a_wrong_axis_that_broadcasts_silently():
     """With C == W, gamma as (C,) runs without an error and scales along W."""
     cases = _registry.make_cases("layer_norm_2d_forward")
     label, case = cases[1]
-    assert "C = H = W" in label
+    assert "C = W" in label
     outputs, errors = _runner._probe_all(LastAxisAffine2d, [(label, case)],
                                          module_probes._probe_layer_norm_2d)
     verdict = _registry.judge("layer_norm_2d_forward", [(label, case)], outputs, errors)

@@ -2190,15 +2190,15 @@ def test_ln2d_wrong_default_eps_and_unused_eps_are_named():
     assert J._likely_ln2d_mistake(given, right) is None
 
 
-def test_ln2d_backward_reports_missing_gradients_by_name():
-    case = _case("layer_norm_2d_backward", 0)
-    assert J._judge_ln2d_backward(case, {"missing": np.array("weight_grad")}) == (
+def test_ln2d_gradients_name_a_missing_or_wrong_gradient():
+    case = _case("layer_norm_2d_gradients", 0)
+    assert J._judge_ln2d_gradients(case, {"missing": np.array("weight_grad")}) == (
         J._NO_GRADIENT["weight_grad"])
     _, grads = J._ln2d_reference(case)
     right = {"missing": np.array(""), **grads}
-    assert J._judge_ln2d_backward(case, right) is None
+    assert J._judge_ln2d_gradients(case, right) is None
     off = {**right, "bias_grad": grads["bias_grad"] * 1.01}
-    assert J._judge_ln2d_backward(case, off).startswith("the gradient with respect to bias")
+    assert J._judge_ln2d_gradients(case, off).startswith("the gradient with respect to bias")
 
 
 # ----- a bfloat16 input, and one slip charged once -------------------------------------
