@@ -243,8 +243,10 @@ def _as_python_table(names):
     lines = ["{"]
     for where, functions in names.items():
         lines.append(f"    {json.dumps(where)}: {{")
-        lines += [f"        {json.dumps(function)}: {json.dumps(public)},"
-                  for function, public in functions.items()]
+        for function, public in functions.items():
+            pair = f"        {json.dumps(function)}: {json.dumps(public)},"
+            lines += ([pair] if len(pair) <= 79 else
+                      [f"        {json.dumps(function)}:", f"            {json.dumps(public)},"])
         lines.append("    },")
     return "\n".join(lines + ["}"])
 

@@ -837,11 +837,14 @@ def _judge_warmup_sweep(case, output):
             return (f"{name} is {shown}; answer with one of the rates of the sweep "
                     f"({grid}), the lowest at which the model fails")
         found[name] = rate
+    # the reference's runs first: they are read from a table, while a student's own
+    # schedule has to be trained here, inside the cell's time limit, which is scaled
+    # from the reference solution's (table-fast) run
+    problem = _sweep_problem(found, None)
     student = _student_schedules(case, output)
-    problem = _sweep_problem(found, student)
-    if problem and student is not None and _sweep_problem(found, None) is None:
-        return None
-    return problem
+    if problem is None or student is None:
+        return problem
+    return _sweep_problem(found, student)
 
 
 def _lowest_failing_cases(rng):

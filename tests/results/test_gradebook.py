@@ -241,7 +241,7 @@ def test_a_comment_and_score_typed_in_the_formgrader_survive_a_regrade_into_ever
                                " && window.formgrader?.comments?.loaded", timeout=60_000)
         page.fill("#token_var_answer-comment", comment)
         page.press("#token_var_answer-comment", "Tab")  # the change event saves it
-        page.fill("#chunked_var_merges", "0.5")  # of 1
+        page.fill("#chunked_var_merges", "1")  # of 1.5
         page.press("#chunked_var_merges", "Tab")
         saved = None
         for _ in range(120):  # the page saves through the formgrader's API, in the background
@@ -250,13 +250,13 @@ def test_a_comment_and_score_typed_in_the_formgrader_survive_a_regrade_into_ever
                                                 "ada").manual_comment,
                          gradebook.find_grade("chunked_var_merges", NOTEBOOK, ASSIGNMENT,
                                               "ada").manual_score)
-            if saved == (comment, 0.5):
+            if saved == (comment, 1.0):
                 break
             page.wait_for_timeout(500)
         page.close()
     finally:
         lab.stop()
-    assert saved == (comment, 0.5), lab.log_tail()
+    assert saved == (comment, 1.0), lab.log_tail()
 
     assert cli.main([*grade, "--force"]) == 0  # the regrade
     done = subprocess.run(
