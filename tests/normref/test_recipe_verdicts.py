@@ -1073,6 +1073,52 @@ def test_the_naive_sum_of_squares_is_named_far_from_zero_in_any_dtype():
     assert recipe_judges._judge_merge(near_zero, _merged(near_zero, naive)) is None
 
 
+def _merge_around_the_merged_mean(a, b):
+    """Chan's merge through the merged mean, in the statistics' own dtype."""
+    (n_a, m_a, q_a), (n_b, m_b, q_b) = a, b
+    n = n_a + n_b
+    mean = (n_a * m_a + n_b * m_b) / n
+    return n, mean, q_a + q_b + n_a * (m_a - mean) ** 2 + n_b * (m_b - mean) ** 2
+
+
+def _merge_welford_style(a, b):
+    """Welford's update of M2, reusing the rounded merged mean."""
+    (n_a, m_a, q_a), (n_b, m_b, q_b) = a, b
+    n = n_a + n_b
+    delta = m_b - m_a
+    mean = m_a + delta * n_b / n
+    return n, mean, q_a + q_b + n_b * delta * (m_b - mean)
+
+
+def _merge_naive(a, b):
+    (n_a, m_a, q_a), (n_b, m_b, q_b) = a, b
+    n = n_a + n_b
+    mean = (n_a * m_a + n_b * m_b) / n
+    return n, mean, q_a + n_a * m_a**2 + q_b + n_b * m_b**2 - n * mean**2
+
+
+_FLOAT32_FAR_MERGE = "float32 chunks of 16 and 48 features around 10 000 with spread 1, (4, 64)"
+
+
+def test_sound_float32_merges_pass_the_far_case_and_the_naive_one_fails_it_for_every_seed():
+    for seed in range(200):
+        case = dict(recipe_judges._merge_cases(np.random.default_rng(seed)))[_FLOAT32_FAR_MERGE]
+        for merge in (_merge_around_the_merged_mean, _merge_welford_style):
+            out = _merged(case, merge)
+            assert out["m2"].dtype == np.float32
+            assert recipe_judges._judge_merge(case, out) is None, (seed, merge.__name__)
+        verdict = recipe_judges._judge_merge(case, _merged(case, _merge_naive))
+        assert verdict is not None and "naive sum of squares" in verdict, seed
+
+
+def test_a_wrong_m2_far_from_the_naive_one_is_not_called_naive():
+    case = dict(recipe_judges._merge_cases(_rng()))[_FLOAT32_FAR_MERGE]
+    out = _merged(case, _merge_around_the_merged_mean)
+    out["m2"] = out["m2"] * 1000
+    verdict = recipe_judges._judge_merge(case, out)
+    assert verdict.startswith("your m2 is") and "naive" not in verdict
+
+
 def test_a_wrong_count_is_named_before_the_statistics():
     case = dict(recipe_judges._merge_cases(_rng()))["[2, 4] and [6, 8]"]
     verdict = recipe_judges._judge_merge(case, {"n": np.array(3), "mean": np.array(5.0),
