@@ -1378,27 +1378,38 @@ def _judge_reset_repr(case, output):
     _, flags = _constructor_arguments(case)
     eps = flags.get("eps", 1e-5)
     affine = flags.get("elementwise_affine", True)
+    bias = flags.get("bias", True)
     said = [float(n) for n in re.findall(r"[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?", text)]
     if not any(said[i:i + len(shape)] == shape for i in range(len(said))):
         return (f"extra_repr() returns {text!r}: name normalized_shape {tuple(shape)}, as "
-                f"nn.LayerNorm's does ({nn_layer_norm_repr(shape, eps, affine)!r})")
+                f"nn.LayerNorm's does ({nn_layer_norm_repr(shape, eps, affine, bias)!r})")
     if not any(np.isclose(n, eps, rtol=1e-6, atol=0) for n in said):
         return (f"extra_repr() returns {text!r}: give eps={eps:g} too, as nn.LayerNorm's "
-                f"does ({nn_layer_norm_repr(shape, eps, affine)!r})")
+                f"does ({nn_layer_norm_repr(shape, eps, affine, bias)!r})")
     if f"elementwise_affine={affine}" not in text.replace(" ", ""):
         return (f"extra_repr() returns {text!r}: give elementwise_affine={affine} too, as "
-                f"nn.LayerNorm's does ({nn_layer_norm_repr(shape, eps, affine)!r})")
+                f"nn.LayerNorm's does ({nn_layer_norm_repr(shape, eps, affine, bias)!r})")
+    # bias= is optional (the text says so); shown, it must say whether there is a beta
+    has_bias = affine and bias
+    shown = re.findall(r"(?<![A-Za-z_])bias=(\w+)", text.replace(" ", ""))
+    if shown and shown != [str(has_bias)]:
+        return (f"extra_repr() returns {text!r}: bias= says whether the module has a beta "
+                f"(self.bias is not None), here {has_bias}, as nn.LayerNorm's does "
+                f"({nn_layer_norm_repr(shape, eps, affine, bias)!r})")
     return None
 
 
-def nn_layer_norm_repr(shape, eps, affine):
-    """What nn.LayerNorm's extra_repr() returns for these arguments."""
-    return f"{tuple(shape)}, eps={eps}, elementwise_affine={affine}"
+def nn_layer_norm_repr(shape, eps, affine, bias=True):
+    """What nn.LayerNorm's extra_repr() returns for these arguments (torch 2.13):
+    bias= is True exactly when the module has a beta."""
+    return (f"{tuple(shape)}, eps={eps}, elementwise_affine={affine}, "
+            f"bias={affine and bias}")
 
 
 PARAM_GROUP_DECAY = 0.05
 # model -> the names of its parameters that decay: the weights of nn.Linear and of
-# the convolutions, and nothing else (biases, every norm's gamma and beta)
+# the convolutions, and nothing else (biases, every norm's gamma and beta, embeddings;
+# a weight tied to an embedding counts as the embedding's)
 PARAM_GROUP_MODELS = {
     "mlp": ("nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), "
             "nn.Linear(32, 16, bias=False), MyLayerNorm(16))", {"0.weight", "3.weight"}),
@@ -1407,6 +1418,13 @@ PARAM_GROUP_MODELS = {
                    {"0.weight", "4.weight"}),
     "conv": ("nn.Sequential(nn.Conv2d(3, 8, 3), nn.GroupNorm(2, 8), "
              "nn.Conv2d(8, 8, 1, bias=False), nn.BatchNorm2d(8))", {"0.weight", "2.weight"}),
+    "embedding": ("nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 16), MyLayerNorm(16), "
+                  "nn.Linear(16, 50))", {"1.weight", "3.weight"}),
+    # the output Linear's weight is the embedding's Parameter (tied): model's
+    # named_parameters() names it once, 0.weight, and it does not decay
+    "tied": ("nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 16), MyLayerNorm(16), "
+             "nn.Linear(16, 50, bias=False)), the last Linear's weight set to the "
+             "Embedding's (tied)", {"1.weight"}),
 }
 
 
@@ -1427,6 +1445,12 @@ def _judge_param_groups(case, output):
             return (f"{name} is in no group: every parameter goes into exactly one group, "
                     "or AdamW never updates it")
         if len(decays) > 1:
+            if str(case["model"]) == "tied" and name == "0.weight":
+                return (f"{name}, the embedding's weight, is in {len(decays)} groups: the "
+                        "output nn.Linear holds the same Parameter (tied weights), so a "
+                        "walk over the modules meets it twice. Put it once, in the "
+                        "no-decay group: a weight tied to an embedding counts as the "
+                        "embedding's")
             return f"{name} is in {len(decays)} groups: put every parameter in exactly one"
         want = PARAM_GROUP_DECAY if name in decaying else 0.0
         if np.isclose(decays[0], want):
@@ -1435,6 +1459,17 @@ def _judge_param_groups(case, output):
             return (f"{name}, a weight of a linear map or a convolution, gets weight_decay "
                     f"{decays[0]:g}; it decays, with the weight_decay given "
                     f"({PARAM_GROUP_DECAY:g})")
+        if str(case["model"]) == "tied" and name == "0.weight":
+            return (f"{name}, an nn.Embedding's weight that the output nn.Linear shares "
+                    f"(tied), gets weight_decay {decays[0]:g}: a weight tied to an "
+                    "embedding counts as the embedding's, and embeddings do not decay; "
+                    "give it weight_decay=0.0, once")
+        if str(case["model"]) == "embedding" and name == "0.weight":
+            return (f"{name}, an nn.Embedding's weight, gets weight_decay {decays[0]:g}: "
+                    "embeddings do not decay (a row is a token's learned vector, trained "
+                    "only when that token appears; decay would shrink every row at every "
+                    "step). Name the modules whose weights decay (nn.Linear, the "
+                    "convolutions) rather than the ones whose weights do not")
         if name.endswith("bias") and not name.startswith("2."):
             return (f"{name} gets weight_decay {decays[0]:g}: biases do not decay (a shift "
                     "has no scale for the decay to keep small); give their group "

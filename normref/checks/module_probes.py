@@ -415,6 +415,13 @@ def _probe_reset_repr(MyLayerNorm, case):
     return report
 
 
+def _tied(model):
+    """The model with its last Linear's weight set to its first module's, an
+    nn.Embedding's: one Parameter held by two modules, as GPT-2 ties them."""
+    model[-1].weight = model[0].weight
+    return model
+
+
 def _probe_param_groups(pair, case):
     """Build the case's model from the student's MyLayerNorm and torch's layers,
     call adamw_param_groups(model, weight_decay) and report, for every named
@@ -433,7 +440,12 @@ def _probe_param_groups(pair, case):
         nn.Flatten(), nn.Linear(12, 2)),
         "conv": lambda: nn.Sequential(
         nn.Conv2d(3, 8, 3), nn.GroupNorm(2, 8), nn.Conv2d(8, 8, 1, bias=False),
-        nn.BatchNorm2d(8))}
+        nn.BatchNorm2d(8)),
+        "embedding": lambda: nn.Sequential(
+        nn.Embedding(50, 16), nn.Linear(16, 16), MyLayerNorm(16), nn.Linear(16, 50)),
+        "tied": lambda: _tied(nn.Sequential(
+        nn.Embedding(50, 16), nn.Linear(16, 16), MyLayerNorm(16),
+        nn.Linear(16, 50, bias=False)))}
     model = layers[str(case["model"])]()
     weight_decay = float(case["weight_decay"])
     groups = adamw_param_groups(model, weight_decay)

@@ -1191,6 +1191,23 @@ class NoEpsRepr(DropInLayerNorm):
         return f"{self.normalized_shape}"
 
 
+class AlwaysBiasRepr(DropInLayerNorm):
+    """Prints bias=True even where the module has no beta."""
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}, bias=True")
+
+
+class TorchBiasRepr(DropInLayerNorm):
+    """Prints bias= as nn.LayerNorm does in torch 2.13."""
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")
+
+
 @pytest.mark.parametrize(
     "check, module_class, words",
     [
@@ -1201,6 +1218,8 @@ class NoEpsRepr(DropInLayerNorm):
         ("reset", nn.LayerNorm, None),
         ("reset", FreshParameters, "made new parameters"),
         ("reset", NoEpsRepr, "give eps=0.001 too"),
+        ("reset", TorchBiasRepr, None),
+        ("reset", AlwaysBiasRepr, "bias= says whether the module has a beta"),
     ],
     ids=lambda v: getattr(v, "__name__", str(v)),
 )
@@ -1215,14 +1234,47 @@ def test_drop_in_checks_agree_with_nn_layer_norm_and_name_the_slips(check, modul
         assert message is not None and words in message, message
 
 
+DECAYED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+
 def _groups_by_owner(model, weight_decay):
-    decayed = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+    kept = {id(p) for module in model.modules()
+            for name, p in module.named_parameters(recurse=False)
+            if not (isinstance(module, DECAYED) and name == "weight")}
+    params = list(model.parameters())
+    return [{"params": [p for p in params if id(p) not in kept],
+             "weight_decay": weight_decay},
+            {"params": [p for p in params if id(p) in kept], "weight_decay": 0.0}]
+
+
+def _groups_by_module_walk(model, weight_decay):
+    """Right owner rule, but a tied weight is met twice, once per module."""
     groups = {True: [], False: []}
     for module in model.modules():
         for name, parameter in module.named_parameters(recurse=False):
-            groups[isinstance(module, decayed) and name == "weight"].append(parameter)
+            groups[isinstance(module, DECAYED) and name == "weight"].append(parameter)
     return [{"params": groups[True], "weight_decay": weight_decay},
             {"params": groups[False], "weight_decay": 0.0}]
+
+
+def _groups_all_but_norms(model, weight_decay):
+    """Every weight outside a *Norm class decays: embeddings too."""
+    groups = {True: [], False: []}
+    for name, parameter in model.named_parameters():
+        owner = model.get_submodule(name.rpartition(".")[0])
+        groups[name.endswith("weight") and "Norm" not in type(owner).__name__].append(
+            parameter)
+    return [{"params": groups[True], "weight_decay": weight_decay},
+            {"params": groups[False], "weight_decay": 0.0}]
+
+
+def _groups_tied_decays(model, weight_decay):
+    """Embeddings kept, but the Linear weights decay even when tied to one."""
+    decaying = {id(m.weight) for m in model.modules() if isinstance(m, DECAYED)}
+    params = list(model.parameters())
+    return [{"params": [p for p in params if id(p) in decaying],
+             "weight_decay": weight_decay},
+            {"params": [p for p in params if id(p) not in decaying], "weight_decay": 0.0}]
 
 
 def _groups_by_ndim(model, weight_decay):
@@ -1246,6 +1298,9 @@ def _groups_twice(model, weight_decay):
         (_groups_by_ndim, "a rule on p.ndim < 2 decays it"),
         (_groups_all_decay, "biases do not decay"),
         (_groups_twice, "in 2 groups"),
+        (_groups_by_module_walk, "a walk over the modules meets it twice"),
+        (_groups_all_but_norms, "embeddings do not decay"),
+        (_groups_tied_decays, "a weight tied to an embedding counts as the embedding's"),
     ],
     ids=lambda v: getattr(v, "__name__", str(v)),
 )
