@@ -1441,11 +1441,13 @@ def _judge_param_groups(case, output):
     for key in sorted(k for k in output if k.startswith("decay:")):
         name = key.split(":", 1)[1]
         decays = [float(d) for d in np.atleast_1d(output[key])]
+        embedding_weight = name == "0.weight" and str(case["model"]) in ("tied", "embedding")
+        tied = embedding_weight and str(case["model"]) == "tied"
         if not decays:
             return (f"{name} is in no group: every parameter goes into exactly one group, "
                     "or AdamW never updates it")
         if len(decays) > 1:
-            if str(case["model"]) == "tied" and name == "0.weight":
+            if tied:
                 return (f"{name}, the embedding's weight, is in {len(decays)} groups: the "
                         "output nn.Linear holds the same Parameter (tied weights), so a "
                         "walk over the modules meets it twice. Put it once, in the "
@@ -1459,12 +1461,12 @@ def _judge_param_groups(case, output):
             return (f"{name}, a weight of a linear map or a convolution, gets weight_decay "
                     f"{decays[0]:g}; it decays, with the weight_decay given "
                     f"({PARAM_GROUP_DECAY:g})")
-        if str(case["model"]) == "tied" and name == "0.weight":
+        if tied:
             return (f"{name}, an nn.Embedding's weight that the output nn.Linear shares "
                     f"(tied), gets weight_decay {decays[0]:g}: a weight tied to an "
                     "embedding counts as the embedding's, and embeddings do not decay; "
                     "give it weight_decay=0.0, once")
-        if str(case["model"]) == "embedding" and name == "0.weight":
+        if embedding_weight:
             return (f"{name}, an nn.Embedding's weight, gets weight_decay {decays[0]:g}: "
                     "embeddings do not decay (a row is a token's learned vector, trained "
                     "only when that token appears; decay would shrink every row at every "
