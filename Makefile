@@ -32,7 +32,7 @@ demo: $(STAMP)
 # CPU 99% busy by vmstat).
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print((os.cpu_count() or 1) + 1)")
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 ## lab: JupyterLab at the course root (lessons, assignments, formgrader)
 lab: $(STAMP)

@@ -39,13 +39,28 @@ SPREAD_OVER_WORKERS = (
     "tests/grading/test_grade.py::test_sample_class_grades_to_expected_scores_through_the_cli",
     "tests/grading/test_attacks_kept.py::test_kept_attacks_grade_to_their_expected_points",
 )
-# The slowest in `make test`'s --durations list, handed out first, so that no worker
-# starts one of them while the others are finishing.
-LONGEST_FIRST = SPREAD_OVER_WORKERS + (
-    "tests/grading/test_hostile_handins.py", "tests/publishing/test_colab_environment.py",
-    "tests/publishing/test_edition_environment.py", "tests/publishing/test_site.py",
+# The slowest in `make test`'s --durations list, longest first, handed out first, so
+# that no worker starts one of them while the others are finishing (seconds: one CI run
+# on 2 cores, 3 workers). `make test` passes --no-loadscope-reorder: xdist's default
+# reorder puts the files with most tests first, which sent these one-test scopes last.
+_SAMPLE_CLASS = SPREAD_OVER_WORKERS[0]
+_KEPT_ATTACKS = SPREAD_OVER_WORKERS[1]
+LONGEST_FIRST = (
+    f"{_SAMPLE_CLASS}[05_pre_post_ln]",  # 573
+    f"{_SAMPLE_CLASS}[03_pytorch_layernorm]",  # 345
+    "tests/grading/test_hostile_handins.py",  # 267 + the tests on its graded class
+    f"{_SAMPLE_CLASS}[04_backward_pass]",  # 261
+    f"{_SAMPLE_CLASS}[02_rows_versus_columns]",  # 243
+    "tests/publishing/test_site.py",  # 192
+    "tests/grading/test_grade.py",  # the demo, 189, and the CLI's tests
+    f"{_SAMPLE_CLASS}[07_fused_kernel]",  # 189
+    _KEPT_ATTACKS,  # 110-130 each
+    "tests/publishing/test_edition_environment.py",  # 105
+    "tests/grading/test_grader_dies.py",  # 95
+    "tests/grading/test_bench.py",  # 90
+    f"{_SAMPLE_CLASS}[06_low_precision]",  # 86
+    "tests/publishing/test_colab_environment.py",
     "tests/test_instructor_features_attacks.py",
-    "tests/grading/test_grader_dies.py", "tests/grading/test_bench.py",
 )
 
 
