@@ -13,7 +13,7 @@ import numpy as np
 
 from normref.checks._registry import Check
 from normref.checks.kernels_judges import _bfloat16_values
-from normref.checks.tolerances import matches, mismatch, number_from_answer
+from normref.checks.tolerances import matches, mismatch, number_from_answer, tolerance_for
 
 # ----- building cases -------------------------------------------------------
 
@@ -198,7 +198,30 @@ def _low_precision_cases(rng):
                 **_random_affine(rng, 64),
             ),
         ),
+        _cancelling_affine_case(rng),
     ]
+
+
+def _cancelling_affine_case(rng):
+    """A bfloat16 module (parameters too, as after module.to(torch.bfloat16)) on a
+    bfloat16 batch, with gamma between 64 and 128 and a beta that cancels gamma *
+    x_hat on token 0, leaving outputs of about 1 there. nn.LayerNorm forms
+    gamma * x_hat + beta in float32 and rounds once, so token 0 comes out to
+    bfloat16's spacing near 1; an affine step rounded to bfloat16 on the way
+    (x_hat, or the product, near 100, where bfloat16's spacing is 0.5) leaves
+    errors up to about 0.5 there, and more for larger products: several times
+    the tolerance of about 0.04 on outputs near 1."""
+    x = _bfloat16_values(rng.normal(0.0, 1.0, size=(4, 256)))
+    x_hat_0 = _normalized(x[:1].astype(np.float64), (1,), 1e-5)[0]
+    weight = _bfloat16_values(rng.uniform(64.0, 128.0, size=256))
+    bias = _bfloat16_values(-weight * x_hat_0 + rng.normal(0.0, 1.0, size=256))
+    return (
+        "MyLayerNorm(256).to(torch.bfloat16) on a bfloat16 (4, 256) batch, gamma "
+        "between 64 and 128 and a beta that cancels gamma * x_hat on token 0, "
+        "leaving outputs of about 1 there",
+        _case(256, "int", x=x, x_dtype="bfloat16", param_dtype="bfloat16",
+              affine_cancels=True, set_weight=weight, set_bias=bias),
+    )
 
 
 def _flag_cases(rng):
@@ -718,6 +741,56 @@ def _unbiased_output(case):
     return gamma * x_hat + beta
 
 
+AFFINE_ROUNDED_HINT = (
+    "gamma and beta are applied in {dtype}: nn.LayerNorm forms weight * x_hat + bias "
+    "in float32, from its float32 statistics, and rounds to {dtype} once, at the end. "
+    "Rounding x_hat, or the product weight * x_hat, to {dtype} first (x_hat.to(x.dtype), "
+    "or the parameters' {dtype} arithmetic) costs an error of up to about {dtype}'s "
+    "spacing at the product's size, 0.5 near 100, which a beta that cancels the product "
+    "leaves in full. Keep x_hat in float32 and multiply the parameters in float32 "
+    "(weight.float()), then y.to(x.dtype)"
+)
+
+
+def _rounded_affine_outputs(case):
+    """What a module outputs when it takes float32 statistics but rounds the
+    affine step to the input's half dtype on the way: x_hat rounded, then the
+    product, then the sum; x_hat rounded, the rest in float32; the product
+    rounded; the sum alone in float32 after a rounded product."""
+    import torch
+
+    half = getattr(torch, _input_dtype(case))
+    x_hat = torch.from_numpy(
+        _normalized(np.asarray(case["x"], np.float64), (-1,), 1e-5).astype(np.float32))
+    weight = torch.from_numpy(np.asarray(case["set_weight"], np.float32))
+    bias = torch.from_numpy(np.asarray(case["set_bias"], np.float32))
+    x_hat_half = x_hat.to(half)
+    return [
+        (x_hat_half * weight.to(half) + bias.to(half)).double().numpy(),
+        (x_hat_half.float() * weight + bias).to(half).double().numpy(),
+        ((x_hat * weight).to(half) + bias.to(half)).double().numpy(),
+        ((x_hat_half * weight.to(half)).float() + bias).to(half).double().numpy(),
+    ]
+
+
+def _affine_rounded(case, y):
+    """True when `y` is one of the rounded affine steps, to the half dtype's
+    tolerance on at least 95 % of its numbers (the student's float32 x_hat may
+    round the other way from this one on a few), and closer to it than to the
+    reference."""
+    y = np.asarray(y, np.float64)
+    expected = _reference_output(case)
+    if y.shape != expected.shape:
+        return False
+    rtol, atol = tolerance_for(_input_dtype(case))
+    for rounded in _rounded_affine_outputs(case):
+        close = np.abs(y - rounded) <= atol + rtol * np.abs(rounded)
+        if close.mean() >= 0.95 and (np.abs(y - rounded).mean()
+                                     < np.abs(y - expected).mean()):
+            return True
+    return False
+
+
 def _judge_low_precision(case, output):
     """A half-precision input: judged like the forward, except that the unbiased
     variance, which the forward check charges and names, is not charged again;
@@ -732,6 +805,9 @@ def _judge_low_precision(case, output):
         return problem  # the values are right: the dtype is what is off
     if matches(output["y"], _unbiased_output(case), dtype=dtype):
         return None
+    if "affine_cancels" in case and _affine_rounded(case, output["y"]):
+        return (problem.split(". Hint:")[0]
+                + ". Hint: " + AFFINE_ROUNDED_HINT.format(dtype=dtype))
     widened = output.get("y_from_float32")
     if widened is None or "Hint:" not in problem:
         return problem
@@ -1942,28 +2018,65 @@ def _memory_bytes_truths(size_of=None):
             "FUSED_BYTES": elements * _bytes_per_element(_FUSED_KERNELS, size_of)}
 
 
-def _memory_bytes_slip(name, given):
-    """What a wrong byte count reproduces, if anything."""
+def _memory_byte_slips(name):
+    """[(bytes, what that count reproduces)] for the modelled slips of question
+    `name`. Several slips can give the same count (the unfused kernels counted at
+    4 bytes each move 7 * 4 bytes an element; counted right, with the norm reading
+    its input twice, 2 * 2 + 6 * 4): _memory_bytes_slip names all of them."""
     import torch
 
-    truth = _memory_bytes_truths()[name]
+    def size(dtype):
+        return torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+
+    truths = _memory_bytes_truths()
+    truth = truths[name]
     elements = int(np.prod(ADD_NORM_SHAPE))
-    slips = {
-        truth // elements: "that is the count per element: multiply by the number of "
-        f"elements, {elements}",
-        _memory_bytes_truths(lambda dtype: 4)[name]: "every tensor counted at 4 bytes: "
-        "x and normed are bfloat16, 2 bytes each",
-        _memory_bytes_truths(lambda dtype: 2)[name]: "every tensor counted at 2 bytes: "
-        "the residual stream and its sum are float32, 4 bytes each",
-        truth / 2 ** 20: "that is in MiB: give bytes",
-        truth / 10 ** 6: "that is in MB: give bytes",
-    }
+    slips = [
+        (truth // elements, "that is the count per element: multiply by the number of "
+         f"elements, {elements}"),
+        (_memory_bytes_truths(lambda dtype: 4)[name], "every tensor counted at 4 bytes: "
+         "x and normed are bfloat16, 2 bytes each"),
+        (_memory_bytes_truths(lambda dtype: 2)[name], "every tensor counted at 2 bytes: "
+         "the residual stream and its sum are float32, 4 bytes each"),
+        (truth / 2 ** 20, "that is in MiB: give bytes"),
+        (truth / 10 ** 6, "that is in MB: give bytes"),
+    ]
     if name == "UNFUSED_BYTES":
-        size = torch.empty(0, dtype=torch.float32).element_size()
-        without_cast = truth - elements * (size + size // 2)
-        slips[without_cast] = ("F.layer_norm on a float32 sum returns float32: a third "
-                               "kernel reads it and writes normed in bfloat16")
-    return slips.get(given)
+        bfloat16_sum = {"x + residual": (("bfloat16", "float32"), ("bfloat16",)),
+                        "F.layer_norm": (("bfloat16",), ("bfloat16",))}
+        slips += [
+            (truth - elements * (size("float32") + size("bfloat16")),
+             "F.layer_norm on a float32 sum returns float32: a third kernel reads it "
+             "and writes normed in bfloat16"),
+            (truth + elements * size("float32"),
+             "F.layer_norm counted as reading the float32 sum twice (for the statistics, "
+             "then to normalize): the rule counts each kernel's full-size input once"),
+            (elements * _bytes_per_element(bfloat16_sum, size),
+             "x + residual counted as a bfloat16 sum: torch promotes bfloat16 + float32 "
+             "to float32, so the sum and F.layer_norm's output are float32 and a third "
+             "kernel casts normed"),
+            (truths["FUSED_BYTES"], "that is the fused kernel's count, not the three "
+             "unfused kernels'"),
+        ]
+    else:
+        slips += [
+            (truth + elements * size("float32"),
+             "the fused kernel counted as reading residual_sum back: it writes the sum "
+             "once and normalizes the values it still holds on chip"),
+            (truths["UNFUSED_BYTES"], "that is the three unfused kernels' count, not "
+             "the fused kernel's"),
+        ]
+    return slips
+
+
+def _memory_bytes_slip(name, given):
+    """What a wrong byte count reproduces: every modelled slip that gives it, or
+    None."""
+    reproduced = [text for count, text in _memory_byte_slips(name) if count == given]
+    if len(reproduced) > 1:
+        return ("this count fits more than one slip, so check each: "
+                + "; or ".join(reproduced))
+    return reproduced[0] if reproduced else None
 
 
 def _judge_memory_bytes(case, output):

@@ -101,6 +101,8 @@ def _run_forward(module, case):
     x = torch.tensor(case["x"])
     if x.dtype == torch.float64:
         module = module.double()
+    if "param_dtype" in case:  # a low-precision model: module.to(torch.bfloat16)
+        module = module.to(getattr(torch, str(case["param_dtype"])))
     if "x_dtype" in case:  # a half-precision input, its values held as float32
         x = x.to(getattr(torch, str(case["x_dtype"])))
     _set_affine(module, case.get("set_weight"), case.get("set_bias"))

@@ -399,6 +399,9 @@ LOW_PRECISION_LABELS = [
     "spacing is 2",
     "MyLayerNorm(64) on a float16 (3, 64) batch around 1000, where float16's spacing "
     "is 0.5, random gamma and beta",
+    "MyLayerNorm(256).to(torch.bfloat16) on a bfloat16 (4, 256) batch, gamma between 64 "
+    "and 128 and a beta that cancels gamma * x_hat on token 0, leaving outputs of about 1 "
+    "there",
 ]
 FLAG_LABELS = [
     "MyLayerNorm(4) with the default eps on tokens of tiny spread (0.001 * [2, 4, 6, 8])",
@@ -517,6 +520,29 @@ def test_low_precision_cases_are_what_their_labels_say():
         above = torch.tensor(float(centre)).to(dtype).float() + 0.75 * spacing
         assert above.to(dtype).float().item() - centre == spacing
     assert np.all(cases[0][1]["set_weight"] == 1) and np.ptp(cases[1][1]["set_weight"]) > 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_cancelling_affine_case_is_what_its_label_says(seed):
+    """bfloat16 values and parameters; gamma in [64, 128]; on token 0 torch's outputs
+    are about 1 while gamma * x_hat is about 100, so that rounding the product to
+    bfloat16 (spacing 0.5 there) is out of the tolerance."""
+    _, case = _cases("my_layer_norm_low_precision", seed)[2]
+    x, gamma, beta = (torch.from_numpy(case[key]) for key in ("x", "set_weight", "set_bias"))
+    for values in (x, gamma, beta):
+        assert torch.equal(values.bfloat16().float(), values)  # exact in bfloat16
+    assert str(case["x_dtype"]) == str(case["param_dtype"]) == "bfloat16"
+    assert x.shape == (4, 256) and 64 <= gamma.min() and gamma.max() <= 128
+    x_hat = nn.functional.layer_norm(x.double(), (256,))
+    token_0 = (gamma * x_hat + beta)[0]
+    assert token_0.abs().mean() < 1.5 and token_0.abs().max() < 5  # "about 1"
+    assert (gamma * x_hat)[0].abs().median() > 30  # what beta cancels
+    torch_bf16 = nn.LayerNorm(256).to(torch.bfloat16)
+    with torch.no_grad():
+        torch_bf16.weight.copy_(gamma)
+        torch_bf16.bias.copy_(beta)
+        assert mismatch(torch_bf16(x.bfloat16()).double().numpy(), J._reference_output(case),
+                        dtype="bfloat16") is None
 
 
 @pytest.mark.parametrize("name, labels", [
@@ -1507,6 +1533,35 @@ def test_wrong_byte_counts_name_their_slip(unfused_per_element, fused_per_elemen
                               "unfused kernels") and slip in message
 
 
+def test_a_count_two_slips_give_names_both():
+    """2 * 2 + 6 * 4 = 7 * 4: the unfused kernels with the norm reading the float32
+    sum twice move as many bytes as all seven tensors counted at 4 bytes; the fused
+    kernel reading the sum back moves as many as its four tensors at 4 bytes."""
+    elements = math.prod(J.ADD_NORM_SHAPE)
+    judge = _registry._get("add_norm_memory_bytes").judge
+    message = judge({}, {"UNFUSED_BYTES": np.array(str((2 * 2 + 6 * 4) * elements)),
+                         "FUSED_BYTES": np.array(str((2 * 2 + 3 * 4) * elements))})
+    unfused, fused = message.split("; bytes read and written by the fused kernel")
+    assert "every tensor counted at 4 bytes" in unfused and "sum twice" in unfused
+    assert "every tensor counted at 4 bytes" in fused and "reading residual_sum back" in fused
+    assert "fits more than one slip" in unfused and "fits more than one slip" in fused
+
+
+@pytest.mark.parametrize("name", ["UNFUSED_BYTES", "FUSED_BYTES"])
+def test_every_modelled_byte_slip_is_named_whatever_shares_its_count(name):
+    """Each slip's count draws a message naming that slip, and every other slip
+    with the same count: no hint names one slip for a count another gives."""
+    judge = _registry._get("add_norm_memory_bytes").judge
+    slips = J._memory_byte_slips(name)
+    for count in {count for count, _ in slips}:
+        message = judge({}, {name: np.array(repr(count))})
+        sharing = [other for other_count, other in slips if other_count == count]
+        assert all(other in message for other in sharing), (count, message)
+        assert ("fits more than one slip" in message) == (len(sharing) > 1)
+    truth = J._memory_bytes_truths()[name]
+    assert truth not in {count for count, _ in slips}
+
+
 def test_byte_counts_per_element_or_in_mib_are_told_so():
     judge = _registry._get("add_norm_memory_bytes").judge
     message = judge({}, {"UNFUSED_BYTES": np.array("24"), "FUSED_BYTES": np.array("384.0")})
@@ -2270,6 +2325,45 @@ def test_a_float32_output_for_a_bfloat16_input_is_named():
     assert "your output's dtype is torch.float32; for a torch.bfloat16 input" in (
         verdict["message"])
     assert "then y.to(x.dtype)" in verdict["message"]
+
+
+class AffineInHalfPrecision(HandWrittenNorm):
+    """float32 statistics, but x_hat is rounded to the input's dtype before gamma and
+    beta, which are then applied in that dtype."""
+
+    def float32_x_hat(self, x):
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))
+        mean = wide.mean(self.dims, keepdim=True)
+        var = ((wide - mean) ** 2).mean(self.dims, keepdim=True)
+        return (wide - mean) / torch.sqrt(var + self.inner.eps)
+
+    def forward(self, x):
+        x_hat = self.float32_x_hat(x).to(x.dtype)
+        return x_hat * self.weight.to(x.dtype) + self.bias.to(x.dtype)
+
+
+class XHatRoundedFirst(AffineInHalfPrecision):
+    """x_hat rounded to the input's dtype, then a float32 affine step, rounded again."""
+
+    def forward(self, x):
+        x_hat = self.float32_x_hat(x).to(x.dtype)
+        return (x_hat.float() * self.weight.float() + self.bias.float()).to(x.dtype)
+
+
+@pytest.mark.parametrize("module_class", [AffineInHalfPrecision, XHatRoundedFirst],
+                         ids=lambda c: c.__name__)
+def test_an_affine_step_rounded_to_bfloat16_is_named_on_the_cancelling_case(module_class):
+    """Right statistics, so the first two cases pass (their products are rounded at
+    a spacing within the tolerance); the cancelling case fails with the affine hint,
+    not the statistics one, which the float32-widened run would otherwise suggest."""
+    for seed in (0, 1):
+        verdict = _verdict("my_layer_norm_low_precision", module_class, P._probe_module,
+                           seed)
+        assert verdict["case"] == LOW_PRECISION_LABELS[2]
+        assert verdict["message"].endswith(HINT + J.AFFINE_ROUNDED_HINT.format(
+            dtype="bfloat16"))
+        assert "(x.float())" not in verdict["message"]
+    assert _verdict("my_layer_norm_forward", AffineInHalfPrecision, P._probe_module)["passed"]
 
 
 class UnbiasedLayerNorm(nn.Module):
