@@ -219,14 +219,6 @@ def _call_for_precision(functions, case):
     return {"dtypes": np.array([str(to_array(value).dtype) for value in returned])}
 
 
-def _names_as_text(answers, case):
-    """A name, or a collection of names (list, tuple, set), as an array of text."""
-    names = answers["names"]
-    if isinstance(names, str) or not hasattr(names, "__iter__"):
-        names = [names]
-    return {"names": np.array([str(name) for name in names], dtype=str)}
-
-
 def _answers_as_text(answers, case):
     """Each answer as the text it travels as (answer_text: a one-number tensor or
     numpy scalar as its number in full, a tensor detached)."""
@@ -304,11 +296,6 @@ def check_rms_offset_answer(**answers):
     run_check("rows_rms_offset_answer", answers, _answers_as_text)
 
 
-def check_batch_dependence_answer(names):
-    """Check the answer naming the functions whose output depends on the batch."""
-    run_check("rows_batch_dependence_answer", {"names": names}, _names_as_text)
-
-
 def check_pair_output_answer(**answers):
     """Check the answer on batch norm's output for a batch of two close values."""
     run_check("rows_pair_output_answer", answers, _answers_as_text)
@@ -331,20 +318,10 @@ def check_precision_kept(**functions):
     run_check("rows_precision_kept", functions, _call_for_precision)
 
 
-def check_small_batch_accuracy(**answers):
-    """Check the held-out accuracies of batch_norm_train's run at batch sizes 8 and 4."""
-    run_check("rows_small_batch_accuracy", answers, _answers_as_text)
-
-
 def check_statistic_sizes_answer(**answers):
     """Check the answers on how many values each statistic of the run's three norms
     is taken over at batch 2."""
     run_check("rows_statistic_sizes_answer", answers, _answers_as_text)
-
-
-def check_group_count_accuracy(**answers):
-    """Check the held-out accuracies of group_norm's run with 1 group and with 16."""
-    run_check("rows_group_count_accuracy", answers, _answers_as_text)
 
 
 def check_eval_mode_accuracy(**answers):

@@ -29,6 +29,7 @@ from normref.checks import (
 )
 from normref.checks.rows_judges import (
     _block_outputs_moved,
+    block_outputs_moved_by_rule,
     _channel_cases,
     _fold_cases,
     _group_cases,
@@ -36,7 +37,6 @@ from normref.checks.rows_judges import (
     _judge_group_norm,
     _judge_nudge_answer,
     _judge_running_var_answers,
-    _outputs_moved,
     _train_cases,
     raised_as_asked,
 )
@@ -162,6 +162,21 @@ def test_rms_norm_matches_torch(seed, dtype):
         module.weight.copy_(torch.from_numpy(gamma))
     np.testing.assert_allclose(y, module(torch.from_numpy(x)).detach().numpy(),
                                atol=TOL[dtype], rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype, torch_dtype", [
+    (np.float64, torch.float64), (np.float32, torch.float32), (np.float16, torch.float16)])
+def test_rms_norm_eps_none_is_the_epsilon_torch_computes_with(dtype, torch_dtype):
+    """eps=None: float64 and float32 input use their own machine epsilon, float16
+    input float32's (torch computes half precision in float32); values of size 1e-2
+    make any other epsilon show."""
+    x = (np.random.default_rng(3).normal(2.0, 1.0, size=(3, 8)) * 1e-2).astype(dtype)
+    torchs = F.rms_norm(torch.from_numpy(x).to(torch_dtype), (8,)).double().numpy()
+    ours = rms_norm(x, None, None).astype(np.float64)
+    np.testing.assert_allclose(ours, torchs, rtol=5e-3 if dtype == np.float16 else 1e-5)
+    own_eps = x.astype(np.float64) / np.sqrt(
+        (x.astype(np.float64) ** 2).mean(-1, keepdims=True) + np.finfo(dtype).eps)
+    assert (dtype == np.float16) == (not np.allclose(own_eps, torchs, rtol=5e-3))
 
 
 def test_rms_norm_equals_layer_norm_for_zero_mean_tokens():
@@ -317,7 +332,7 @@ def _failure(check, *subject):
 
 
 def _grouped(x, num_groups, gamma, beta, eps, interleave=False, size_not_count=False,
-             over_batch=False, check=True):
+             over_batch=False, check=True, eps_dropped=False):
     n, c = x.shape[:2]
     if check and c % num_groups:
         raise ValueError("channels must divide into groups")
@@ -328,7 +343,7 @@ def _grouped(x, num_groups, gamma, beta, eps, interleave=False, size_not_count=F
         blocks = x.reshape(n, count, c // count, -1)
     axes = (0, 2, 3) if over_batch else (2, 3)
     normed = (blocks - blocks.mean(axes, keepdims=True)) / np.sqrt(
-        blocks.var(axes, keepdims=True) + eps)
+        blocks.var(axes, keepdims=True) + (0.0 if eps_dropped else eps))
     if interleave:
         normed = np.swapaxes(normed, 1, 2)
     shape = (1, c) + (1,) * (x.ndim - 2)
@@ -344,6 +359,7 @@ def test_group_norm_check():
         "how many groups there are": {"size_not_count": True},
         "each example on its own": {"over_batch": True},
         "raise a ValueError": {"check": False},
+        "your output has no eps in it": {"eps_dropped": True},
     }
     for hint, slip in cases.items():
         def student(x, g, gamma, beta, eps, slip=slip):
@@ -424,11 +440,15 @@ def test_batch_norm_train_check_names_the_slip(slip, hint):
 # ---------------------------------------------------------------- questions
 
 
+RIGHT_NUDGE = 64 * (512 // 32) * 128 * 128  # batch (64, 512, 128, 128), G = 32
+
+
 def test_nudge_answer_is_judged_exactly():
-    check_nudge_answer(outputs_moved=65536)
-    check_nudge_answer(outputs_moved=np.int64(65536))
-    check_nudge_answer(outputs_moved=torch.tensor(65536.0))
-    for wrong in (2048, 4096, 64, 2 * 64 * 32 * 32, None, "many"):
+    check_nudge_answer(outputs_moved=RIGHT_NUDGE)
+    check_nudge_answer(outputs_moved=np.int64(RIGHT_NUDGE))
+    check_nudge_answer(outputs_moved=torch.tensor(float(RIGHT_NUDGE)))
+    for wrong in (16 * 128 * 128, 64 * 128 * 128, 512 * 128 * 128, RIGHT_NUDGE + 1,
+                  None, "many"):
         with pytest.raises(CheckFailed, match="OUTPUTS_MOVED"):
             check_nudge_answer(outputs_moved=wrong)
 
@@ -639,7 +659,7 @@ def test_the_group_norm_probe_calls_with_the_cases_values_as_python_numbers():
         beta[...] = 0.0
         return y
 
-    assert "rows_group_norm: all 7 cases passed" in passes(check_group_norm, student)
+    assert "rows_group_norm: all 8 cases passed" in passes(check_group_norm, student)
     assert set(seen) == {(int, float)}
 
 
@@ -789,7 +809,7 @@ def _shape_in_label(label):
 def test_group_norm_cases_are_as_labelled():
     """Shapes, group counts, eps, dtype and gamma/beta as the labels say."""
     cases = _group_cases(_rng())
-    assert len(cases) == 7
+    assert len(cases) == 8
     for label, case in cases:
         x = case["x"]
         shape = _shape_in_label(label)
@@ -801,7 +821,8 @@ def test_group_norm_cases_are_as_labelled():
         assert x.dtype == (np.float32 if "float32" in label else np.float64), label
         assert case["gamma"].dtype == case["beta"].dtype == x.dtype, label
         assert case["gamma"].shape == case["beta"].shape == (x.shape[1],), label
-        assert float(case["eps"]) == (1e-3 if "eps 1e-3" in label else 1e-5), label
+        eps = re.search(r"eps (\d[\d.e-]*)", label)
+        assert float(case["eps"]) == (float(eps.group(1)) if eps else 1e-5), label
         assert ("must_raise" in case) == ("must raise" in label), label
         if "random gamma" not in label and "image" not in label:
             np.testing.assert_array_equal(case["gamma"], np.ones(x.shape[1]))
@@ -883,13 +904,13 @@ def test_batch_norm_cases_are_as_labelled():
 
 
 def test_group_norm_right_answers_pass_and_errors_are_judged_by_class():
-    assert "all 7 cases passed" in passes(check_group_norm, torch_group_norm)
-    assert "all 7 cases passed" in passes(check_group_norm, group_norm)
+    assert "all 8 cases passed" in passes(check_group_norm, torch_group_norm)
+    assert "all 8 cases passed" in passes(check_group_norm, group_norm)
 
     def runtime(x, g, gamma, beta, eps):
         return slipped_group_norm(x, g, gamma, beta, eps, error=RuntimeError)
 
-    assert "all 7 cases passed" in passes(check_group_norm, runtime)
+    assert "all 8 cases passed" in passes(check_group_norm, runtime)
 
 
 def test_a_guard_on_the_batch_size_costs_only_the_one_example_cell():
@@ -1135,26 +1156,31 @@ def test_the_running_statistics_of_each_step_are_compared():
 # ---------------------------------------------------------------- questions
 
 
-def test_the_nudge_answer_is_the_count_of_one_group_of_one_example():
-    """x (2, 64, 32, 32), 32 groups: 2 channels of 32 * 32 positions = 2048 outputs."""
-    assert _outputs_moved((2, 64, 32, 32), 32) == 2 * 32 * 32
-    assert _outputs_moved((1, 6, 2), 3) == 4
-    assert _outputs_moved((2, 4, 3), 1) == 12
+@pytest.mark.parametrize("shape, groups, count", [
+    ((2, 8, 3, 3), 4, 2 * 2 * 9), ((3, 6, 2, 2), 3, 3 * 2 * 4), ((1, 4, 5, 1), 1, 4 * 5),
+    ((2, 4, 3, 3), 4, 2 * 1 * 9)])
+def test_the_nudge_rule_is_what_the_block_moves_when_run(shape, groups, count):
+    """Spatial batch norm moves channel 0 of every example at every position; group
+    norm then moves channel 0's whole group in every example: N * C / G * positions,
+    counted by running the references on batches small enough to run."""
+    assert _block_outputs_moved(shape, groups) == count
+    assert block_outputs_moved_by_rule(shape, groups) == count
 
 
-def test_the_block_moves_every_output_of_the_nudged_example():
-    """Group norm moves one group at every position; layer norm over the channels
-    then moves every channel at each of those positions: all of example 0."""
-    assert _block_outputs_moved((2, 64, 32, 32), 32) == 64 * 32 * 32
-    assert _block_outputs_moved((1, 6, 2), 3) == 12
-    assert _block_outputs_moved((2, 4, 3), 4) == 12
-    assert _judge_nudge_answer({}, {"outputs_moved": np.array("65536")}) is None
-    assert _judge_nudge_answer({}, {"outputs_moved": np.array("65536.0")}) is None
-    for wrong, hint in (("2048", "group norm alone"), ("64", "channel_layer_norm alone"),
-                        ("131072", "crosses from one example"), ("4096", "both norms")):
-        message = _judge_nudge_answer({}, {"outputs_moved": np.array(wrong)})
-        assert message.startswith(f"OUTPUTS_MOVED: {wrong} is not right. Hint: ")
-        assert hint in message and "65536" not in message
+@pytest.mark.parametrize("wrong, hint", [
+    (16 * 128 * 128, "group norm alone"), (64 * 128 * 128, "batch norm alone"),
+    (64 * 32 * 128 * 128, "G = 32 is the number of groups"),
+    (512 * 128 * 128, "cross from one example to the others"),
+    (64 * 512 * 128 * 128, "keeps the groups apart"), (12345, "follow the nudge")])
+def test_each_nudge_slip_is_named(wrong, hint):
+    message = _judge_nudge_answer({}, {"outputs_moved": np.array(str(wrong))})
+    assert message.startswith(f"OUTPUTS_MOVED: {wrong} is not right. Hint: ")
+    assert hint in message and str(RIGHT_NUDGE) not in message
+
+
+def test_the_nudge_judge_reads_numbers_and_refuses_the_rest():
+    assert _judge_nudge_answer({}, {"outputs_moved": np.array(str(RIGHT_NUDGE))}) is None
+    assert _judge_nudge_answer({}, {"outputs_moved": np.array(f"{RIGHT_NUDGE}.0")}) is None
     assert _judge_nudge_answer({}, {"outputs_moved": np.array("many")}) == (
         "give OUTPUTS_MOVED as a number (you gave many)")
     assert _judge_nudge_answer({}, {}) == "give OUTPUTS_MOVED as a number (you gave None)"
@@ -1163,7 +1189,7 @@ def test_the_block_moves_every_output_of_the_nudged_example():
 def test_the_nudge_check_passes_the_right_count():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        check_nudge_answer(outputs_moved=65536)
+        check_nudge_answer(outputs_moved=RIGHT_NUDGE)
     assert "rows_nudge_answer: all 1 cases passed" in out.getvalue()
 
 
@@ -1370,7 +1396,7 @@ def test_the_group_norm_cases_have_the_shapes_they_are_graded_on():
     """The unlabelled shapes too: the 1-group and C-group cases hold several
     examples, so that statistics taken over the batch show there."""
     assert [c["x"].shape for _, c in _group_cases(_rng())] == [
-        (2, 6, 4), (3, 4, 5), (2, 4, 3), (3, 4, 5), (2, 8, 3, 3), (4, 8, 16), (2, 6, 2)]
+        (2, 6, 4), (3, 4, 5), (2, 4, 3), (3, 4, 5), (2, 8, 3, 3), (4, 8, 16), (2, 4, 3), (2, 6, 2)]
 
 
 def test_default_and_given_parameters_take_the_batches_dtype():

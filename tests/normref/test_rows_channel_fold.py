@@ -115,6 +115,18 @@ def eps_dropped(x, eps):
     return np.moveaxis(y.reshape(channels_last.shape), -1, 1)
 
 
+def one_call_per_position(x, eps):
+    """Right values, but one group_norm call for every position of every example
+    where the exercise asks for a single call."""
+    x = np.asarray(x, dtype=float)
+    out, c = np.empty_like(x), x.shape[1]
+    for index in np.ndindex(x.shape[:1] + x.shape[2:]):
+        where = (index[0], slice(None)) + index[1:]
+        out[where] = group_norm(x[where].reshape(1, c, 1), 1, np.ones(c),
+                                np.zeros(c), eps)[0, :, 0]
+    return out
+
+
 @pytest.mark.parametrize("right", [through_group_norm, through_group_norm_in_torch])
 def test_channel_layer_norm_written_with_group_norm_passes(right):
     assert "all 4 cases passed" in passes(check_channel_layer_norm, right)
@@ -126,6 +138,7 @@ def test_channel_layer_norm_written_with_group_norm_passes(right):
     (by_hand, "not through group_norm"),
     (by_hand_with_a_decoy_call, "not through group_norm"),
     (eps_dropped, "hand eps on to group_norm"),
+    (one_call_per_position, "called group_norm 12 times for one input"),
 ])
 def test_each_channel_layer_norm_slip_is_named(slip, hint):
     assert hint in fails(check_channel_layer_norm, slip)

@@ -94,7 +94,8 @@ def test_a_wrong_float32_group_norm_still_fails():
 
 def test_rms_norm_computed_in_float32_after_reading_eps_keeps_its_points():
     def rms_norm_float32(x, gamma, eps=None):
-        eps = np.finfo(np.asarray(x).dtype).eps if eps is None else eps
+        if eps is None:  # torch's: float32's epsilon for half-precision input
+            eps = np.finfo(np.promote_types(np.asarray(x).dtype, np.float32)).eps
         x32 = torch.as_tensor(x).float()
         y = x32 / torch.sqrt((x32**2).mean(-1, keepdim=True) + eps)
         return y * torch.as_tensor(gamma).float()
