@@ -2478,120 +2478,187 @@ def test_spatial_batch_norm_by_channels_last_and_a_2d_closed_form_in_torch_passe
 
 
 class _RMSNormFunction(torch.autograd.Function):
-    """Exercise 9's Function around the reference rms_norm_backward."""
-
-    @staticmethod
-    def forward(ctx, x, gamma, eps=1e-5):
-        ctx.saved = (x.detach().numpy().copy(), gamma.detach().numpy().copy(), eps)
-        x, gamma = ctx.saved[:2]
-        return torch.from_numpy(gamma * x / np.sqrt((x * x).mean(-1, keepdims=True) + eps))
-
-    @staticmethod
-    def backward(ctx, dy):
-        dx, dgamma = rms_norm_backward(dy.numpy(), *ctx.saved)
-        return torch.from_numpy(dx), torch.from_numpy(dgamma), None
-
-
-def rms_norm_backward(dy, x, gamma, eps):
-    return backward.rms_norm_backward(dy, x, gamma, eps)
-
-
-class _AutogradInsideBackward(_RMSNormFunction):
-    """Right gradients, but torch's autograd works them out, not the student's backward."""
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, gamma, eps = ctx.saved
-        with torch.enable_grad():
-            xt, gt = torch.tensor(x, requires_grad=True), torch.tensor(gamma, requires_grad=True)
-            y = gt * xt / torch.sqrt((xt**2).mean(-1, keepdim=True) + eps)
-            dx, dgamma = torch.autograd.grad(y, (xt, gt), dy)
-        return dx, dgamma, None
-
-
-def test_the_rms_function_check_passes_a_function_whose_backward_is_rms_norm_backward():
-    check_rms_norm_function(_RMSNormFunction)
-
-
-def test_the_rms_function_check_refuses_a_backward_that_skips_rms_norm_backward():
-    with pytest.raises(CheckFailed, match="did not run your rms_norm_backward"):
-        check_rms_norm_function(_AutogradInsideBackward)
-
-
-def _wrong_rms_norm_backward(dy, x, gamma, eps):
-    """Exercise 2 with layer norm's -mean(g) term kept: a wrong dx."""
-    dx, dgamma = backward.rms_norm_backward(dy, x, gamma, eps)
-    g = dy * gamma
-    rstd = 1.0 / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
-    return dx - rstd * g.mean(-1, keepdims=True), dgamma
-
-
-def test_the_rms_function_check_grades_the_wiring_not_exercise_2_again():
-    """A right Function around a wrong rms_norm_backward keeps Exercise 9's points;
-    the student's function is back in place afterwards."""
-    global rms_norm_backward
-    right = rms_norm_backward
-    rms_norm_backward = _wrong_rms_norm_backward
-    try:
-        check_rms_norm_function(_RMSNormFunction)
-        assert rms_norm_backward is _wrong_rms_norm_backward
-    finally:
-        rms_norm_backward = right
-
-
-class _SwappedGradients(_RMSNormFunction):
-    @staticmethod
-    def backward(ctx, dy):
-        dx, dgamma = rms_norm_backward(dy.numpy(), *ctx.saved)
-        return torch.from_numpy(dgamma), torch.from_numpy(dx), None
-
-
-def test_the_rms_function_check_names_a_wiring_slip():
-    with pytest.raises(CheckFailed, match="in its order"):
-        check_rms_norm_function(_SwappedGradients)
-
-
-_STASH = {}
-
-
-class _SavesNothingOnCtx(_RMSNormFunction):
-    """Right gradients, but x and gamma kept outside ctx (a global), not saved on it."""
-
-    @staticmethod
-    def forward(ctx, x, gamma, eps=1e-5):
-        _STASH["saved"] = (x.detach().numpy().copy(), gamma.detach().numpy().copy(), eps)
-        x, gamma = _STASH["saved"][:2]
-        return torch.from_numpy(gamma * x / np.sqrt((x * x).mean(-1, keepdims=True) + eps))
-
-    @staticmethod
-    def backward(ctx, dy):
-        dx, dgamma = rms_norm_backward(dy.numpy(), *_STASH["saved"])
-        return torch.from_numpy(dx), torch.from_numpy(dgamma), None
-
-
-class _SavesXHatAndRstd(torch.autograd.Function):
-    """x_hat and rstd saved the torch way, x recovered from them: what is needed."""
+    """Exercise 9's Function: (y, rstd) out, x, gamma and rstd saved, backward in
+    torch operations with drstd passed on to x."""
 
     @staticmethod
     def forward(ctx, x, gamma, eps=1e-5):
         rstd = torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
-        ctx.save_for_backward(x * rstd, rstd, gamma.detach().clone())
-        ctx.eps = eps
-        return gamma * x * rstd
+        ctx.save_for_backward(x, gamma, rstd)
+        return gamma * x * rstd, rstd
 
     @staticmethod
-    def backward(ctx, dy):
-        x_hat, rstd, gamma = ctx.saved_tensors
-        dx, dgamma = rms_norm_backward(dy.numpy(), (x_hat / rstd).numpy(), gamma.numpy(),
-                                       ctx.eps)
+    def backward(ctx, dy, drstd):
+        x, gamma, rstd = ctx.saved_tensors
+        d = x.shape[-1]
+        x_hat = x * rstd
+        g = dy * gamma
+        dx = (rstd * (g - x_hat * (g * x_hat).mean(-1, keepdim=True))
+              - drstd * rstd**3 * x / d)
+        return dx, (dy * x_hat).reshape(-1, d).sum(0), None
+
+
+def test_the_rms_function_check_passes_a_twice_differentiable_function():
+    check_rms_norm_function(_RMSNormFunction)
+
+
+def test_the_rms_function_reference_second_derivatives_match_centred_differences():
+    """The judge's Hessian-vector product (torch's autograd, twice) against centred
+    differences of the first derivatives, from the numpy reference backward."""
+    label, case = J._rms_function_cases(np.random.default_rng(0))[1]
+    expected = J._rms_function_reference(case)
+    x, gamma, dy, u, v = (np.array(case[k], dtype=np.float64)
+                          for k in ("x", "gamma", "dy", "u", "v"))
+
+    def directional():
+        dx, dgamma = backward.rms_norm_backward(dy, x, gamma, float(case["eps"]))
+        return float(np.sum(dx * u) + np.sum(dgamma * v))
+
+    for name, array in (("hx", x), ("hgamma", gamma)):
+        estimate = np.zeros_like(array)
+        for index in np.ndindex(array.shape):
+            start = array[index]
+            array[index] = start + 1e-5
+            up = directional()
+            array[index] = start - 1e-5
+            down = directional()
+            array[index] = start
+            estimate[index] = (up - down) / 2e-5
+        assert _relative_error(expected[name], estimate) < 1e-7, name
+
+
+class _NumpyBackward(torch.autograd.Function):
+    """The lesson's pattern: numpy on ctx, right once, opaque to autograd."""
+
+    @staticmethod
+    def forward(ctx, x, gamma, eps=1e-5):
+        x, gamma = x.detach().numpy().copy(), gamma.detach().numpy().copy()
+        rstd = 1.0 / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+        ctx.saved = (x, gamma, rstd, eps)
+        return torch.from_numpy(gamma * x * rstd), torch.from_numpy(rstd)
+
+    @staticmethod
+    def backward(ctx, dy, drstd):
+        x, gamma, rstd, eps = ctx.saved
+        dx, dgamma = backward.rms_norm_backward(dy.numpy(), x, gamma, eps)
+        dx = dx - drstd.numpy() * rstd**3 * x / x.shape[-1]
         return torch.from_numpy(dx), torch.from_numpy(dgamma), None
 
 
-def test_the_rms_function_check_wants_x_and_gamma_saved_on_ctx():
-    with pytest.raises(CheckFailed, match=r"saves on ctx what the backward pass needs, x "
-                                          r"and gamma.*your forward saved: nothing"):
-        check_rms_norm_function(_SavesNothingOnCtx)
-    check_rms_norm_function(_SavesXHatAndRstd)
+class _OnceDifferentiable(_RMSNormFunction):
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy, drstd):
+        return _RMSNormFunction.backward(ctx, dy, drstd)
+
+
+class _IgnoresDrstd(_RMSNormFunction):
+    @staticmethod
+    def backward(ctx, dy, drstd):
+        return _RMSNormFunction.backward(ctx, dy, torch.zeros_like(drstd))
+
+
+class _SavesXHat(torch.autograd.Function):
+    """x_hat, made in forward and not returned, used in backward: a constant to
+    the second differentiation."""
+
+    @staticmethod
+    def forward(ctx, x, gamma, eps=1e-5):
+        rstd = torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, gamma, rstd, x * rstd)
+        return gamma * x * rstd, rstd
+
+    @staticmethod
+    def backward(ctx, dy, drstd):
+        x, gamma, rstd, x_hat = ctx.saved_tensors
+        g = dy * gamma
+        dx = (rstd * (g - x_hat * (g * x_hat).mean(-1, keepdim=True))
+              - drstd * rstd**3 * x / x.shape[-1])
+        return dx, (dy * x_hat).reshape(-1, x.shape[-1]).sum(0), None
+
+
+class _RecomputesRstd(_RMSNormFunction):
+    @staticmethod
+    def forward(ctx, x, gamma, eps=1e-5):
+        y, rstd = _RMSNormFunction.forward(ctx, x, gamma, eps)
+        ctx.save_for_backward(x, gamma)
+        ctx.eps = eps
+        return y, rstd
+
+    @staticmethod
+    def backward(ctx, dy, drstd):
+        x, gamma = ctx.saved_tensors
+        rstd = torch.rsqrt((x * x).mean(-1, keepdim=True) + ctx.eps)
+        g = dy * gamma
+        x_hat = x * rstd
+        dx = (rstd * (g - x_hat * (g * x_hat).mean(-1, keepdim=True))
+              - drstd * rstd**3 * x / x.shape[-1])
+        return dx, (dy * x_hat).reshape(-1, x.shape[-1]).sum(0), None
+
+
+class _YOnly(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, gamma, eps=1e-5):
+        return _RMSNormFunction.forward(ctx, x, gamma, eps)[0]
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _RMSNormFunction.backward(ctx, dy, 0.0)
+
+
+class _OneGradient(_RMSNormFunction):
+    @staticmethod
+    def backward(ctx, dy):
+        return _RMSNormFunction.backward(ctx, dy, 0.0)
+
+
+class _FixedEps(_RMSNormFunction):
+    @staticmethod
+    def forward(ctx, x, gamma, eps=1e-5):
+        return _RMSNormFunction.forward(ctx, x, gamma, 1e-5)
+
+
+@pytest.mark.parametrize("function, named", [
+    (_NumpyBackward, "autograd cannot differentiate your backward"),
+    (_OnceDifferentiable, "autograd cannot differentiate your backward"),
+    (_IgnoresDrstd, "arrives as backward's drstd and must reach x too"),
+    (_SavesXHat, "the first derivatives are right, the second are not"),
+    (_RecomputesRstd, r"rstd is not there \(your forward saved: saved_tensors\[0\] \(x\); "
+                      r"saved_tensors\[1\] \(gamma\)"),
+    (_YOnly, r"returned a Tensor, not the two tensors \(y, rstd\)"),
+    (_OneGradient, r"one gradient per output of forward, backward\(ctx, dy, drstd\)"),
+    (_FixedEps, "not a hard-coded 1e-5"),
+], ids=lambda value: getattr(value, "__name__", "")[:24] or None)
+def test_the_rms_function_check_names_each_typical_slip(function, named):
+    with pytest.raises(CheckFailed, match=named):
+        check_rms_norm_function(function)
+
+
+class _DifferentiatesAgain(_RMSNormFunction):
+    """Right derivatives, but backward has autograd differentiate a forward it
+    builds again: what the policy forbids."""
+
+    @staticmethod
+    def backward(ctx, dy, drstd):
+        x, gamma, _ = ctx.saved_tensors
+        with torch.enable_grad():
+            x_, gamma_ = x.detach().requires_grad_(), gamma.detach().requires_grad_()
+            rstd = torch.rsqrt((x_ * x_).mean(-1, keepdim=True) + 1e-5)
+            dx, dgamma = torch.autograd.grad(
+                ((gamma_ * x_ * rstd) * dy).sum() + (rstd * drstd).sum(), (x_, gamma_))
+        return dx, dgamma, None
+
+
+def test_the_rms_function_check_marks_only_a_backward_that_differentiates_again():
+    """The second derivatives are taken without grad mode on inside the engine, so
+    a right Function leaves no mark; one whose backward turns autograd on does."""
+    from normref.checks import _runner
+
+    check_rms_norm_function(_RMSNormFunction)
+    assert _runner.AUTOGRAD_IN_BACKWARD_MARK not in _runner.last_executed
+    with pytest.raises(CheckFailed):  # its second derivatives are lost as well
+        check_rms_norm_function(_DifferentiatesAgain)
+    assert _runner.AUTOGRAD_IN_BACKWARD_MARK in _runner.last_executed
 
 
 # ---------------------------------------------------------------- layer norm, from its output
