@@ -152,11 +152,11 @@ def test_the_digits_run_reads_as_the_answer_says(lesson):
     assert margin[0] > 0.1 and np.all(margin[1:] < 0.1)
     assert "only at the smallest rate does even the worst start" in text
     assert "come within 0.1 of each other or overlap" in text
-    # the means: each gain more than five standard errors of the paired differences
+    # the means: each gain more than four standard errors of the paired differences
     paired = normed - plain
     error = paired.std(axis=1, ddof=1) / np.sqrt(15)
     assert np.all(error < 0.1) and "a few hundredths" in text
-    assert np.all(gain > 5 * error) and "every gain above is more than five of them" in text
+    assert np.all(gain > 4 * error) and "every gain above is more than four of them" in text
     np.testing.assert_allclose(ns["standard_error"], error, rtol=1e-6)
 
 

@@ -248,8 +248,9 @@ def test_the_questions_after_3_2_do_not_give_its_order_away():
         assert options.count(claim) == 2, claim
     for leak in ("largest at tiles of 1", "smallest for the whole row"):
         assert leak not in options
-    cost = _released_text("cost_question")
-    for leak in ("pays for it", "explains the order", "each later merge builds on it"):
+    cost = _released_text("cost_question") + _released_text("cost_correct")
+    for leak in ("pays for it", "explains the order", "each later merge builds on it",
+                 "reading once costs"):
         assert leak not in cost
 
 
