@@ -212,7 +212,10 @@ def _likely_layer_norm_mistake(case, y):
             "the shortcut mean(x**2) - mean(x)**2 cancels at a large offset: use a "
             "variance that survives it (your token_var)":
                 gamma * (x64 - mu) / np.sqrt(shortcut + eps) + beta,
-            "eps goes inside the square root: (x - mu) / sqrt(var + eps)":
+            "eps goes inside the square root: (x - mu) / sqrt(var + eps). Your output "
+            "matches (x - mu) / (std + eps), which some code writes: close to layer norm "
+            "for a wide spread but not within the tolerance here, and far off once the "
+            "spread nears sqrt(eps)":
                 gamma * (x64 - mu) / (np.sqrt(var) + eps) + beta,
             "the eps argument is ignored (a fixed 1e-5 used): add the eps you are given "
             "to the variance": gamma * (x64 - mu) / np.sqrt(var + 1e-5) + beta,
@@ -433,6 +436,9 @@ def _judge_s_for_half_output(case, output):
         "that number is the token's variance at the halving point, not s":
             HALVING_EPS / 3,
         "that number is s**2 at the halving point, not s": 16 * HALVING_EPS / 9,
+        "that s halves (x - mu) / (std + eps), where eps sits beside the spread; layer "
+        "norm's eps sits inside the square root, beside the variance":
+            4 * HALVING_EPS / np.sqrt(3),
     }
     for hint, wrong in hints.items():
         if np.isclose(value, wrong, rtol=1e-2, atol=0):
@@ -851,10 +857,13 @@ def _judge_tiled_method(case, output):
 
 # Inline question 3.2: two-pass, Welford (chunked_var(x, 1)) and Chan with tiles of
 # 16 (chunked_var(x, 16)), all in float32, ranked by their worst relative error on
-# float32 tokens around 10 000 of 1024 features. What sets the order is how often
-# the running mean, near 10 000 where float32's gap is about 0.001, is rounded:
-# never (two-pass: np.sum's pairwise sums keep the mean to about a gap), once per
-# tile, once per feature.
+# float32 tokens around 10 000 of 1024 features. What sets the order is the means
+# (inline question 3.3): near 10 000 float32 keeps a mean to about 0.001. Two-pass
+# rounds its one mean, but its deviations sum to zero about it, so that rounding
+# reaches M2 only squared; a merge's delta, the difference of two rounded means,
+# and Welford's update carry it into M2 directly, once per tile or once per
+# feature. With every mean in float64 (M2 still float32) Welford and Chan come
+# within about 1e-6 like two-pass; with M2 in float64 instead nothing changes.
 RANKING_SHAPE, RANKING_OFFSET, RANKING_TILE = (256, 1024), 1e4, 16
 RANKING_NAMES = ("two-pass", "chan", "welford")  # most accurate first
 _RANKING_PATTERN = r"two[\s_-]*pass|2[\s_-]*pass|chan|welford"
@@ -933,7 +942,8 @@ def _judge_float32_ranking(case, output):
             "float32 arithmetic into float64)")
 
 
-# Inline question 3.3: where the one-read methods' extra float32 error comes from.
+# Inline question 3.3: which rounding sets the three methods apart in float32: the
+# means' (see the comment of question 3.2 for the measurements).
 COST_CHOICES = {
     "a": "the reference is float64's variance of the same float32 numbers, so what "
          "float32 stored is the reference's input too, and two-pass reads the very "
@@ -954,20 +964,25 @@ def _judge_one_read_cost(case, output):
 # Inline question 3.4: the tile-size sweep. Chan's merge (chunked_var, in float32,
 # merged left to right) and the naive one-pass formula read in the same tiles, on the
 # tokens of question 3.2, for tiles of SWEEP_TILES features (the last is the whole
-# row: one tile, no merge). The merge's worst error is largest at tiles of 1
-# (Welford) and smallest for the whole row (two-pass), and most of the gap comes
-# with the first merge: each tile's mean is rounded near 10 000, and the merge's
-# delta**2 term carries that rounding; one-pass misses by far more than 100% at
-# every tile size.
+# row: one tile, no merge). The merge's worst error shrinks as the tiles grow, from
+# tiles of 1 (Welford) to the whole row (two-pass), and most of the change comes
+# with the one merge of tiles of 512: each tile's mean is rounded near 10 000, and
+# the merge's delta carries that rounding into M2 (question 3.3); one-pass misses
+# by far more than 100% at every tile size. The options pair each direction of the
+# merge's trend with each shape and each claim about one-pass twice, so none of
+# them gives away the order question 3.2 asks for.
 SWEEP_TILES = (1, 8, 64, 512, 1024)
+_SWEEP_DIRECTION = ("print the merge's worst error at tiles of 1 and for the whole row: "
+                    "which of the two is larger?")
+_SWEEP_STEPS = ("compare the steps of your table: how much does the merge's error change "
+                "from tiles of 64 to tiles of 512, and how much from 512 to the whole row?")
+_SWEEP_ONE_PASS = ("print one-pass's worst error at tiles of 512 and for the whole row: "
+                   "the running sums near 1e8 and 1e4 still cancel, whatever the tile size")
 SWEEP_CHOICES = {
-    "a": "print the merge's worst error at each tile size: tiles of 1 and the whole "
-         "row differ by more than a factor of 100",
-    "b": "compare the steps of your table: how much does the merge's error change from "
-         "tiles of 64 to tiles of 512, and how much from 512 to the whole row?",
-    "c": None,
-    "d": "print one-pass's worst error at tiles of 512 and at the whole row: the running "
-         "sums near 1e8 and 1e4 still cancel, whatever the tile size",
+    "a": f"{_SWEEP_DIRECTION} Then {_SWEEP_STEPS}",
+    "b": f"{_SWEEP_ONE_PASS}. Then {_SWEEP_STEPS}",
+    "c": f"{_SWEEP_ONE_PASS}. Then {_SWEEP_DIRECTION}",
+    "d": None,
 }
 
 

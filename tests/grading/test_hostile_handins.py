@@ -35,10 +35,10 @@ ASSIGNMENT = "01_the_recipe"
 NOTEBOOK = f"{ASSIGNMENT}.ipynb"
 GRADE_CELLS = {"token_mean_correct": 0.25, "spacing_estimate_correct": 0.25,
                "safe_spread_correct": 0.25, "spread_gap_correct": 0.25, "offset_correct": 0.25,
-               "token_var_correct": 1.5, "merge_stats_correct": 1.75, "chunked_var_correct": 1.0,
+               "token_var_correct": 0.5, "merge_stats_correct": 1.75, "chunked_var_correct": 1.0,
                "chunked_var_merges": 1.5, "tiled_correct": 0.25, "ranking_correct": 0.5,
                "cost_correct": 0.25, "sweep_correct": 0.25, "ln_single_token": 0.25,
-               "ln_handles_batches": 0.5, "eps_correct": 0.5, "scale_correct": 0.5}
+               "ln_handles_batches": 0.5, "eps_correct": 1.0, "scale_correct": 1.0}
 # Short, but not so short that a busy machine (2 cores, shared) times out honest cells.
 SETTINGS = RunSettings(cell_timeout=15, handin_timeout=60)
 
@@ -88,7 +88,7 @@ def chunked_var(x, chunk):
     "tiled_answer": 'TILED_KERNEL_METHOD = "c"',
     "ranking_answer": 'FLOAT32_RANKING = ["two-pass", "chan", "welford"]',
     "cost_answer": 'ONE_READ_COST = "c"',
-    "sweep_answer": 'TILE_SWEEP_PATTERN = "c"',
+    "sweep_answer": 'TILE_SWEEP_PATTERN = "d"',
     "eps_answer": "S_FOR_HALF_OUTPUT = 0.004216",
     "scale_answer": "RMS_SHIFT_HALVING = 1.732",
     "scratch_answer": "# nothing to try",

@@ -83,17 +83,43 @@ def test_every_correct_float32_implementation_ranks_the_same(library, merge, tre
     assert errors["chan"] > 10 * errors["two-pass"] and errors["welford"] > 2 * errors["chan"]
 
 
-def test_the_running_mean_is_the_cause():
-    """Welford with only its running mean kept in float64 is as good as two-pass."""
+def _welford_keeping(x, keep):
+    """Welford in float32 with one of its numbers, "mean" or "m2", in float64."""
+    mean = np.zeros(x.shape[0], np.float64 if keep == "mean" else np.float32)
+    m2 = np.zeros(x.shape[0], np.float64 if keep == "m2" else np.float32)
+    for n, feature in enumerate(x.T, start=1):
+        delta = feature - mean
+        mean = (mean + delta / n).astype(mean.dtype)
+        m2 = (m2 + delta * (feature - mean)).astype(m2.dtype)
+    return m2 / np.float32(x.shape[-1])
+
+
+def _chan_means_in_float64(x, tile):
+    """Chan left to right with every mean (each tile's, the running one) in float64
+    and M2 summed and kept in float32."""
+    def stats(part):
+        mean = part.astype(np.float64).mean(-1)
+        return part.shape[-1], mean, ((part - mean[..., None]) ** 2).astype(np.float32).sum(-1)
+
+    merged = stats(x[..., :tile])
+    for start in range(tile, x.shape[-1], tile):
+        n, mean, m2 = _merge_delta(merged, stats(x[..., start:start + tile]))
+        merged = n, mean, m2.astype(np.float32)
+    return merged[2] / np.float32(merged[0])
+
+
+def test_the_means_set_the_methods_apart_as_the_key_of_question_3_3_says():
+    """Choice (c): with the means in float64 Welford and Chan (one merge or many)
+    come within 1e-5 like two-pass; with M2 in float64 instead Welford stays as far
+    off as in float32, so M2's rounding (b) is not it."""
     x = judges.ranking_tokens()
     truth = np.var(x.astype(np.float64), axis=-1)
-    n, mean, m2 = 0, np.zeros(x.shape[0]), np.zeros(x.shape[0], np.float32)
-    for feature in x.T:
-        n += 1
-        delta = feature - mean
-        mean = mean + delta / n
-        m2 = m2 + (delta * (feature - mean)).astype(np.float32)
-    assert _worst(m2 / np.float32(n), truth) < 1e-5
+    errors = judges.float32_worst_errors()
+    assert _worst(_welford_keeping(x, "mean"), truth) < 1e-5
+    assert _worst(_welford_keeping(x, "m2"), truth) > 0.5 * errors["welford"]
+    in_float32 = {16: errors["chan"], 512: judges.tile_sweep_errors()[512][0]}
+    for tile, error in in_float32.items():  # one merge or 63, all in float32: far off
+        assert error > 1e-5 and _worst(_chan_means_in_float64(x, tile), truth) < 1e-5
 
 
 @pytest.mark.parametrize("answer", [
@@ -177,27 +203,60 @@ def _sweep(x, merge, truth):
             for tile in judges.SWEEP_TILES}
 
 
-def _reads_as_choice_c(errors):
-    """Choice (c) of inline question 3.4, and not (a), (b) or (d), read off a sweep."""
+def _reads_as_choice_d(errors):
+    """Choice (d) of inline question 3.4, and not (a), (b) or (c), read off a sweep."""
     tiles = judges.SWEEP_TILES
     merge = [errors[tile][0] for tile in tiles]
-    assert max(merge) == merge[0] and min(merge) == merge[-1]  # worst at 1, best whole row
-    assert merge[0] > 100 * merge[-1]  # not (a): the tile size matters
+    # shrinks as the tiles grow (not (a) or (c), which say it grows)
+    assert all(a > b for a, b in zip(merge, merge[1:])) and merge[0] > 100 * merge[-1]
     steps = [a / b for a, b in zip(merge, merge[1:])]
-    assert steps[-1] > 5 * max(steps[:-1])  # not (b): the first merge is the big step
+    assert steps[-1] > 5 * max(steps[:-1])  # not (a) or (b): one step dwarfs the others
     # tiles of 512 much closer to 64 than to the whole row, on a log scale
     assert np.log(errors[64][0] / errors[512][0]) < np.log(errors[512][0] / errors[1024][0]) / 5
-    assert min(one_pass for _, one_pass in errors.values()) > 1  # not (d): >100% everywhere
+    # one-pass off by more than 100% at every tile size (not (b) or (c))
+    assert min(one_pass for _, one_pass in errors.values()) > 1
 
 
-def test_the_tile_sweep_reads_as_choice_c_in_the_reference():
+def test_the_tile_sweep_reads_as_choice_d_in_the_reference():
     assert judges.SWEEP_TILES[-1] == judges.RANKING_SHAPE[-1]  # the last tile: the row
-    _reads_as_choice_c(judges.tile_sweep_errors())
+    _reads_as_choice_d(judges.tile_sweep_errors())
+
+
+def _released_text(grade_id):
+    import json
+
+    from conftest import REPO
+
+    cells = json.loads((REPO / "release" / "01_the_recipe" / "01_the_recipe.ipynb")
+                       .read_text())["cells"]
+    text = next("".join(c["source"]) for c in cells
+                if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
+    return " ".join(text.split())
+
+
+def test_the_questions_after_3_2_do_not_give_its_order_away():
+    """Question 3.4's options pair each direction of the merge's trend, each shape
+    and each claim about one-pass with two letters, so the options alone cannot
+    tell which of tiles of 1 (Welford) or the whole row (two-pass) is more
+    accurate; question 3.3 asks which rounding sets the methods apart, not why
+    reading once costs accuracy."""
+    sweep = _released_text("sweep_question")
+    options = sweep.split("Which describes your table?", 1)[1]
+    for claim in ("error grows as the tiles grow", "error shrinks as the tiles grow",
+                  "about the same factor at each step", "most of the change lies between",
+                  "more than 100% at every tile size", "within 1% from tiles of 512 on"):
+        assert options.count(claim) == 2, claim
+    for leak in ("largest at tiles of 1", "smallest for the whole row"):
+        assert leak not in options
+    cost = _released_text("cost_question") + _released_text("cost_correct")
+    for leak in ("pays for it", "explains the order", "each later merge builds on it",
+                 "reading once costs"):
+        assert leak not in cost
 
 
 @pytest.mark.parametrize("library", ["numpy", "torch"])
 @pytest.mark.parametrize("merge", [_merge_delta, _merge_weighted], ids=["delta", "weighted"])
-def test_every_correct_float32_sweep_reads_as_choice_c(library, merge):
+def test_every_correct_float32_sweep_reads_as_choice_d(library, merge):
     """The judged answer holds for the merge written either way, summed by numpy or
     by torch, against float64's variance of the same float32 numbers."""
     x = judges.ranking_tokens()
@@ -205,13 +264,13 @@ def test_every_correct_float32_sweep_reads_as_choice_c(library, merge):
     if library == "torch":
         x = torch.from_numpy(x)
     assert _chan(x, 64, merge).dtype in (np.float32, torch.float32)
-    _reads_as_choice_c(_sweep(x, merge, truth))
+    _reads_as_choice_d(_sweep(x, merge, truth))
 
 
 def test_the_sweep_question(capsys):
-    for right in ("c", "C", "(c)", " c. ", np.str_("C.")):
+    for right in ("d", "D", "(d)", " d. ", np.str_("D.")):
         check_tile_sweep(right)
-    for wrong in ("a", "b", "d"):
+    for wrong in ("a", "b", "c"):
         with pytest.raises(CheckFailed) as failed:
             check_tile_sweep(wrong)
         hint = str(failed.value).split("(you answered", 1)[-1]

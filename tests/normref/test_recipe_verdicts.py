@@ -527,7 +527,10 @@ MISTAKES = {
                                                                          keepdims=True)),
               "the variance divides by d, not d - 1"),
     "eps outside": (lambda x, g, b, eps: ln(x, g, b, eps, eps_outside=True),
-                    "eps goes inside the square root: (x - mu) / sqrt(var + eps)"),
+                    "eps goes inside the square root: (x - mu) / sqrt(var + eps). Your "
+                    "output matches (x - mu) / (std + eps), which some code writes: close to "
+                    "layer norm for a wide spread but not within the tolerance here, and far "
+                    "off once the spread nears sqrt(eps)"),
     "eps argument ignored": (lambda x, g, b, eps: ln(x, g, b, 1e-5),
                              "the eps argument is ignored (a fixed 1e-5 used): add the eps "
                              "you are given to the variance"),
@@ -548,6 +551,28 @@ def test_each_layer_norm_mistake_is_named(mistake):
     message = fails(check_layer_norm_token, student)
     assert message.endswith(f". Hint: {hint}"), message
     assert "expected" in message
+
+
+@pytest.mark.parametrize("label", [label for label, _ in _token_cases(_rng())]
+                         + [label for label, _ in _batch_cases(_rng())])
+def test_the_eps_outside_hint_is_true_wherever_it_fires(label):
+    """(x - mu) / (std + eps), as the Annotated Transformer writes it, fails a case
+    only with the eps hint, and what the hint says holds there: the output is off
+    by more than the tolerance, and by more than 10% where a token's spread is
+    within 3 * sqrt(eps); on wide tokens (spread 1 or more) it is off by under 1e-4."""
+    case = {**_cases(_token_cases), **_cases(_batch_cases)}[label]
+    x, g, b, eps = case["x"], case["gamma"], case["beta"], float(case["eps"])
+    y = MISTAKES["eps outside"][0](x, g, b, eps)
+    right = torch_layer_norm(x, g, b, eps)
+    std = x.astype(np.float64).std(-1)
+    gap = np.abs(y - right).max(-1) / np.maximum(np.abs(right).max(-1), 1e-12)  # per token
+    assert np.all(gap[(std >= 1) & (eps <= 1e-5)] < 1e-4)  # "close for a wide spread"
+    verdict = _judge_layer_norm(case, {"y": y})
+    near = (std > 0) & (std <= 3 * np.sqrt(eps))
+    if near.any():
+        assert np.all(gap[near] > 0.1) and verdict is not None  # "far off"
+    if verdict is not None:
+        assert verdict.endswith(". Hint: " + MISTAKES["eps outside"][1]), verdict
 
 
 @pytest.mark.parametrize("label", [label for label, _ in _token_cases(_rng())])
@@ -755,6 +780,13 @@ def test_the_s_for_half_output_is_checked_against_torch_layer_norm():
         _judge_s_for_half_output, "s_for_half_output", lesson)
     assert "not s" in _answer(_judge_s_for_half_output, "s_for_half_output", s * s)
     assert "eps itself" in _answer(_judge_s_for_half_output, "s_for_half_output", 1e-5)
+    # eps beside the spread, (x - mu) / (std + eps): half where std = eps, s = 4 eps / sqrt 3
+    outside = 4e-5 / np.sqrt(3)
+    token = outside * np.array([0.0, 0.0, 0.0, 1.0])
+    halved = (token - token.mean()) / (token.std() + 1e-5)
+    assert np.isclose(halved[3] / (0.75 / np.sqrt(3 / 16)), 0.5)  # large s: std-free 1.732
+    assert "(x - mu) / (std + eps)" in _answer(_judge_s_for_half_output, "s_for_half_output",
+                                               outside)
     at_sqrt_eps = float(F.layer_norm(np.sqrt(1e-5) * one_up, (4,), eps=1e-5)[3] / large[3])
     assert f"returns {at_sqrt_eps:.3g} of what" in _answer(
         _judge_s_for_half_output, "s_for_half_output", np.sqrt(1e-5))
@@ -775,7 +807,8 @@ HINT_LEAKS = {
     (recipe_judges._judge_tiled_method, "tiled_method"): (
         ["a", "b", "d"], [r"Chan", r"two numbers:", r"same for every"]),
     (_judge_s_for_half_output, "s_for_half_output"): (
-        [1e-5, 1e-5 / 3, np.sqrt(1e-5), np.sqrt(1e-5 / 3), 16e-5 / 9, 0.01, 1.0],
+        [1e-5, 1e-5 / 3, np.sqrt(1e-5), np.sqrt(1e-5 / 3), 16e-5 / 9, 4e-5 / np.sqrt(3),
+         0.01, 1.0],
         [r"eps ?/ ?3", r"0\.0042", r"4\.2\d*e-0?3", r"3 s\*\*2", r"16 ?eps"]),
 }
 
