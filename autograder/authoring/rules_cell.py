@@ -102,13 +102,15 @@ def _torch_name(func, resolve_name):
 
 @contextlib.contextmanager
 def _noting_torch(executed):
-    try:
-        import torch
-        from torch.overrides import TorchFunctionMode, resolve_name
-        from torch.utils._python_dispatch import TorchDispatchMode
-    except ImportError:
+    # Code that has not imported torch calls none of it: importing it here would
+    # cost a numpy-only notebook seconds (and a cell its time limit on a busy
+    # machine). follows_rules calls again if the call itself imported torch.
+    torch = sys.modules.get("torch")
+    if torch is None:
         yield
         return
+    from torch.overrides import TorchFunctionMode, resolve_name
+    from torch.utils._python_dispatch import TorchDispatchMode
     graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 
     class NoteFunctions(TorchFunctionMode):
@@ -191,9 +193,15 @@ def follows_rules(exercise, call, *, subject=None):
     something `exercise` forbids. Returns None."""
     rule = RULES[exercise]
     executed, library_used = set(), set()
+    torch_before = "torch" in sys.modules
     with _noting_torch(executed), _noting_python(
             library_used, rule.get("library_functions", {})):
         call()
+    if not torch_before and "torch" in sys.modules:
+        # the call imported torch, so its torch calls went unnoted: call again
+        with _noting_torch(executed), _noting_python(
+                library_used, rule.get("library_functions", {})):
+            call()
     if subject is not None:
         executed |= _torch_classes(subject if isinstance(subject, type)
                                    else type(subject))

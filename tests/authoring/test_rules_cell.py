@@ -57,14 +57,18 @@ def _grade_id(cell):
     return cell.metadata.get("nbgrader", {}).get("grade_id")
 
 
-def _rules_namespace(assignment):
+def _released_rules_cell(assignment):
     released = nbformat.read(REPO / "release" / assignment / f"{assignment}.ipynb",
                              as_version=4)
     cells = [c for c in released.cells if _grade_id(c) == rules_cell.CELL_ID]
     assert len(cells) == 1, "one rules cell in the release"
     assert cells[0].metadata["nbgrader"]["locked"] and not cells[0].metadata["editable"]
+    return cells[0].source
+
+
+def _rules_namespace(assignment):
     namespace = {}
-    exec(cells[0].source, namespace)
+    exec(_released_rules_cell(assignment), namespace)
     return namespace
 
 
@@ -202,3 +206,39 @@ def test_the_rules_cell_opens_folded_under_its_title_in_jupyterlab_and_colab(ass
     title, *summary = cell.source.splitlines()[:4]
     assert title.startswith("#@title ") and "rules on library calls" in title
     assert all(line.startswith("# ") for line in summary)
+
+
+def _in_a_fresh_interpreter(assignment, body):
+    """Run the released rules cell of `assignment`, then `body`, in a new Python
+    (this test process has torch imported already); returns what it printed."""
+    done = subprocess.run([sys.executable, "-c", _released_rules_cell(assignment) + "\n" + body],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_validating_numpy_code_does_not_import_torch():
+    """A numpy-only notebook's test cells must not pay torch's import (seconds, and on
+    a busy machine a cell's whole time limit) just to watch for torch calls."""
+    said = _in_a_fresh_interpreter("01_the_recipe", """
+import numpy as np
+follows_rules("token_var_correct", lambda: np.ones((3, 4)).sum(-1))
+print("torch imported:", "torch" in sys.modules)
+""")
+    assert "torch imported: False" in said
+
+
+def test_a_call_that_imports_torch_itself_is_still_held_to_the_rules():
+    said = _in_a_fresh_interpreter("01_the_recipe", """
+import numpy as np
+
+def token_var(x):
+    import torch
+    return torch.var(torch.as_tensor(x), -1, correction=0).numpy()
+
+try:
+    follows_rules("token_var_correct", lambda: token_var(np.ones((3, 4))))
+except AssertionError as refused:
+    print(" ".join(str(refused).split()))
+""")
+    assert "it used torch.var, which this exercise forbids" in said
