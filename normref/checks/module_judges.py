@@ -1501,7 +1501,17 @@ PARAM_GROUP_MODELS = {
     "tied": ("nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 16), MyLayerNorm(16), "
              "nn.Linear(16, 50, bias=False)), the last Linear's weight set to the "
              "Embedding's (tied)", {"1.weight"}),
+    # the tied head comes first, so named_parameters() names the shared Parameter
+    # head.weight, and a walk over model.modules() meets it as an nn.Linear's first
+    "tied_head_first": ("a module that registers head = nn.Linear(16, 50, bias=False), "
+                        "then emb = nn.Embedding(50, 16), mix = nn.Linear(16, 16) and "
+                        "norm = MyLayerNorm(16), with head.weight = emb.weight (tied, "
+                        "the head registered before the embedding)", {"mix.weight"}),
 }
+# model -> the name named_parameters() gives its embedding's weight
+EMBEDDING_WEIGHTS = {"embedding": "0.weight", "tied": "0.weight",
+                     "tied_head_first": "head.weight"}
+TIED_MODELS = {"tied", "tied_head_first"}
 
 
 def _param_group_cases(rng):
@@ -1517,8 +1527,9 @@ def _judge_param_groups(case, output):
     for key in sorted(k for k in output if k.startswith("decay:")):
         name = key.split(":", 1)[1]
         decays = [float(d) for d in np.atleast_1d(output[key])]
-        embedding_weight = name == "0.weight" and str(case["model"]) in ("tied", "embedding")
-        tied = embedding_weight and str(case["model"]) == "tied"
+        model = str(case["model"])
+        embedding_weight = name == EMBEDDING_WEIGHTS.get(model)
+        tied = embedding_weight and model in TIED_MODELS
         if not decays:
             return (f"{name} is in no group: every parameter goes into exactly one group, "
                     "or AdamW never updates it")
@@ -1537,6 +1548,15 @@ def _judge_param_groups(case, output):
             return (f"{name}, a weight of a linear map or a convolution, gets weight_decay "
                     f"{decays[0]:g}; it decays, with the weight_decay given "
                     f"({PARAM_GROUP_DECAY:g})")
+        if tied and model == "tied_head_first":
+            return (f"{name}, the nn.Embedding's weight that the output nn.Linear head "
+                    f"shares (tied), gets weight_decay {decays[0]:g}. This model "
+                    "registers the head before the embedding, so a walk over its "
+                    "modules meets the shared Parameter first as an nn.Linear's weight: "
+                    "a rule that places each parameter by the first module holding it "
+                    "decays it. A weight tied to an embedding counts as the "
+                    "embedding's whichever module comes first; give it "
+                    "weight_decay=0.0, once")
         if tied:
             return (f"{name}, an nn.Embedding's weight that the output nn.Linear shares "
                     f"(tied), gets weight_decay {decays[0]:g}: a weight tied to an "
@@ -1823,9 +1843,13 @@ def _judge_ln2d_dtypes_layouts(case, output):
     if _input_dtype(case) == "float64" and matches(output["y"], expected, dtype="float32"):
         return f"{problem}. Hint: {FLOAT64_HINT}"
     if bool(case.get("channels_last", False)):
-        return problem + (". This input is stored channels_last: a view() or a reshape "
-                          "that assumes the (N, C, H, W) memory order mixes pixels up; "
-                          "reduce over dim=1 directly")
+        return problem + (". This input is stored channels_last, its memory in (N, H, W, "
+                          "C) order. If the same map stored as usual gets the right "
+                          "values (ln2d_forward), something in your forward reads the "
+                          "memory itself (as_strided, the strides, the storage) as if "
+                          "it were in (N, C, H, W) order; indexing, view(), reshape() "
+                          "and reductions over dim=1 follow the dims, whatever the "
+                          "memory order")
     return problem
 
 

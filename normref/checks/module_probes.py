@@ -424,6 +424,24 @@ def _tied(model):
     return model
 
 
+def _tied_head_first(MyLayerNorm):
+    """A language model whose tied output head is registered before its
+    embedding, so that a walk over the modules meets the shared Parameter
+    first as an nn.Linear's weight."""
+    from torch import nn
+
+    class HeadFirstLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = nn.Linear(16, 50, bias=False)
+            self.emb = nn.Embedding(50, 16)
+            self.mix = nn.Linear(16, 16)
+            self.norm = MyLayerNorm(16)
+            self.head.weight = self.emb.weight
+
+    return HeadFirstLM()
+
+
 def _probe_param_groups(pair, case):
     """Build the case's model from the student's MyLayerNorm and torch's layers,
     call adamw_param_groups(model, weight_decay) and report, for every named
@@ -447,7 +465,8 @@ def _probe_param_groups(pair, case):
         nn.Embedding(50, 16), nn.Linear(16, 16), MyLayerNorm(16), nn.Linear(16, 50)),
         "tied": lambda: _tied(nn.Sequential(
         nn.Embedding(50, 16), nn.Linear(16, 16), MyLayerNorm(16),
-        nn.Linear(16, 50, bias=False)))}
+        nn.Linear(16, 50, bias=False))),
+        "tied_head_first": lambda: _tied_head_first(MyLayerNorm)}
     model = layers[str(case["model"])]()
     weight_decay = float(case["weight_decay"])
     groups = adamw_param_groups(model, weight_decay)

@@ -1099,10 +1099,32 @@ class UnbiasedWide2d(WideLayerNorm2d):
         return (x - mean) / torch.sqrt(x.var(dim=1, keepdim=True) + self.eps)
 
 
+class ViewedLayerNorm2d(WideLayerNorm2d):
+    """Flattens the pixels with view(N, C, H * W): view() follows the dims, so this
+    is right whatever the memory order (a channels-last map's H and W merge)."""
+
+    def normalize(self, x):
+        n, c, h, w = x.shape
+        flat = x.view(n, c, h * w)
+        mean = flat.mean(dim=1, keepdim=True)
+        var = flat.var(dim=1, keepdim=True, correction=0)
+        return ((flat - mean) / torch.sqrt(var + self.eps)).view(n, c, h, w)
+
+
+class ReadsMemoryAsNCHW(WideLayerNorm2d):
+    """Reads the input's memory as if it were stored (N, C, H, W): wrong values
+    for a map stored channels last, right for one stored as usual."""
+
+    def forward(self, x):
+        return super().forward(x.as_strided(x.shape, torch.empty(x.shape).stride()))
+
+
 @pytest.mark.parametrize(
     "module_class, words",
     [
         (WideLayerNorm2d, None),
+        (ViewedLayerNorm2d, None),
+        (ReadsMemoryAsNCHW, "reads the memory itself"),
         (UnbiasedWide2d, None),  # a slip ln2d_forward charges, not charged again here
         (CorrectLayerNorm2d, "take each pixel's mean and variance in float32"),
         (FloatOnly2d, "a float64 input is normalized in float64"),
@@ -1277,6 +1299,20 @@ def _groups_tied_decays(model, weight_decay):
             {"params": [p for p in params if id(p) not in decaying], "weight_decay": 0.0}]
 
 
+def _groups_by_first_holder(model, weight_decay):
+    """The first module that holds a parameter decides its group: right while
+    the embedding is registered before the head tied to it, wrong after."""
+    placed = {}
+    for module in model.modules():
+        for name, parameter in module.named_parameters(recurse=False):
+            placed.setdefault(id(parameter), (
+                parameter, isinstance(module, DECAYED) and name == "weight"))
+    return [{"params": [p for p, decays in placed.values() if decays],
+             "weight_decay": weight_decay},
+            {"params": [p for p, decays in placed.values() if not decays],
+             "weight_decay": 0.0}]
+
+
 def _groups_by_ndim(model, weight_decay):
     return [{"params": [p for p in model.parameters() if p.ndim >= 2],
              "weight_decay": weight_decay},
@@ -1301,6 +1337,7 @@ def _groups_twice(model, weight_decay):
         (_groups_by_module_walk, "a walk over the modules meets it twice"),
         (_groups_all_but_norms, "embeddings do not decay"),
         (_groups_tied_decays, "a weight tied to an embedding counts as the embedding's"),
+        (_groups_by_first_holder, "registers the head before the embedding"),
     ],
     ids=lambda v: getattr(v, "__name__", str(v)),
 )
