@@ -814,10 +814,14 @@ def _rms_cases(rng):
          _rms_case(tokens((2, 5, d), scale=1e-3), rng.normal(size=d), None)),
         ("one token of 16 features, eps 1e-5", _rms_case(tokens((16,)), rng.normal(size=16),
                                                          1e-5)),
-        # values of size 1e-2: float16's epsilon (about 1e-3) would outweigh their mean
-        # square (about 5e-4), float32's (about 1e-7) does not
-        ("a float16 batch (3, 8) of small values, eps=None (what torch does there)",
-         _rms_case(tokens((3, d), np.float16, scale=1e-2), rng.normal(size=d), None)),
+        # values of size 1e-5: their mean square (about 5e-10) is far below float32's
+        # epsilon (about 1.2e-7), so the output is about x / sqrt(eps) and tells
+        # float32's eps from float16's (about 1e-3, 90 times smaller outputs) and from
+        # float64's or none (outputs of size 1, 10 times larger). At size 1e-3 the
+        # choices differ by about 1%, no more than a correct hand-in that squares
+        # float16 values in float16 (they fall below its normal range) loses.
+        ("a float16 batch (3, 8) of tiny values, eps=None (what torch does there)",
+         _rms_case(tokens((3, d), np.float16, scale=1e-5), rng.normal(size=d), None)),
     ]
 
 
@@ -845,23 +849,31 @@ def _rms_slips(case):
     eps = _rms_eps(case)
     mean_square = (x**2).mean(-1, keepdims=True)
     candidates = {}
-    if "eps" not in case:
+    if "eps" not in case and case["x"].dtype == np.float16:
+        # the case's mean square (about 5e-10) is far below every eps a hand-in may
+        # pick, so the output is about x / sqrt(eps): each text below is true of both
+        # larger eps, 1e-5 and float16's, which may land within tolerance of each other
+        torch_rule = ("eps=None on float16 input: torch computes half-precision input in "
+                      "float32, and its eps is then float32's machine epsilon (about "
+                      "1.2e-7)")
+        candidates[f"{torch_rule}; yours is far larger (1e-5 and float16's epsilon, "
+                   "about 1e-3, are both far larger)"] = x / np.sqrt(mean_square + 1e-5) * g
+        candidates[f"{torch_rule}, not float16's; yours is far larger (try F.rms_norm on a "
+                   "float16 tensor of tiny values)"] = (
+            x / np.sqrt(mean_square + np.finfo(np.float16).eps) * g)
+        candidates[f"{torch_rule}, not float64's and not 0; yours is far smaller"] = (
+            x / np.sqrt(mean_square + np.finfo(np.float64).eps) * g)
+    elif "eps" not in case:
         candidates["eps=None means the machine epsilon of x's dtype "
                    "(np.finfo(x.dtype).eps), as torch's F.rms_norm and nn.RMSNorm do, not "
                    "1e-5 as in layer norm"] = x / np.sqrt(mean_square + 1e-5) * g
-        if case["x"].dtype == np.float16:
-            candidates["eps=None on float16 input: torch computes half-precision input in "
-                       "float32, and its eps is then float32's machine epsilon, not "
-                       "float16's (try F.rms_norm on a float16 tensor of small values)"] = (
-                x / np.sqrt(mean_square + np.finfo(np.float16).eps) * g)
-        else:
-            # the other float type's epsilon: float64's for float32 input, or float32's
-            # for float64 input (a constant copied from a float32 run, or x cast down)
-            other = np.float64 if case["x"].dtype == np.float32 else np.float32
-            candidates[f"eps=None means the machine epsilon of x's OWN dtype: "
-                       f"{case['x'].dtype}'s for {case['x'].dtype} input, not "
-                       f"{np.dtype(other)}'s"] = (
-                x / np.sqrt(mean_square + np.finfo(other).eps) * g)
+        # the other float type's epsilon: float64's for float32 input, or float32's
+        # for float64 input (a constant copied from a float32 run, or x cast down)
+        other = np.float64 if case["x"].dtype == np.float32 else np.float32
+        candidates[f"eps=None means the machine epsilon of x's OWN dtype: "
+                   f"{case['x'].dtype}'s for {case['x'].dtype} input, not "
+                   f"{np.dtype(other)}'s"] = (
+            x / np.sqrt(mean_square + np.finfo(other).eps) * g)
     centred = x - x.mean(-1, keepdims=True)
     candidates.update({
         "RMSNorm does not subtract the mean: divide x itself by its root mean square":

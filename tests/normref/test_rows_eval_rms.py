@@ -22,6 +22,7 @@ from normref.checks import (
     check_rms_offset_answer,
     check_sign_only_gap_answer,
 )
+from normref.checks import _registry, rows_judges
 from normref.checks.rows_judges import (
     pair_output,
     rms_offset_for_spread,
@@ -190,6 +191,13 @@ RMS_SLIPS = {
         "torch computes half-precision input in float32"),
     "centred": (lambda x, g, eps: rms_norm(x - x.mean(-1, keepdims=True), g, eps),
                 "does not subtract the mean"),
+    # float64's epsilon, or none, for float16 input: right for float32 and float64
+    "float64_eps_for_half": (lambda x, g, eps: rms_norm(
+        x, g, float(np.finfo(np.float64).eps) if eps is None and x.dtype == np.float16
+        else eps), "not float64's and not 0"),
+    "no_eps_for_half": (lambda x, g, eps: rms_norm(
+        x, g, 0.0 if eps is None and x.dtype == np.float16 else eps),
+        "not float64's and not 0"),
 }
 
 
@@ -198,6 +206,36 @@ def test_each_rms_slip_is_named(slip):
     function, hint = RMS_SLIPS[slip]
     message = fails(check_rms_norm, function)
     assert "Hint: " in message and hint in message, message
+
+
+def _half_in_half(x, gamma, eps):
+    """RMSNorm computed in float16 throughout, as torch tensors of float16 are, with
+    torch's eps for them (float32's): the squares of tiny values underflow there."""
+    x = torch.as_tensor(x)
+    eps = torch.finfo(torch.float32).eps if eps is None else eps
+    if x.dtype != torch.float16:
+        return rms_norm(x.numpy(), gamma, eps)
+    rms = x.pow(2).mean(dim=-1, keepdim=True).add(eps).sqrt()
+    return x / rms * torch.as_tensor(gamma, dtype=x.dtype)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_float16_case_tells_torchs_eps_from_the_others_for_any_seed(seed):
+    """The float16 case's values are tiny, so float16's, float64's and no eps each
+    fail it with their own hint, for the seed of any grading run, while float16
+    arithmetic with torch's eps passes (its squares underflow, but eps outweighs
+    them)."""
+    cases = _registry.make_cases("rows_rms_norm", seed)
+    label, case = cases[-1]
+    assert "float16" in label and "eps" not in case
+    for eps, hint in ((np.finfo(np.float16).eps, "yours is far larger"),
+                      (np.finfo(np.float64).eps, "not float64's and not 0"),
+                      (0.0, "not float64's and not 0")):
+        y = rms_norm(case["x"], case["gamma"], float(eps)).astype(np.float64)
+        problem = rows_judges._judge_rms_norm(case, {"y": y})
+        assert problem and hint in problem, problem
+    y = _half_in_half(case["x"], case["gamma"], None).double().numpy()
+    assert rows_judges._judge_rms_norm(case, {"y": y}) is None
 
 
 @pytest.mark.parametrize("answer, hint", [(np.sqrt(3), "standard deviation 1"),

@@ -9,6 +9,7 @@ checked by running the notebook's own experiment code with the course's referenc
 (numpy, float64) and with a torch float32 version."""
 
 import json
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -396,3 +397,44 @@ def test_eval_mode_judge_names_the_line_copied():
     assert "batch-32 line" in verdict(0.958)
     assert "batch-2 line" in verdict(0.753)
     assert "line" not in verdict(0.80)
+
+
+RELEASE = REPO / "release" / "02_rows_versus_columns" / "02_rows_versus_columns.ipynb"
+
+
+def _released_texts():
+    """Every cell's text in the student's notebook, folded answers included: a
+    student can unfold them before answering."""
+    return ["".join(cell["source"]) for cell in json.loads(RELEASE.read_text())["cells"]]
+
+
+def _numbers(text):
+    """The decimal numbers a text states, a percentage as its fraction too."""
+    found = []
+    for match in re.finditer(r"-?\d[\d,]*(?:\.\d+)?%?", text):
+        figure = match.group().replace(",", "")
+        value = float(figure.rstrip("%"))
+        found += [value, value / 100] if figure.endswith("%") or "." in figure else [value]
+    return found
+
+
+def test_the_release_states_neither_judged_figure_of_the_eval_mode_run():
+    """Question 2's figures come only from the student's own run: no text states a
+    number the judge would accept (a copied -0.19 scored where the run printed -0.04)."""
+    for text in _released_texts():
+        for value in _numbers(text):
+            assert abs(value - EVAL_MODE_FEATURE_MEAN) > 0.005, text
+            assert abs(value - float(EVAL_MODE_ACCURACY)) > RUN_TOLERANCE, text
+
+
+def test_the_release_states_no_count_of_question_1():
+    """Exercise 11's question 1 asks how many values one statistic is taken over:
+    the text, folded answers included, states none of the three counts."""
+    counts = values_per_statistic()
+    texts = _released_texts()
+    flat = counts["flat_bn_values_at_2"]
+    for text in texts:
+        assert not re.search(rf"over (two|{flat}) values", text), text
+        for value in _numbers(text):
+            assert value not in (counts["spatial_bn_values_at_2"],
+                                 counts["group_norm_values_at_2"]), text
