@@ -342,12 +342,12 @@ def _judge_layer_norm(case, output):
     problem = mismatch(y, expected, dtype=x.dtype)
     if problem is None:
         return None
-    used = _default_eps_used(case, y)
-    if used is not None:
-        return problem + (f". Hint: called without eps, your layer_norm used eps = "
-                          f"{used:.2g}; its default must be eps={DEFAULT_EPS:g}, "
-                          "PyTorch's")
     hint = _likely_layer_norm_mistake(case, y)
+    used = None if hint else _default_eps_used(case, y)
+    if used is not None:
+        return problem + (f". Hint: called without eps, your output matches layer norm "
+                          f"with eps = {used:.2g}; the default must be eps="
+                          f"{DEFAULT_EPS:g}, PyTorch's")
     if hint is None and _far_from_zero(x):
         hint = ("at a large offset the variance must not come from the shortcut "
                 "mean(x**2) - mean(x)**2: use your token_var")

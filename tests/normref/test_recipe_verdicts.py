@@ -117,7 +117,7 @@ def test_the_probe_gives_the_student_copies_and_eps_as_a_float():
     edit change what the judge compares with; eps must arrive as a Python float."""
     seen = []
 
-    def in_place(x, gamma, beta, eps):
+    def in_place(x, gamma, beta, eps=1e-5):
         seen.append(type(eps))
         y = torch_layer_norm(x, gamma, beta, eps)
         x[...] = 0.0
@@ -1475,3 +1475,14 @@ def test_the_tiled_kernel_question_wants_welford_or_chan(answer, verdict):
 def test_a_missing_tiled_answer_is_named():
     assert recipe_judges._judge_tiled_method({}, {}) == (
         "no answer given for TILED_KERNEL_METHOD")
+
+
+def test_a_wrong_default_eps_is_caught_and_named():
+    """Every other case passes eps; one leaves it out, on a token whose variance
+    (5e-6) is of eps's size, so a default of 1e-6 (some code's) changes the output."""
+    def default_1e_6(x, gamma, beta, eps=1e-6):
+        return torch_layer_norm(x, gamma, beta, eps)
+
+    with pytest.raises(CheckFailed, match=r"eps left at its default.*eps = 1e-06; the "
+                                          r"default must be eps=1e-05"):
+        check_layer_norm_token(default_1e_6)
