@@ -20,6 +20,8 @@ def _mean_cases(rng):
         ("a 4-D batch (2, 2, 3, 8)", {"x": rng.normal(size=(2, 2, 3, 8))}),
         ("a constant token [5, 5, 5, 5]", {"x": np.full(4, 5.0)}),
         ("a float32 batch (4, 64)", {"x": rng.normal(size=(4, 64)).astype(np.float32)}),
+        ("float64 tokens around 1e8 with spread 1, (3, 32)",
+         {"x": _offset_tokens(rng, 1e8, (3, 32), np.float64)}),
     ]
 
 
@@ -38,7 +40,37 @@ def _var_cases(rng):
          {"x": _offset_tokens(rng, 1e4, (4, 64), np.float32)}),
         ("float64 tokens around 1e8 with spread 1, (3, 32)",
          {"x": _offset_tokens(rng, 1e8, (3, 32), np.float64)}),
+        ("float32 tokens near 0, 100 and 10 000 in one batch, spread 1, (3, 64)",
+         {"x": _offset_tokens(rng, np.array([[0.0], [1e2], [1e4]]), (3, 64), np.float32)}),
     ]
+
+
+# A float64 mean of 32 numbers near 1e8 misses by under 1e-7 (float64's gaps there are
+# 1.5e-8); float32's gaps there are 8, so a mean summed in float32 misses by units.
+MEAN_SPREAD_RTOL = 1e-5
+
+
+def _mean_off_the_spread(x, y, expected):
+    """For float64 tokens far from zero, a sentence when the mean misses by more
+    than MEAN_SPREAD_RTOL of the tokens' spread (rtol on the mean itself cannot see
+    a float32 sum: 1e-6 of 1e8 is 100); None otherwise."""
+    if x.dtype != np.float64 or not _far_from_zero(x) or np.shape(y) != expected.shape:
+        return None
+    error = float(np.max(np.abs(np.asarray(y, dtype=np.float64) - expected)))
+    spread = float(np.min(x.std(-1)))
+    if error <= MEAN_SPREAD_RTOL * spread:
+        return None
+    problem = (f"your means miss by up to {error:.3g}, {error / spread:.2g} times the "
+               f"tokens' spread; float64 arithmetic misses by under {MEAN_SPREAD_RTOL:g} "
+               "of it")
+    float32_gap = float(np.spacing(np.float32(np.max(np.abs(expected)))))
+    # float64 cannot miss by a thousandth of a float32 gap here; float32 sums, even
+    # pairwise ones (np.mean's), miss by a hundredth of one or more
+    if error >= float32_gap / 1000:
+        problem += (f". An error this size is float32's (its gaps near "
+                    f"{np.max(np.abs(expected)):.0e} are {float32_gap:g}): sum float64 "
+                    "tokens in float64 (no dtype=np.float32, no cast)")
+    return problem
 
 
 def _judge_mean(case, output):
@@ -47,7 +79,7 @@ def _judge_mean(case, output):
     problem = mismatch(output["y"], expected, dtype=x.dtype)
     if problem and x.ndim > 1 and np.shape(output["y"]) != expected.shape:
         problem += ": average over the last axis (the features of each token)"
-    return problem
+    return problem or _mean_off_the_spread(x, output["y"], expected)
 
 
 def _far_from_zero(x):
@@ -63,25 +95,49 @@ def _far_from_zero(x):
 FLOAT32_FAR_RTOL = 1e-2
 
 
+def _tokens_far_from_zero(x):
+    """Each token's flag: its mean is large next to its spread. x: (..., d) -> (...)"""
+    x64 = x.astype(np.float64)
+    return np.abs(x64.mean(-1)) > 1000 * (x64.std(-1) + 1e-12)
+
+
 def _close_enough_in_float32(x, y, expected):
     """Float32 tokens far from zero: a stable method that works in float32
     (Welford's, say) may miss the variance by parts in a thousand; the shortcut
-    misses it by whole units."""
-    if x.dtype != np.float32 or not _far_from_zero(x) or np.shape(y) != expected.shape:
+    misses it by whole units. Token by token: the other tokens of the batch keep
+    the usual float32 tolerance."""
+    far = _tokens_far_from_zero(x)
+    if x.dtype != np.float32 or not np.any(far) or np.shape(y) != expected.shape:
         return False
     y = np.asarray(y)
     if not np.issubdtype(y.dtype, np.number):
         return False
-    return bool(np.allclose(y.astype(np.float64), expected, rtol=FLOAT32_FAR_RTOL, atol=0))
+    y64 = y.astype(np.float64)
+    return (bool(np.allclose(y64[far], expected[far], rtol=FLOAT32_FAR_RTOL, atol=0))
+            and matches(y64[~far], expected[~far], dtype=x.dtype))
 
 
 def _allowance_named(x, problem):
     """The float32-far allowance, 1%, named where it applies: mismatch names the
     usual float32 tolerance, which it does not use for these tokens."""
-    if problem is not None and x.dtype == np.float32 and _far_from_zero(x):
+    if problem is not None and x.dtype == np.float32 and np.any(_tokens_far_from_zero(x)):
         return (f"{problem} (for float32 tokens this far from zero the allowance is "
                 f"{FLOAT32_FAR_RTOL:.0%} instead)")
     return problem
+
+
+def _one_shift_for_the_batch(x, y):
+    """True when y is the shortcut taken after one shift for the whole batch (its
+    first, last or middle number, or its mean) where each token needs its own."""
+    if x.ndim < 2 or np.shape(y) != x.shape[:-1]:
+        return False
+    flat = x.reshape(-1)
+    with np.errstate(all="ignore"):
+        for shift in (flat[0], flat[-1], flat[flat.size // 2], x.astype(np.float64).mean()):
+            shifted = x - x.dtype.type(shift)
+            if matches(y, recipe.shortcut_var(shifted), dtype=x.dtype):
+                return True
+    return False
 
 
 def _judge_var(case, output):
@@ -104,6 +160,11 @@ def _judge_var(case, output):
         return problem + ". That is the standard deviation; the variance is its square"
     if x.ndim > 1 and np.shape(y) != expected.shape:
         return problem + ". Take the variance over the last axis (each token's features)"
+    if _one_shift_for_the_batch(x, y):
+        return problem + (". This looks like the shortcut after one shift for the whole "
+                          "batch: a number from one token is not a centre inside "
+                          "tokens whose means lie far from it; centre each token on a "
+                          "number of its own")
     if (matches(y, shortcut_here, dtype=x.dtype) or matches(y, shortcut_64, dtype=x.dtype)
             or _far_from_zero(x)):
         return problem + (". This looks like the shortcut mean(x**2) - mean(x)**2, which "
@@ -112,7 +173,11 @@ def _judge_var(case, output):
     return problem
 
 
-def _ln_case(x, gamma=None, beta=None, eps=1e-5):
+# layer_norm's default eps, PyTorch's: graded by a case that leaves eps out.
+DEFAULT_EPS = 1e-5
+
+
+def _ln_case(x, gamma=None, beta=None, eps=DEFAULT_EPS):
     d = x.shape[-1]
     return {
         "x": x,
@@ -120,6 +185,11 @@ def _ln_case(x, gamma=None, beta=None, eps=1e-5):
         "beta": np.zeros(d, x.dtype) if beta is None else np.asarray(beta, x.dtype),
         "eps": np.array(eps),
     }
+
+
+def _ln_default_eps_case(x):
+    """A case that calls layer_norm(x, gamma, beta), eps left at its default."""
+    return {**_ln_case(x), "eps_default": np.array(True)}
 
 
 def _token_cases(rng):
@@ -131,6 +201,8 @@ def _token_cases(rng):
          _ln_case(np.full(4, 5.0), beta=np.full(4, 0.5))),
         ("a tiny spread, 0.001 * [2, 4, 6, 8]", _ln_case(0.001 * EXAMPLE_A)),
         ("x = [2, 4, 6, 8] with eps = 1", _ln_case(EXAMPLE_A, eps=1.0)),
+        ("a tiny spread, 0.001 * [2, 4, 6, 8], eps left at its default",
+         _ln_default_eps_case(0.001 * EXAMPLE_A)),
         ("a token of 16 features with random gamma and beta",
          _ln_case(rng.normal(size=16), rng.normal(size=16), rng.normal(size=16))),
         ("a float32 token of 64 features",
@@ -247,6 +319,23 @@ def _likely_layer_norm_mistake(case, y):
         return None
 
 
+def _default_eps_used(case, y):
+    """The eps a layer norm must have used to give y, when the case left eps at its
+    default and y is a layer norm with some other eps; None otherwise."""
+    if not bool(case.get("eps_default", False)) or np.shape(y) != case["x"].shape:
+        return None
+    x64, gamma, beta = case["x"].astype(np.float64), case["gamma"], case["beta"]
+    centred = x64 - x64.mean(-1, keepdims=True)
+    with np.errstate(all="ignore"):
+        x_hat = (np.asarray(y, dtype=np.float64) - beta) / gamma
+        used = float(np.mean((centred / x_hat)[centred != 0] ** 2) - np.mean(centred**2))
+    if not np.isfinite(used) or used < 0 or np.isclose(used, DEFAULT_EPS, rtol=1e-2):
+        return None
+    if not matches(y, recipe.layer_norm(x64, gamma, beta, used), dtype=case["x"].dtype):
+        return None
+    return used
+
+
 def _judge_layer_norm(case, output):
     x, y = case["x"], output["y"]
     expected = recipe.layer_norm(x, case["gamma"], case["beta"], float(case["eps"]))
@@ -254,6 +343,11 @@ def _judge_layer_norm(case, output):
     if problem is None:
         return None
     hint = _likely_layer_norm_mistake(case, y)
+    used = None if hint else _default_eps_used(case, y)
+    if used is not None:
+        return problem + (f". Hint: called without eps, your output matches layer norm "
+                          f"with eps = {used:.2g}; the default must be eps="
+                          f"{DEFAULT_EPS:g}, PyTorch's")
     if hint is None and _far_from_zero(x):
         hint = ("at a large offset the variance must not come from the shortcut "
                 "mean(x**2) - mean(x)**2: use your token_var")
@@ -429,8 +523,9 @@ def _judge_s_for_half_output(case, output):
     hints = {
         "that s halves a token whose variance is s**2, such as s * [-1, 1, -1, 1]; "
         "work out the variance of s * [0, 0, 0, 1]": np.sqrt(HALVING_EPS / 3),
-        "that is where s * [0, 0, 1, 1], of variance s**2 / 4, is halved; work out "
-        "the variance of s * [0, 0, 0, 1]": 2 * np.sqrt(HALVING_EPS / 3),
+        "that s comes from the variance divided by d - 1 = 3 (s**2 / 4 for "
+        "s * [0, 0, 0, 1]); layer norm's variance divides by d = 4":
+            2 * np.sqrt(HALVING_EPS / 3),
         "that is eps itself: eps goes inside the square root, beside the token's "
         "variance, not beside s": HALVING_EPS,
         "that number is the token's variance at the halving point, not s":

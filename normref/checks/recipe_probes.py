@@ -102,6 +102,7 @@ def _like_given(merged, *given):
 # while the student's code runs; the _forward_to_* functions look them up there.
 _GRADED_MERGE = "__graded_merge_stats__"
 _GRADED_VAR = "__graded_token_var__"
+_GRADED_MEAN = "__graded_token_mean__"
 
 
 def _forward_to_graded_merge(*args, **kwargs):
@@ -110,6 +111,10 @@ def _forward_to_graded_merge(*args, **kwargs):
 
 def _forward_to_graded_var(*args, **kwargs):
     return __graded_token_var__(*args, **kwargs)  # noqa: F821 (the student's globals)
+
+
+def _forward_to_graded_mean(*args, **kwargs):
+    return __graded_token_mean__(*args, **kwargs)  # noqa: F821 (the student's globals)
 
 
 @contextlib.contextmanager
@@ -183,10 +188,39 @@ def _exact_token_var(x):
     return _like_given(var, x)
 
 
+def _exact_token_mean(x):
+    """The grader's token_mean, what token_var, chunked_var and layer_norm are graded
+    with, so that a slip in the student's own token_mean costs token_mean_correct
+    alone. Summed in float64, handed back in the input's float dtype (a torch tensor
+    for a torch tensor). x: (..., d) -> (...)"""
+    x64 = to_array(x).astype(np.float64)  # ..., d
+    mean = x64.sum(axis=-1) / x64.shape[-1]  # ...
+    given = getattr(x, "dtype", None)
+    if isinstance(given, np.dtype) and np.issubdtype(given, np.floating):
+        mean = mean.astype(given)
+    return _like_given(mean, x)
+
+
+def _token_mean_replaced(fn):
+    """While inside, the notebook's token_mean, called by fn, is the grader's."""
+    return _replaced(fn, "token_mean", _exact_token_mean, _GRADED_MEAN,
+                     _forward_to_graded_mean, 1)
+
+
+@contextlib.contextmanager
 def _token_var_replaced(fn):
-    """While inside, the notebook's token_var, called by fn, is the grader's."""
-    return _replaced(fn, "token_var", _exact_token_var, _GRADED_VAR,
-                     _forward_to_graded_var, 1)
+    """While inside, the notebook's token_var and token_mean, called by fn, are
+    the grader's."""
+    with _replaced(fn, "token_var", _exact_token_var, _GRADED_VAR,
+                   _forward_to_graded_var, 1), _token_mean_replaced(fn):
+        yield
+
+
+def _call_token_var_watched(token_var, case):
+    """Call token_var with the notebook's token_mean made the grader's, noting
+    whether a library variance ran."""
+    with _token_mean_replaced(token_var):
+        return _call_var_watched(token_var, case)
 
 
 def _side_values(n, mean):
@@ -263,9 +297,12 @@ def _call_merge_stats(merge_stats, case):
 
 
 def _call_layer_norm(layer_norm, case):
-    """Call layer_norm with the notebook's token_var made the grader's."""
+    """Call layer_norm with the notebook's token_var and token_mean made the
+    grader's; without eps where the case grades the default."""
     x, gamma, beta = case["x"].copy(), case["gamma"].copy(), case["beta"].copy()
     with _token_var_replaced(layer_norm):
+        if bool(case.get("eps_default", False)):  # the default eps is graded too
+            return {"y": _plain(layer_norm(x, gamma, beta))}
         return {"y": _plain(layer_norm(x, gamma, beta, float(case["eps"])))}
 
 
@@ -294,7 +331,7 @@ def check_token_mean(token_mean):
 def check_token_var(token_var):
     """Check token_var(x) -> the biased variance of each token (last axis),
     accurate at large offsets and computed without a library variance."""
-    run_check("token_var", token_var, _call_var_watched)
+    run_check("token_var", token_var, _call_token_var_watched)
 
 
 def check_merge_stats(merge_stats):

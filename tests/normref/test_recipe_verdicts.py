@@ -80,7 +80,7 @@ def torch_var(x):
     return ((t - t.mean(-1, keepdim=True)) ** 2).mean(-1).numpy()
 
 
-def torch_layer_norm(x, gamma, beta, eps):
+def torch_layer_norm(x, gamma, beta, eps=1e-5):
     d = x.shape[-1]
     return F.layer_norm(torch.from_numpy(x).double(), (d,), torch.from_numpy(gamma).double(),
                         torch.from_numpy(beta).double(), eps=eps).numpy()
@@ -98,9 +98,9 @@ def ln(x, gamma, beta, eps, *, var=None, eps_outside=False, axis=-1):
 def test_right_answers_pass_every_check():
     """A check whose name is misspelt, or whose probe calls the student's code
     wrongly, fails right answers."""
-    assert "token_mean: all 6 cases passed" in passes(check_token_mean, torch_mean)
-    assert "token_var: all 6 cases passed" in passes(check_token_var, torch_var)
-    assert "layer_norm_token: all 9 cases passed" in passes(check_layer_norm_token,
+    assert "token_mean: all 7 cases passed" in passes(check_token_mean, torch_mean)
+    assert "token_var: all 7 cases passed" in passes(check_token_var, torch_var)
+    assert "layer_norm_token: all 10 cases passed" in passes(check_layer_norm_token,
                                                              torch_layer_norm)
     assert "layer_norm_batches: all 6 cases passed" in passes(check_layer_norm_batches,
                                                                torch_layer_norm)
@@ -117,7 +117,7 @@ def test_the_probe_gives_the_student_copies_and_eps_as_a_float():
     edit change what the judge compares with; eps must arrive as a Python float."""
     seen = []
 
-    def in_place(x, gamma, beta, eps):
+    def in_place(x, gamma, beta, eps=1e-5):
         seen.append(type(eps))
         y = torch_layer_norm(x, gamma, beta, eps)
         x[...] = 0.0
@@ -463,7 +463,7 @@ def test_an_own_helper_named_like_a_library_variance_is_not_one():
         return np.array([scope["variance"](row.tolist()) for row in rows]).reshape(
             x.shape[:-1])
 
-    assert "all 6 cases passed" in passes(check_token_var, token_var)
+    assert "all 7 cases passed" in passes(check_token_var, token_var)
 
 
 def test_code_made_by_exec_is_watched_without_failing():
@@ -472,7 +472,7 @@ def test_code_made_by_exec_is_watched_without_failing():
     exec("def token_var(x):\n"
          "    c = x - x.mean(-1, keepdims=True)\n"
          "    return (c * c).mean(-1)\n", scope)
-    assert "all 6 cases passed" in passes(check_token_var, scope["token_var"])
+    assert "all 7 cases passed" in passes(check_token_var, scope["token_var"])
     exec("import numpy as np\n"
          "def token_var(x):\n"
          "    return np.var(x, axis=-1)\n", scope)
@@ -780,6 +780,10 @@ def test_the_s_for_half_output_is_checked_against_torch_layer_norm():
         _judge_s_for_half_output, "s_for_half_output", lesson)
     assert "not s" in _answer(_judge_s_for_half_output, "s_for_half_output", s * s)
     assert "eps itself" in _answer(_judge_s_for_half_output, "s_for_half_output", 1e-5)
+    # dividing by d - 1: s**2 / 4 = eps / 3 at the halving point, s = 2 sqrt(eps / 3)
+    token = 2 * np.sqrt(1e-5 / 3) * np.array([0.0, 0.0, 0.0, 1.0])
+    assert np.isclose(token.var(ddof=1), 1e-5 / 3)
+    assert "d - 1" in _answer(_judge_s_for_half_output, "s_for_half_output", 3.651e-3)
     # eps beside the spread, (x - mu) / (std + eps): half where std = eps, s = 4 eps / sqrt 3
     outside = 4e-5 / np.sqrt(3)
     token = outside * np.array([0.0, 0.0, 0.0, 1.0])
@@ -1471,3 +1475,14 @@ def test_the_tiled_kernel_question_wants_welford_or_chan(answer, verdict):
 def test_a_missing_tiled_answer_is_named():
     assert recipe_judges._judge_tiled_method({}, {}) == (
         "no answer given for TILED_KERNEL_METHOD")
+
+
+def test_a_wrong_default_eps_is_caught_and_named():
+    """Every other case passes eps; one leaves it out, on a token whose variance
+    (5e-6) is of eps's size, so a default of 1e-6 (some code's) changes the output."""
+    def default_1e_6(x, gamma, beta, eps=1e-6):
+        return torch_layer_norm(x, gamma, beta, eps)
+
+    with pytest.raises(CheckFailed, match=r"eps left at its default.*eps = 1e-06; the "
+                                          r"default must be eps=1e-05"):
+        check_layer_norm_token(default_1e_6)
