@@ -3140,3 +3140,40 @@ def test_dx_dot_x_may_not_be_complex():
     right = backward.rms_dx_dot_x(1.0, 4.0, 1e-5)
     assert _judge("backward_rms_dx_dot_x", case, {"dot": np.array(right)}) is None
     assert "complex" in _judge("backward_rms_dx_dot_x", case, {"dot": np.array(right + 0j)})
+
+
+# ----- the released notebook's visible checks -----------------------------------------
+
+def _released_assert_agrees():
+    """assert_agrees, as the released notebook's helpers cell defines it."""
+    nb = nbformat.read(REPO / "release/04_backward_pass/04_backward_pass.ipynb", as_version=4)
+    helpers = next(c.source for c in nb.cells
+                   if c.cell_type == "code" and "def assert_agrees" in c.source)
+    namespace = {"np": np, "torch": torch}
+    exec(helpers, namespace)
+    return namespace["assert_agrees"]
+
+
+@pytest.mark.parametrize("narrow", [np.float32(1.0), torch.tensor(1.0, dtype=torch.float32),
+                                    torch.tensor(1.0, dtype=torch.bfloat16)],
+                         ids=["numpy float32", "torch float32", "torch bfloat16"])
+def test_visible_check_refuses_a_float32_result_as_the_grader_does(narrow):
+    """A float32 result lands within the visible 1e-6 of a float64 estimate, yet the
+    grader's float64 tolerance refuses it: Validate says so first, in the grader's words."""
+    assert_agrees = _released_assert_agrees()
+    estimate = np.full(3, 1.0 + 1e-7)
+    yours = np.full(3, narrow) if isinstance(narrow, np.floating) else narrow.repeat(3)
+    with pytest.raises(AssertionError, match="compute in float64, as the exercise asks"):
+        assert_agrees("dx", yours, estimate)
+    # the grader words a float32 result it refuses the same way
+    judge_message = backward_judges.mismatch(
+        np.full(3, 1.0, np.float32), np.full(3, 2.0), dtype=np.float64, what="dx")
+    assert "compute in float64, as the exercise asks" in judge_message
+
+
+@pytest.mark.parametrize("wide", [np.float64, np.longdouble])
+def test_visible_check_accepts_a_float64_or_wider_result(wide):
+    assert_agrees = _released_assert_agrees()
+    estimate = np.full(3, 1.0 + 1e-9)
+    assert_agrees("dx", np.full(3, 1.0, dtype=wide), estimate)
+    assert_agrees("dx", torch.ones(3, dtype=torch.float64), estimate)
