@@ -198,7 +198,7 @@ def test_eps_outside_the_root_differs_only_for_small_spreads(lesson):
     assert np.isclose(outside(at_eps).std(), 0.5) and inside(at_eps).std() < 0.01
     assert "near spread = `eps` itself (1e-5)" in text
     assert "Annotated Transformer (Rush, 2018)" in text
-    for spread, (ins, out, gap) in ns["placements"].items():
+    for spread, (ins, out, _gap) in ns["placements"].items():
         k = spread / ns["spread_a"]
         assert np.isclose(ins, inside(k * x_a).std(), atol=1e-9)
         assert np.isclose(out, outside(k * x_a).std(), atol=1e-9)

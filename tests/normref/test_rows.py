@@ -29,7 +29,6 @@ from normref.checks import (
 )
 from normref.checks.rows_judges import (
     _block_outputs_moved,
-    block_outputs_moved_by_rule,
     _channel_cases,
     _fold_cases,
     _group_cases,
@@ -38,6 +37,7 @@ from normref.checks.rows_judges import (
     _judge_nudge_answer,
     _judge_running_var_answers,
     _train_cases,
+    block_outputs_moved_by_rule,
     raised_as_asked,
 )
 

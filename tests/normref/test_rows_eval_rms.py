@@ -15,14 +15,15 @@ from check_calls import fails, passes
 
 from normref.batchnorm import batch_norm_eval
 from normref.checks import (
+    _registry,
     check_batch_norm_eval,
     check_pair_information_answers,
     check_pair_output_answer,
     check_rms_norm,
     check_rms_offset_answer,
     check_sign_only_gap_answer,
+    rows_judges,
 )
-from normref.checks import _registry, rows_judges
 from normref.checks.rows_judges import (
     pair_output,
     rms_offset_for_spread,

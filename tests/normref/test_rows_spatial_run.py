@@ -259,8 +259,8 @@ def test_the_run_lines_a_student_may_copy_by_mistake_fall_outside_the_tolerance(
 
 
 def test_small_batches_lose_step_by_step_for_every_seed(digits):
-    """The batch-8 and batch-4 run's lesson: scored in training mode, batch_norm_train loses more at each
-    smaller batch, not all at once at 2."""
+    """The batch-8 and batch-4 run's lesson: scored in training mode, batch_norm_train
+    loses more at each smaller batch, not all at once at 2."""
     space = _namespace(REFERENCE)
     pixels, labels = digits
     for seed in range(4):
