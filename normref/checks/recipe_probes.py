@@ -174,6 +174,15 @@ def _replaced(fn, name, graded, slot, forward, arity):
                 found[name] = own
 
 
+def _like_input(result, x):
+    """A float64 statistic of x handed back in x's float dtype: a numpy array of
+    it, or a torch tensor for a torch tensor."""
+    given = getattr(x, "dtype", None)
+    if isinstance(given, np.dtype) and np.issubdtype(given, np.floating):
+        result = result.astype(given)
+    return _like_given(result, x)
+
+
 def _exact_token_var(x):
     """The grader's token_var, what chunked_var and layer_norm are graded with, so
     that a slip in the student's own token_var costs token_var_correct alone.
@@ -182,10 +191,7 @@ def _exact_token_var(x):
     x64 = to_array(x).astype(np.float64)  # ..., d
     centred = x64 - x64.sum(axis=-1, keepdims=True) / x64.shape[-1]  # ..., d
     var = (centred * centred).sum(axis=-1) / x64.shape[-1]  # ...
-    given = getattr(x, "dtype", None)
-    if isinstance(given, np.dtype) and np.issubdtype(given, np.floating):
-        var = var.astype(given)
-    return _like_given(var, x)
+    return _like_input(var, x)
 
 
 def _exact_token_mean(x):
@@ -195,10 +201,7 @@ def _exact_token_mean(x):
     for a torch tensor). x: (..., d) -> (...)"""
     x64 = to_array(x).astype(np.float64)  # ..., d
     mean = x64.sum(axis=-1) / x64.shape[-1]  # ...
-    given = getattr(x, "dtype", None)
-    if isinstance(given, np.dtype) and np.issubdtype(given, np.floating):
-        mean = mean.astype(given)
-    return _like_given(mean, x)
+    return _like_input(mean, x)
 
 
 def _token_mean_replaced(fn):
